@@ -1,0 +1,117 @@
+//! Test support for walrelay: throwaway PostgreSQL clusters for tests,
+//! examples and benchmarks.
+//!
+//! * [`PgCluster::start`] runs `initdb` into a fresh directory under the
+//!   system temp dir and starts the server on a free port of 127.0.0.1
+//!   (`wal_level = logical` by default). Drop stops it and deletes the
+//!   directory (`WALRELAY_KEEP_CLUSTER=1` keeps it).
+//! * [`PgBin`] finds the binaries: `$WALRELAY_PG_BIN`, else
+//!   `/usr/lib/postgresql/15/bin`, else the newest
+//!   `/usr/lib/postgresql/*/bin`. `scripts/install-postgres.sh` installs
+//!   PostgreSQL 15 when none is there.
+//! * When the process runs as root, `initdb`/`pg_ctl`/`postgres` run as the
+//!   `postgres` user (they refuse root) and the cluster directory is owned
+//!   by it.
+//! * [`TestCa`] makes certificates for TLS clusters.
+//! * [`await_condition`] polls a condition until it holds or a timeout
+//!   passes: tests await conditions instead of sleeping.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use walrelay_testkit::{ClusterOptions, PgCluster};
+//! let pg = PgCluster::start(ClusterOptions::default())?;
+//! let client = pg.client().await?;
+//! let row = client.query_one("SHOW wal_level", &[]).await?;
+//! assert_eq!(row.get::<_, String>(0), "logical");
+//! # Ok(()) }
+//! ```
+
+mod bin;
+mod cluster;
+mod tls;
+mod user;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+pub use bin::{PgBin, DEBIAN_PG15_BIN, PG_BIN_ENV};
+pub use cluster::{
+    Auth, ClusterOptions, PasswordMethod, PgCluster, HOST, KEEP_CLUSTER_ENV, SUPERUSER,
+};
+pub use tls::{TestCa, TlsMaterial};
+
+/// Polls `condition` every `poll_interval` until it returns `Ok(true)`, and
+/// fails once `timeout` has passed. An `Err` from the condition counts as
+/// "not yet" (so it may, e.g., try to connect); the last such error is part
+/// of the timeout error. The condition is always evaluated at least once.
+pub async fn await_condition<F, Fut>(
+    timeout: Duration,
+    poll_interval: Duration,
+    mut condition: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut attempts = 0u64;
+    loop {
+        attempts += 1;
+        let last_error = match condition().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => None,
+            Err(e) => Some(e),
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            let base = format!(
+                "condition not met within {timeout:?} ({attempts} checks, every {poll_interval:?})"
+            );
+            return Err(match last_error {
+                Some(e) => e.context(format!("{base}; the last check failed")),
+                None => anyhow::anyhow!(base),
+            });
+        }
+        tokio::time::sleep(poll_interval.min(deadline - now)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn await_condition_succeeds_and_times_out() {
+        let mut n = 0;
+        await_condition(Duration::from_secs(5), Duration::from_millis(1), || {
+            n += 1;
+            let done = n >= 3;
+            async move { Ok(done) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(n, 3);
+
+        let err = await_condition(
+            Duration::from_millis(30),
+            Duration::from_millis(5),
+            || async { Ok(false) },
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("condition not met"), "{err:#}");
+
+        let err = await_condition(
+            Duration::from_millis(20),
+            Duration::from_millis(5),
+            || async { anyhow::bail!("boom") },
+        )
+        .await
+        .unwrap_err();
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("condition not met") && text.contains("boom"),
+            "{text}"
+        );
+    }
+}
