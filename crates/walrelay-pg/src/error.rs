@@ -1,0 +1,255 @@
+//! Errors of the replication client.
+//!
+//! Every error a user can meet says what failed, why, and what to do. Server
+//! errors keep the SQLSTATE and the server's own words ([`DbError`]); a
+//! [`Error::Server`] adds walrelay's advice for the SQLSTATEs a replication
+//! client commonly meets (wrong password, missing REPLICATION attribute, a
+//! slot in use, `wal_level` too low, a missing publication).
+
+use std::fmt;
+
+use crate::config::ConfigError;
+use crate::tls::TlsError;
+
+/// An ErrorResponse or NoticeResponse as the server sent it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DbError {
+    /// `ERROR`, `FATAL`, `PANIC`, `WARNING`, `NOTICE`, ... (non-localized).
+    pub severity: String,
+    /// The SQLSTATE, e.g. `28P01`.
+    pub code: String,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+    /// The server's "where" context line(s).
+    pub context: Option<String>,
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.severity, self.code, self.message)?;
+        if let Some(d) = &self.detail {
+            write!(f, " (detail: {d})")?;
+        }
+        if let Some(h) = &self.hint {
+            write!(f, " (server hint: {h})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Well-known SQLSTATEs a replication client meets.
+pub mod sqlstate {
+    pub const INVALID_PASSWORD: &str = "28P01";
+    pub const INVALID_AUTHORIZATION: &str = "28000";
+    pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+    pub const OBJECT_IN_USE: &str = "55006";
+    pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
+    pub const UNDEFINED_OBJECT: &str = "42704";
+    pub const DUPLICATE_OBJECT: &str = "42710";
+    pub const CONFIGURATION_LIMIT_EXCEEDED: &str = "53400";
+    pub const INVALID_CATALOG_NAME: &str = "3D000";
+    pub const TOO_MANY_CONNECTIONS: &str = "53300";
+    pub const ADMIN_SHUTDOWN: &str = "57P01";
+}
+
+impl DbError {
+    /// walrelay's advice for this server error, if it knows one.
+    pub fn advice(&self) -> Option<&'static str> {
+        use sqlstate::*;
+        let m = self.message.as_str();
+        Some(match self.code.as_str() {
+            INVALID_PASSWORD => {
+                "check the password for this user: it comes from the connection URL, the \
+                 password option, PGPASSWORD or the password file (~/.pgpass)"
+            }
+            INVALID_AUTHORIZATION if m.contains("pg_hba.conf") => {
+                "allow this client in pg_hba.conf: a line for the database (logical \
+                 replication connections match the database name, not 'replication'), then \
+                 reload PostgreSQL (SELECT pg_reload_conf())"
+            }
+            INSUFFICIENT_PRIVILEGE if m.contains("replication") || m.contains("walsender") => {
+                "the role needs the REPLICATION attribute: ALTER ROLE <name> WITH REPLICATION \
+                 (or connect as a role that has it)"
+            }
+            OBJECT_IN_USE if m.contains("replication slot") => {
+                "another connection is streaming from this slot and a slot serves one \
+                 connection at a time: stop the other walrelay or client (see active_pid in \
+                 pg_replication_slots), or use a different slot"
+            }
+            OBJECT_NOT_IN_PREREQUISITE_STATE if m.contains("wal_level") => {
+                "set wal_level=logical in postgresql.conf (or ALTER SYSTEM SET wal_level = \
+                 logical) and restart PostgreSQL"
+            }
+            OBJECT_NOT_IN_PREREQUISITE_STATE
+                if m.contains("invalidated") || m.contains("can no longer") =>
+            {
+                "the slot was invalidated (its WAL was removed, e.g. by max_slot_wal_keep_size): \
+                 events in the lost WAL cannot be recovered; drop and recreate the slot, and \
+                 tell consumers that keys restart from the new slot's position"
+            }
+            UNDEFINED_OBJECT if m.contains("publication") => {
+                "create the publication in this database (`walrelay setup` does it, or CREATE \
+                 PUBLICATION <name> FOR TABLE <outbox table>) or fix publication_names"
+            }
+            UNDEFINED_OBJECT if m.contains("replication slot") => {
+                "create the slot (`walrelay setup` does it) or fix the slot name"
+            }
+            CONFIGURATION_LIMIT_EXCEEDED if m.contains("replication slot") => {
+                "all replication slots are in use: raise max_replication_slots (restart needed) \
+                 or drop unused slots (pg_drop_replication_slot)"
+            }
+            TOO_MANY_CONNECTIONS | CONFIGURATION_LIMIT_EXCEEDED
+                if m.contains("wal sender") || m.contains("walsender") =>
+            {
+                "all WAL senders are in use: raise max_wal_senders (restart needed) or stop \
+                 other replication clients"
+            }
+            INVALID_CATALOG_NAME => "check the database name (dbname) in the connection settings",
+            _ => return None,
+        })
+    }
+}
+
+/// Errors of the replication client.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("invalid connection settings: {0}")]
+    Config(#[from] ConfigError),
+
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+
+    #[error("I/O error while {context}: {source}")]
+    Io {
+        context: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The server answered with an ErrorResponse.
+    #[error("{context} failed: {error}{}", advice_suffix(.error))]
+    Server {
+        context: String,
+        /// Boxed: server errors are rare and large, and every `Result`
+        /// in the hot path carries this enum.
+        error: Box<DbError>,
+    },
+
+    #[error("authentication failed: {0}")]
+    Auth(String),
+
+    #[error(
+        "the server sent a message ('{}') of {len} bytes, more than the configured limit of \
+         {limit} bytes; raise max_frame_len if events this large are expected",
+        char::from(*.tag).escape_default()
+    )]
+    FrameTooLarge { tag: u8, len: usize, limit: usize },
+
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+
+    #[error("the server closed the connection{}", .0.as_deref().map(|c| format!(" while {c}")).unwrap_or_default())]
+    Closed(Option<&'static str>),
+
+    /// A precondition checked by walrelay itself (not a server error).
+    #[error("{problem}; {fix}")]
+    Precondition { problem: String, fix: String },
+
+    #[error("the replication stream has stopped")]
+    StreamStopped,
+}
+
+fn advice_suffix(e: &DbError) -> String {
+    e.advice()
+        .map(|a| format!("; fix: {a}"))
+        .unwrap_or_default()
+}
+
+impl Error {
+    /// Adapter for `map_err` on I/O results.
+    pub(crate) fn io(context: &'static str) -> impl FnOnce(std::io::Error) -> Error {
+        move |source| Error::Io { context, source }
+    }
+
+    pub(crate) fn server(context: impl Into<String>, error: DbError) -> Error {
+        Error::Server {
+            context: context.into(),
+            error: Box::new(error),
+        }
+    }
+
+    /// The server error behind this error, if it is one.
+    pub fn db_error(&self) -> Option<&DbError> {
+        match self {
+            Error::Server { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The SQLSTATE, if this is a server error.
+    pub fn code(&self) -> Option<&str> {
+        self.db_error().map(|e| e.code.as_str())
+    }
+
+    /// Whether reconnecting later may succeed without a change of
+    /// configuration (connection lost, server restarting, slot busy).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Io { .. } | Error::Closed(_) | Error::StreamStopped => true,
+            Error::Server { error, .. } => matches!(
+                error.code.as_str(),
+                sqlstate::OBJECT_IN_USE
+                    | sqlstate::ADMIN_SHUTDOWN
+                    | "57P02"
+                    | "57P03"
+                    | sqlstate::TOO_MANY_CONNECTIONS
+            ),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db(code: &str, message: &str) -> DbError {
+        DbError {
+            severity: "ERROR".into(),
+            code: code.into(),
+            message: message.into(),
+            ..DbError::default()
+        }
+    }
+
+    #[test]
+    fn wal_level_error_names_the_fix() {
+        let e = Error::server(
+            "CREATE_REPLICATION_SLOT",
+            db("55000", "logical decoding requires wal_level >= logical"),
+        );
+        let s = e.to_string();
+        assert!(s.contains("55000"), "{s}");
+        assert!(s.contains("set wal_level=logical"), "{s}");
+        assert!(s.contains("restart PostgreSQL"), "{s}");
+    }
+
+    #[test]
+    fn unknown_codes_have_no_advice() {
+        let e = Error::server("query", db("22P02", "invalid input"));
+        assert_eq!(e.to_string(), "query failed: ERROR 22P02: invalid input");
+        assert_eq!(e.code(), Some("22P02"));
+    }
+
+    #[test]
+    fn slot_in_use_is_transient_and_explained() {
+        let e = Error::server(
+            "START_REPLICATION",
+            db("55006", "replication slot \"s\" is active for PID 42"),
+        );
+        assert!(e.is_transient());
+        assert!(e.to_string().contains("one connection at a time"));
+    }
+}

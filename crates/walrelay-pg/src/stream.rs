@@ -1,0 +1,453 @@
+//! The replication stream in CopyBoth mode, and the standby status updates
+//! that keep the slot (and the connection) alive.
+//!
+//! One I/O task owns the socket. It reads XLogData and keepalives and hands
+//! them to the consumer over a channel bounded both in messages and in
+//! bytes, and it sends standby status updates on a timer, at once when a
+//! keepalive asks for one, and on request. Because the timer lives in that
+//! task and not in the consumer's `recv` calls, status updates keep flowing
+//! while the consumer is slow (e.g. waiting for Kafka): otherwise
+//! `wal_sender_timeout` would kill the connection exactly when the sink is
+//! struggling.
+//!
+//! ```text
+//!                    ┌──────────────── I/O task ─────────────────┐
+//!  socket ─frames─▶  │ Reading ──msg──▶ Delivering ──channel──▶  │ ─▶ recv()
+//!                    │    ▲  (keepalive reply? ─▶ status now)  │  │
+//!                    │    └───────────── delivered ◀───────────┘  │
+//!                    │ timer tick / SendNow / Stop ─▶ status update│ ◀─ confirm(lsn)
+//!                    └───────────────────────────────────────────┘
+//! ```
+//!
+//! Backpressure: while a message waits in `Delivering` (the channel or its
+//! byte budget is full), the task does not read the socket; the kernel
+//! buffers fill and TCP flow control stops the walsender. Memory stays
+//! bounded by the byte budget plus one message.
+//!
+//! Positions: the stream never confirms anything by itself. It reports
+//! `max(initial_flush, highest confirm())` as write, flush and apply. The
+//! consumer calls [`StatusHandle::confirm`] only with positions whose
+//! events are safely delivered (for walrelay: acknowledged by Kafka).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::BytesMut;
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tracing::{debug, info_span, trace, warn, Instrument};
+use walrelay_pgoutput::Lsn;
+
+use crate::backend::{self, BackendMessage};
+use crate::connection::unexpected;
+use crate::error::Error;
+use crate::framing::{FrameReader, RawFrame};
+use crate::tls::Stream;
+use crate::xlog::{self, ReplicationMessage, StandbyStatus};
+
+/// Tuning of a [`ReplicationStream`].
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    /// How often a status update is sent regardless of traffic. Must stay
+    /// well under the server's `wal_sender_timeout` (default 60 s).
+    pub status_interval: Duration,
+    /// Messages buffered between the I/O task and the consumer.
+    pub channel_capacity: usize,
+    /// Bytes of message payload buffered between the I/O task and the
+    /// consumer. A single larger message still passes (alone).
+    pub channel_bytes: usize,
+    /// The slot's confirmed flush position when streaming starts; status
+    /// updates never report less (the server must not be told to move the
+    /// slot backwards).
+    pub initial_flush: Lsn,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            status_interval: Duration::from_secs(10),
+            channel_capacity: 1024,
+            channel_bytes: 8 * 1024 * 1024,
+            initial_flush: Lsn::ZERO,
+        }
+    }
+}
+
+/// State shared by the I/O task and the handles.
+#[derive(Debug)]
+struct Shared {
+    /// Highest position the consumer confirmed.
+    confirmed: AtomicU64,
+    /// Flush position in the last status update sent.
+    reported: AtomicU64,
+    status_updates: AtomicU64,
+    keepalives: AtomicU64,
+}
+
+/// Statistics, for tests and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamStats {
+    pub confirmed: Lsn,
+    pub reported: Lsn,
+    pub status_updates_sent: u64,
+    pub keepalives_received: u64,
+}
+
+enum Control {
+    /// Send a status update now; answer when it is written.
+    SendNow(oneshot::Sender<Result<(), Error>>),
+    /// Send a last status update, end CopyBoth and close the connection.
+    Stop(oneshot::Sender<Result<(), Error>>),
+}
+
+/// A message handed to the consumer, holding its share of the byte budget
+/// until it is received.
+type Delivery = (
+    Result<ReplicationMessage, Error>,
+    Option<OwnedSemaphorePermit>,
+);
+
+/// Reports positions to the server. Cheap to clone; usable from any task.
+#[derive(Debug, Clone)]
+pub struct StatusHandle {
+    shared: Arc<Shared>,
+    control: mpsc::Sender<Control>,
+}
+
+impl StatusHandle {
+    /// Mark everything before `lsn` as safely processed. Monotonic: a lower
+    /// value than one confirmed before is ignored. Takes effect with the
+    /// next status update (timer, keepalive reply, or [`Self::send_now`]).
+    pub fn confirm(&self, lsn: Lsn) {
+        self.shared.confirmed.fetch_max(lsn.0, Ordering::AcqRel);
+    }
+
+    /// Send a status update now and wait until it is written to the socket.
+    pub async fn send_now(&self) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.control
+            .send(Control::SendNow(tx))
+            .await
+            .map_err(|_| Error::StreamStopped)?;
+        rx.await.map_err(|_| Error::StreamStopped)?
+    }
+
+    pub fn stats(&self) -> StreamStats {
+        StreamStats {
+            confirmed: Lsn(self.shared.confirmed.load(Ordering::Acquire)),
+            reported: Lsn(self.shared.reported.load(Ordering::Acquire)),
+            status_updates_sent: self.shared.status_updates.load(Ordering::Acquire),
+            keepalives_received: self.shared.keepalives.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// The consumer's end of a running replication stream.
+#[derive(Debug)]
+pub struct ReplicationStream {
+    events: mpsc::Receiver<Delivery>,
+    handle: StatusHandle,
+    task: Option<JoinHandle<()>>,
+}
+
+impl ReplicationStream {
+    pub(crate) fn spawn(
+        reader: FrameReader<ReadHalf<Stream>>,
+        writer: WriteHalf<Stream>,
+        peer: String,
+        slot: String,
+        options: StreamOptions,
+    ) -> ReplicationStream {
+        let shared = Arc::new(Shared {
+            confirmed: AtomicU64::new(options.initial_flush.0),
+            reported: AtomicU64::new(0),
+            status_updates: AtomicU64::new(0),
+            keepalives: AtomicU64::new(0),
+        });
+        let (events_tx, events) = mpsc::channel(options.channel_capacity.max(1));
+        let (control_tx, control_rx) = mpsc::channel(8);
+        let io = IoTask {
+            reader,
+            writer,
+            out: BytesMut::with_capacity(64),
+            shared: shared.clone(),
+            events: events_tx,
+            budget: Arc::new(Semaphore::new(options.channel_bytes.max(1))),
+            channel_bytes: options.channel_bytes.max(1),
+            control: control_rx,
+            options,
+        };
+        let span = info_span!("replication", %peer, %slot);
+        let task = tokio::spawn(io.run().instrument(span));
+        ReplicationStream {
+            events,
+            handle: StatusHandle {
+                shared,
+                control: control_tx,
+            },
+            task: Some(task),
+        }
+    }
+
+    /// The next message. `None` once the stream has ended (after an error
+    /// was returned, or after [`Self::stop`]). Cancel-safe.
+    pub async fn recv(&mut self) -> Option<Result<ReplicationMessage, Error>> {
+        let (msg, _permit) = self.events.recv().await?;
+        Some(msg)
+    }
+
+    /// A handle to confirm positions and request status updates.
+    pub fn status_handle(&self) -> StatusHandle {
+        self.handle.clone()
+    }
+
+    /// Shorthand for [`StatusHandle::confirm`].
+    pub fn confirm(&self, lsn: Lsn) {
+        self.handle.confirm(lsn)
+    }
+
+    pub fn stats(&self) -> StreamStats {
+        self.handle.stats()
+    }
+
+    /// Stop streaming: send a last status update with the confirmed
+    /// position, end CopyBoth, and close the connection. Messages not yet
+    /// received are dropped; they were not confirmed, so the server sends
+    /// them again next time.
+    pub async fn stop(mut self) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.handle.control.send(Control::Stop(tx)).await;
+        // Unblock the I/O task if it waits to deliver.
+        self.events.close();
+        while self.events.try_recv().is_ok() {}
+        let result = match sent {
+            Ok(()) => rx.await.unwrap_or(Err(Error::StreamStopped)),
+            Err(_) => Err(Error::StreamStopped),
+        };
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        result
+    }
+}
+
+impl Drop for ReplicationStream {
+    fn drop(&mut self) {
+        // Dropping without stop(): abort at once; nothing unconfirmed is
+        // reported, so nothing is lost.
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+struct IoTask {
+    reader: FrameReader<ReadHalf<Stream>>,
+    writer: WriteHalf<Stream>,
+    out: BytesMut,
+    shared: Arc<Shared>,
+    events: mpsc::Sender<Delivery>,
+    budget: Arc<Semaphore>,
+    channel_bytes: usize,
+    control: mpsc::Receiver<Control>,
+    options: StreamOptions,
+}
+
+impl IoTask {
+    async fn run(mut self) {
+        if let Err(e) = self.run_inner().await {
+            debug!(error = %e, "replication stream ended with an error");
+            // The consumer may be gone already; nothing else to do.
+            let _ = self.events.send((Err(e), None)).await;
+        }
+    }
+
+    async fn run_inner(&mut self) -> Result<(), Error> {
+        let mut ticker = tokio::time::interval(self.options.status_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A message read but not yet handed to the consumer. While it is
+        // here, the socket is not read: that is the backpressure.
+        let mut pending: Option<ReplicationMessage> = None;
+        loop {
+            // The select only decides what happened; the work is done
+            // below, after every branch future (and its borrows) is gone.
+            let action = tokio::select! {
+                // Control first: a stop request must not starve behind a
+                // busy stream.
+                biased;
+                ctrl = self.control.recv() => Action::Control(ctrl),
+                _ = ticker.tick() => Action::Tick,
+                r = deliver(&self.events, &self.budget, self.channel_bytes, pending.as_ref()), if pending.is_some() => {
+                    Action::Delivered(r)
+                }
+                frame = self.reader.read_frame(), if pending.is_none() => Action::Frame(frame),
+            };
+            match action {
+                Action::Control(Some(Control::SendNow(reply))) => {
+                    let r = self.send_status().await;
+                    let failed = r.as_ref().err().map(ToString::to_string);
+                    let _ = reply.send(r);
+                    if let Some(e) = failed {
+                        return Err(Error::Protocol(format!(
+                            "sending a status update failed: {e}"
+                        )));
+                    }
+                }
+                Action::Control(Some(Control::Stop(reply))) => {
+                    let _ = reply.send(self.shutdown().await);
+                    return Ok(());
+                }
+                // Every handle and the stream itself are gone.
+                Action::Control(None) => return Ok(()),
+                Action::Tick => self.send_status().await?,
+                Action::Delivered(r) => {
+                    r?;
+                    pending = None;
+                }
+                Action::Frame(frame) => {
+                    let frame = frame?.ok_or(Error::Closed(Some("streaming")))?;
+                    pending = self.on_frame(frame).await?;
+                }
+            }
+        }
+    }
+
+    /// Interpret one frame; answer a keepalive that asks for a reply.
+    async fn on_frame(&mut self, frame: RawFrame) -> Result<Option<ReplicationMessage>, Error> {
+        match backend::parse(frame)? {
+            BackendMessage::CopyData(body) => {
+                let msg = xlog::parse(body)?;
+                if let ReplicationMessage::Keepalive(k) = &msg {
+                    self.shared.keepalives.fetch_add(1, Ordering::Relaxed);
+                    trace!(wal_end = %k.wal_end, reply = k.reply_requested, "keepalive");
+                    if k.reply_requested {
+                        self.send_status().await?;
+                    }
+                }
+                Ok(Some(msg))
+            }
+            BackendMessage::ErrorResponse(e) => Err(Error::server("streaming from the slot", e)),
+            BackendMessage::NoticeResponse(n) => {
+                warn!(code = %n.code, "server notice: {}", n.message);
+                Ok(None)
+            }
+            BackendMessage::ParameterStatus { .. } => Ok(None),
+            BackendMessage::CopyDone => Err(Error::Protocol(
+                "the server ended the replication stream (CopyDone) unexpectedly".into(),
+            )),
+            other => Err(unexpected("streaming", &other)),
+        }
+    }
+
+    /// Write a standby status update with the confirmed position.
+    async fn send_status(&mut self) -> Result<(), Error> {
+        let pos = Lsn(self.shared.confirmed.load(Ordering::Acquire));
+        let status = StandbyStatus {
+            write: pos,
+            flush: pos,
+            apply: pos,
+        };
+        self.out.clear();
+        xlog::encode_status_update(status, SystemTime::now(), false, &mut self.out);
+        self.writer
+            .write_all(&self.out)
+            .await
+            .map_err(Error::io("sending a standby status update"))?;
+        self.writer
+            .flush()
+            .await
+            .map_err(Error::io("sending a standby status update"))?;
+        self.shared.reported.store(pos.0, Ordering::Release);
+        self.shared.status_updates.fetch_add(1, Ordering::Relaxed);
+        trace!(flush = %pos, "status update sent");
+        Ok(())
+    }
+
+    /// Last status update, CopyDone, then wait for the server to finish
+    /// (its CopyDone, CommandComplete, ReadyForQuery) and terminate.
+    async fn shutdown(&mut self) -> Result<(), Error> {
+        self.send_status().await?;
+        self.out.clear();
+        frontend::copy_done(&mut self.out);
+        self.writer
+            .write_all(&self.out)
+            .await
+            .map_err(Error::io("ending replication"))?;
+        self.writer
+            .flush()
+            .await
+            .map_err(Error::io("ending replication"))?;
+        let drain = async {
+            loop {
+                let Some(frame) = self.reader.read_frame().await? else {
+                    return Ok::<_, Error>(());
+                };
+                match backend::parse(frame)? {
+                    BackendMessage::ReadyForQuery { .. } => return Ok(()),
+                    BackendMessage::ErrorResponse(e) => {
+                        return Err(Error::server("ending replication", e))
+                    }
+                    // In-flight WAL data and the server's CopyDone and
+                    // CommandComplete: nothing to keep.
+                    _ => {}
+                }
+            }
+        };
+        // A server that never answers must not hang the shutdown forever.
+        match tokio::time::timeout(Duration::from_secs(10), drain).await {
+            Ok(r) => r?,
+            Err(_) => warn!(
+                "the server did not finish the replication stream within 10 s; closing anyway"
+            ),
+        }
+        self.out.clear();
+        frontend::terminate(&mut self.out);
+        let _ = self.writer.write_all(&self.out).await;
+        let _ = self.writer.shutdown().await;
+        Ok(())
+    }
+}
+
+/// What woke the I/O task.
+enum Action {
+    Control(Option<Control>),
+    Tick,
+    Delivered(Result<(), Error>),
+    Frame(Result<Option<RawFrame>, Error>),
+}
+
+/// Wait for room in the channel and in the byte budget, then hand over a
+/// clone of the pending message (cheap: the payload is reference-counted
+/// `Bytes`). Cancel-safe: if dropped before the send, nothing was sent,
+/// the message is still pending, and any budget acquired is released.
+async fn deliver(
+    events: &mpsc::Sender<Delivery>,
+    budget: &Arc<Semaphore>,
+    channel_bytes: usize,
+    msg: Option<&ReplicationMessage>,
+) -> Result<(), Error> {
+    let Some(msg) = msg else { return Ok(()) };
+    let size = match msg {
+        ReplicationMessage::XLogData(x) => x.data.len(),
+        ReplicationMessage::Keepalive(_) => 0,
+    };
+    let permit = if size == 0 {
+        None
+    } else {
+        // A message larger than the whole budget waits for all of it.
+        let n = u32::try_from(size.min(channel_bytes)).unwrap_or(u32::MAX);
+        Some(
+            budget
+                .clone()
+                .acquire_many_owned(n)
+                .await
+                .map_err(|_| Error::StreamStopped)?,
+        )
+    };
+    let slot = events.reserve().await.map_err(|_| Error::StreamStopped)?;
+    slot.send((Ok(msg.clone()), permit));
+    Ok(())
+}
