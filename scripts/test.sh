@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, then checks
+# formatting, lints and runs every test (unit tests, and integration tests
+# against throwaway PostgreSQL clusters this suite starts and removes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-postgres.sh
+
+echo "==> cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "==> cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "==> cargo test"
+# Integration tests start their own clusters; two cores are plenty busy
+# with two test threads.
+cargo test --workspace --all-targets --locked -- --test-threads="${WALRELAY_TEST_THREADS:-2}"

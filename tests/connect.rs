@@ -1,0 +1,349 @@
+//! Connecting, authenticating, TLS, replication commands, and the errors a
+//! user meets, against real PostgreSQL clusters.
+
+use anyhow::Result;
+use walrelay_pg::{
+    Config, Error, PgOutputOptions, ReplicationConnection, RootCert, SlotStatus, SslMode,
+    StreamOptions,
+};
+use walrelay_pgoutput::Lsn;
+use walrelay_suite::{
+    replication_config, ClusterOptions, Event, Session, TestDb, PUBLICATION, WAIT,
+};
+use walrelay_testkit::{Auth, TestCa};
+
+fn with_password(db: &TestDb, user: &str, password: &str) -> Config {
+    Config::parse(&db.cluster.conninfo(user, "postgres"))
+        .unwrap()
+        .sslmode(SslMode::Disable)
+        .password(password)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identify_system_and_slot_lifecycle() -> Result<()> {
+    let db = TestDb::start().await?;
+    let mut conn = ReplicationConnection::connect(&db.config()).await?;
+    let id = conn.identify_system().await?;
+    let expected: String = db
+        .client
+        .query_one(
+            "SELECT system_identifier::text FROM pg_control_system()",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(id.system_id, expected);
+    assert_eq!(id.timeline, 1);
+    assert_eq!(id.dbname.as_deref(), Some("postgres"));
+    assert!(id.xlogpos > Lsn::ZERO);
+    assert!(conn.server_version_num().unwrap() >= 150000);
+    conn.check_wal_level().await?;
+    conn.check_publications(&[PUBLICATION.to_owned()]).await?;
+
+    assert_eq!(conn.slot_info("lifecycle").await?, None);
+    let created = conn.ensure_slot("lifecycle").await?;
+    assert!(matches!(created, SlotStatus::Created(_)), "{created:?}");
+    let info = created.info().clone();
+    assert_eq!(info.plugin.as_deref(), Some("pgoutput"));
+    assert_eq!(info.slot_type, "logical");
+    assert!(!info.active);
+    assert!(info.confirmed_flush_lsn.is_some());
+    // Idempotent: a second call finds it.
+    assert!(matches!(
+        conn.ensure_slot("lifecycle").await?,
+        SlotStatus::Existed(_)
+    ));
+    conn.close().await?;
+
+    // A physical slot of the same name is refused with an explanation.
+    db.client
+        .batch_execute("SELECT pg_create_physical_replication_slot('phys')")
+        .await?;
+    let mut conn = ReplicationConnection::connect(&db.config()).await?;
+    let err = conn.ensure_slot("phys").await.unwrap_err().to_string();
+    assert!(
+        err.contains("not a logical pgoutput slot") && err.contains("pg_drop_replication_slot"),
+        "{err}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_md5_and_cleartext_authentication() -> Result<()> {
+    // Superuser by SCRAM; two more roles whose pg_hba lines pick md5 and
+    // cleartext password authentication.
+    let opts = ClusterOptions::default()
+        .auth(Auth::scram("s3cret-super"))
+        .hba("host all md5user 127.0.0.1/32 md5")
+        .hba("host all clearuser 127.0.0.1/32 password");
+    let db = TestDb::start_with(opts).await?;
+    db.client
+        .batch_execute(
+            "SET password_encryption = 'md5';
+             CREATE ROLE md5user LOGIN REPLICATION PASSWORD 'md5-pw';
+             RESET password_encryption;
+             CREATE ROLE clearuser LOGIN REPLICATION PASSWORD 'clear-pw';",
+        )
+        .await?;
+    for (user, password) in [
+        ("postgres", "s3cret-super"),
+        ("md5user", "md5-pw"),
+        ("clearuser", "clear-pw"),
+    ] {
+        let mut conn = ReplicationConnection::connect(&with_password(&db, user, password))
+            .await
+            .unwrap_or_else(|e| panic!("{user}: {e}"));
+        assert!(!conn.identify_system().await?.system_id.is_empty());
+    }
+
+    // A wrong password: the server's SQLSTATE and words, and what to check.
+    let err = ReplicationConnection::connect(&with_password(&db, "postgres", "wrong"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("28P01"), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("password authentication failed for user \"postgres\""),
+        "{text}"
+    );
+    assert!(text.contains("PGPASSWORD"), "{text}");
+    assert!(
+        !text.contains("wrong"),
+        "the password must not appear in errors: {text}"
+    );
+
+    // No password at all: said before the server has to refuse it.
+    let no_pw = Config::parse(&db.cluster.conninfo("postgres", "postgres"))?
+        .sslmode(SslMode::Disable)
+        .passfile("/nonexistent/pgpass");
+    let err = ReplicationConnection::connect(&no_pw)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no password is configured"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_modes_against_a_cluster_with_its_own_ca() -> Result<()> {
+    let ca = TestCa::new("walrelay test CA")?;
+    let wrong_ca = TestCa::new("walrelay test CA")?;
+    let opts = ClusterOptions::default()
+        .auth(Auth::scram("tls-pw"))
+        .tls(ca.server_cert(&["localhost", "127.0.0.1"])?)
+        // Role `tlsonly` may connect over TLS only.
+        .hba("hostnossl all tlsonly 127.0.0.1/32 reject");
+    let db = TestDb::start_with(opts).await?;
+    db.client
+        .batch_execute("CREATE ROLE tlsonly LOGIN REPLICATION PASSWORD 'tls-pw'")
+        .await?;
+    let dir = tempfile::tempdir()?;
+    let (good, bad) = (dir.path().join("ca.pem"), dir.path().join("wrong.pem"));
+    ca.write_cert(&good)?;
+    wrong_ca.write_cert(&bad)?;
+
+    let config = |mode: SslMode, root: Option<&std::path::Path>, host: &str| {
+        let c = Config::parse(&format!(
+            "host={host} port={} user=tlsonly dbname=postgres",
+            db.cluster.port()
+        ))
+        .unwrap()
+        .password("tls-pw")
+        .sslmode(mode);
+        match root {
+            Some(r) => c.sslrootcert(RootCert::File(r.to_owned())),
+            None => c,
+        }
+    };
+
+    // verify-full with the right CA: encrypted, and SCRAM used channel
+    // binding (the server offers SCRAM-SHA-256-PLUS over TLS).
+    for host in ["localhost", "127.0.0.1"] {
+        let mut conn =
+            ReplicationConnection::connect(&config(SslMode::VerifyFull, Some(&good), host)).await?;
+        assert!(conn.is_tls());
+        let rows = conn
+            .simple_query("SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            .await?;
+        assert_eq!(rows[0].get("ssl")?, Some("true"));
+    }
+    // require and prefer encrypt without a CA.
+    for mode in [SslMode::Require, SslMode::Prefer] {
+        assert!(
+            ReplicationConnection::connect(&config(mode, None, "127.0.0.1"))
+                .await?
+                .is_tls()
+        );
+    }
+    // verify-ca and verify-full fail against the wrong CA, naming the mode.
+    for mode in [SslMode::VerifyCa, SslMode::VerifyFull] {
+        let err = ReplicationConnection::connect(&config(mode, Some(&bad), "127.0.0.1"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Tls(_)), "{mode:?}: {err:?}");
+    }
+    // disable: the server refuses plaintext for this role, and the error
+    // says where to look.
+    let err = ReplicationConnection::connect(&config(SslMode::Disable, None, "127.0.0.1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("28000"), "{err}");
+    assert!(err.to_string().contains("pg_hba.conf"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_required_but_the_server_has_none() -> Result<()> {
+    let db = TestDb::start().await?;
+    let c = replication_config(&db.cluster).sslmode(SslMode::Require);
+    let err = ReplicationConnection::connect(&c).await.unwrap_err();
+    assert!(matches!(err, Error::Tls(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("sslmode"),
+        "the error names the setting: {text}"
+    );
+    // prefer falls back to plaintext.
+    let c = c.sslmode(SslMode::Prefer);
+    assert!(!ReplicationConnection::connect(&c).await?.is_tls());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_active_in_another_connection_is_explained() -> Result<()> {
+    let db = TestDb::start().await?;
+    let _first = Session::open(&db.config(), "busy_slot").await?;
+    let conn = ReplicationConnection::connect(&db.config()).await?;
+    let err = conn
+        .start_replication(
+            "busy_slot",
+            Lsn::ZERO,
+            &PgOutputOptions::new([PUBLICATION]),
+            StreamOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("55006"), "{err}");
+    assert!(err.is_transient());
+    let text = err.to_string();
+    assert!(
+        text.contains("is active for PID") && text.contains("one connection at a time"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wal_level_replica_names_the_fix() -> Result<()> {
+    let db = TestDb::start_with(ClusterOptions::default().wal_level("replica")).await?;
+    let mut conn = ReplicationConnection::connect(&db.config()).await?;
+    let err = conn.check_wal_level().await.unwrap_err().to_string();
+    assert!(err.contains("wal_level is 'replica'"), "{err}");
+    assert!(
+        err.contains("set wal_level=logical") && err.contains("restart PostgreSQL"),
+        "{err}"
+    );
+    // Without the pre-check, the server's own error gets the same advice.
+    let err = conn.ensure_slot("never").await.unwrap_err();
+    assert_eq!(err.code(), Some("55000"), "{err}");
+    assert!(err.to_string().contains("set wal_level=logical"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_publication_is_explained_before_and_while_streaming() -> Result<()> {
+    let db = TestDb::start().await?;
+    let mut conn = ReplicationConnection::connect(&db.config()).await?;
+    let err = conn
+        .check_publications(&[PUBLICATION.to_owned(), "no_such_pub".to_owned()])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no_such_pub") && err.contains("CREATE PUBLICATION"),
+        "{err}"
+    );
+
+    // pgoutput itself only notices when it decodes a change.
+    conn.ensure_slot("nopub").await?;
+    let mut stream = conn
+        .start_replication(
+            "nopub",
+            Lsn::ZERO,
+            &PgOutputOptions::new(["no_such_pub"]),
+            StreamOptions::default(),
+        )
+        .await?;
+    db.client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('p', 'a', 'b', 'c')",
+        )
+        .await?;
+    let err = loop {
+        match tokio::time::timeout(WAIT, stream.recv())
+            .await?
+            .expect("stream ends with an error")
+        {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.code(), Some("42704"), "{err}");
+    assert!(err.to_string().contains("CREATE"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_without_replication_is_told_what_to_grant() -> Result<()> {
+    let db = TestDb::start().await?;
+    db.client.batch_execute("CREATE ROLE plain LOGIN").await?;
+    let c = Config::parse(&db.cluster.conninfo("plain", "postgres"))?.sslmode(SslMode::Disable);
+    let err = ReplicationConnection::connect(&c).await.unwrap_err();
+    assert_eq!(err.code(), Some("42501"), "{err}");
+    assert!(err.to_string().contains("WITH REPLICATION"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_survive_a_walsender_termination() -> Result<()> {
+    // pg_terminate_backend of the walsender ends the stream with an error;
+    // a new session replays everything not confirmed.
+    let db = TestDb::start().await?;
+    let mut s = Session::open(&db.config(), "term").await?;
+    db.client
+        .batch_execute("SELECT pg_logical_emit_message(true, 'app', 'before');")
+        .await?;
+    s.until_commits(1, WAIT).await?;
+    db.client
+        .batch_execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'term'")
+        .await?;
+    let err = loop {
+        match s.stream.recv().await {
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => break e,
+            None => panic!("stream ended without an error"),
+        }
+    };
+    assert!(err.is_transient(), "{err:?}");
+    // The old walsender may take a moment to release the slot.
+    let config = db.config();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut s = loop {
+        match Session::open(&config, "term").await {
+            Ok(s) => break s,
+            Err(e)
+                if tokio::time::Instant::now() < deadline
+                    && e.downcast_ref::<Error>().is_some_and(Error::is_transient) =>
+            {
+                // Poll until the server has released the slot.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let events = s.until_commits(1, WAIT).await?;
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::Message { content, .. } if &content[..] == b"before")));
+    Ok(())
+}
