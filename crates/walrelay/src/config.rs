@@ -1,0 +1,348 @@
+//! walrelay's configuration: a TOML file, overridden by environment
+//! variables and command-line flags (see `cli.rs`), validated once at
+//! startup so a mistake is reported before anything connects.
+//!
+//! `walrelay.example.toml` at the repository root documents every option
+//! and is parsed by a test, so it cannot drift from this module.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::envelope::is_valid_topic;
+
+/// Errors in the configuration, each naming the option.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the configuration file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{option}: {message}")]
+    Invalid { option: String, message: String },
+}
+
+fn invalid(option: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        option: option.into(),
+        message: message.into(),
+    }
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s)
+        .map_err(|e| serde::de::Error::custom(format!("{s:?}: {e} (e.g. \"500ms\", \"10s\")")))
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub postgres: PostgresConfig,
+    pub kafka: KafkaConfig,
+    pub relay: RelayConfig,
+    /// Raw logical-message routes: prefix → topic.
+    pub messages: Vec<MessageRoute>,
+    /// Outbox tables.
+    pub outbox: Vec<OutboxConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PostgresConfig {
+    /// libpq URL or keyword string; `PG*` variables fill in the rest.
+    /// Keep the password out of it: use PGPASSWORD or ~/.pgpass.
+    pub url: String,
+    pub slot: String,
+    pub publication: String,
+    /// How often the confirmed position is reported to the server.
+    #[serde(deserialize_with = "duration")]
+    pub status_interval: Duration,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        PostgresConfig {
+            url: String::new(),
+            slot: "walrelay".into(),
+            publication: "walrelay".into(),
+            status_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    pub bootstrap_servers: String,
+    /// Any librdkafka producer property, passed as-is; walrelay refuses
+    /// only values that would weaken its delivery guarantees.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            bootstrap_servers: "127.0.0.1:9092".into(),
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelayConfig {
+    /// Names this key sequence in the `walrelay-source` header; default
+    /// `<system identifier>/<database>/<slot>`.
+    pub source_id: Option<String>,
+    /// Events sent to Kafka but not yet acknowledged, at most.
+    pub max_in_flight_events: usize,
+    /// Bytes of such events, at most.
+    pub max_in_flight_bytes: usize,
+    /// Logical-message prefixes that belong to other tools and are skipped
+    /// on purpose. Any other prefix without a route is an error.
+    pub ignore_prefixes: Vec<String>,
+    /// Longest wait between reconnection attempts.
+    #[serde(deserialize_with = "duration")]
+    pub max_backoff: Duration,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            source_id: None,
+            max_in_flight_events: 100_000,
+            max_in_flight_bytes: 64 * 1024 * 1024,
+            ignore_prefixes: Vec::new(),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `pg_logical_emit_message(..., prefix, content)` → `topic`, content as
+/// the value, no key (partitioned by the WAL-derived keyless rule).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MessageRoute {
+    pub prefix: String,
+    pub topic: String,
+}
+
+/// An outbox table with Debezium-compatible column names by default.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// `schema.table` (or `table` for `public`).
+    pub table: String,
+    /// Topic template; `{aggregatetype}` is replaced by that column's value
+    /// (also `{schema}` and `{table}`).
+    #[serde(default = "default_topic_template")]
+    pub topic: String,
+    #[serde(default)]
+    pub columns: OutboxColumns,
+}
+
+fn default_topic_template() -> String {
+    "outbox.event.{aggregatetype}".into()
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboxColumns {
+    /// → header `id`.
+    pub id: String,
+    /// → `{aggregatetype}` in the topic template.
+    pub aggregatetype: String,
+    /// → record key.
+    pub aggregateid: String,
+    /// → header `type`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// → record value (NULL gives a tombstone).
+    pub payload: String,
+    /// Optional `jsonb` column whose object members become headers; used
+    /// only if the table has it.
+    pub headers: String,
+}
+
+impl Default for OutboxColumns {
+    fn default() -> Self {
+        OutboxColumns {
+            id: "id".into(),
+            aggregatetype: "aggregatetype".into(),
+            aggregateid: "aggregateid".into(),
+            event_type: "type".into(),
+            payload: "payload".into(),
+            headers: "headers".into(),
+        }
+    }
+}
+
+impl OutboxConfig {
+    /// `(schema, table)`.
+    pub fn qualified_name(&self) -> (String, String) {
+        match self.table.split_once('.') {
+            Some((s, t)) => (s.to_owned(), t.to_owned()),
+            None => ("public".to_owned(), self.table.clone()),
+        }
+    }
+}
+
+impl Config {
+    pub fn from_toml(text: &str, path: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Check everything that can be checked without connecting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.postgres.status_interval.is_zero()
+            || self.postgres.status_interval > Duration::from_secs(30)
+        {
+            return Err(invalid(
+                "postgres.status_interval",
+                "must be between 1ms and 30s (the server drops a replication connection that is silent for wal_sender_timeout, 60s by default)",
+            ));
+        }
+        if self.kafka.bootstrap_servers.trim().is_empty() {
+            return Err(invalid(
+                "kafka.bootstrap_servers",
+                "must name at least one broker (host:port)",
+            ));
+        }
+        if self.relay.max_in_flight_events == 0 || self.relay.max_in_flight_bytes == 0 {
+            return Err(invalid(
+                "relay.max_in_flight_*",
+                "must be greater than zero",
+            ));
+        }
+        for (i, m) in self.messages.iter().enumerate() {
+            if m.prefix.is_empty() || m.prefix == crate::envelope::PREFIX {
+                return Err(invalid(
+                    format!("messages[{i}].prefix"),
+                    format!(
+                        "must be non-empty and not the reserved envelope prefix {}",
+                        crate::envelope::PREFIX
+                    ),
+                ));
+            }
+            if !is_valid_topic(&m.topic) {
+                return Err(invalid(
+                    format!("messages[{i}].topic"),
+                    format!("{:?} is not a valid Kafka topic name", m.topic),
+                ));
+            }
+            if self.messages[..i].iter().any(|o| o.prefix == m.prefix) {
+                return Err(invalid(
+                    format!("messages[{i}].prefix"),
+                    format!("prefix {:?} is routed twice", m.prefix),
+                ));
+            }
+        }
+        for (i, o) in self.outbox.iter().enumerate() {
+            let (schema, table) = o.qualified_name();
+            if schema.is_empty() || table.is_empty() || table.contains('.') {
+                return Err(invalid(
+                    format!("outbox[{i}].table"),
+                    "use \"schema.table\" or \"table\"",
+                ));
+            }
+            let probe = o
+                .topic
+                .replace("{aggregatetype}", "x")
+                .replace("{schema}", "x")
+                .replace("{table}", "x");
+            if !is_valid_topic(&probe) {
+                return Err(invalid(
+                    format!("outbox[{i}].topic"),
+                    format!("template {:?} cannot give a valid topic name", o.topic),
+                ));
+            }
+            if self.outbox[..i]
+                .iter()
+                .any(|p| p.qualified_name() == o.qualified_name())
+            {
+                return Err(invalid(
+                    format!("outbox[{i}].table"),
+                    format!("{} is configured twice", o.table),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_and_validates() {
+        let text = include_str!("../../../walrelay.example.toml");
+        let c = Config::from_toml(text, "walrelay.example.toml").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.outbox.len(), 1);
+        assert_eq!(c.outbox[0].columns, OutboxColumns::default());
+        assert!(!c.messages.is_empty());
+    }
+
+    #[test]
+    fn defaults_are_debezium_compatible() {
+        let c = Config::from_toml("[[outbox]]\ntable = \"outbox\"\n", "t").unwrap();
+        assert_eq!(c.outbox[0].topic, "outbox.event.{aggregatetype}");
+        assert_eq!(
+            c.outbox[0].qualified_name(),
+            ("public".into(), "outbox".into())
+        );
+        assert_eq!(c.outbox[0].columns.aggregateid, "aggregateid");
+        assert_eq!(c.postgres.status_interval, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn mistakes_name_the_option() {
+        let err = Config::from_toml("[postgres]\nslott = \"x\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("slott"), "{err}");
+        let err = Config::from_toml("[postgres]\nstatus_interval = \"soon\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("soon"), "{err}");
+        let c = Config::from_toml(
+            "[[messages]]\nprefix = \"walrelay.v1\"\ntopic = \"t\"\n",
+            "t",
+        )
+        .unwrap();
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("messages[0].prefix"));
+        let c = Config::from_toml(
+            "[[outbox]]\ntable = \"o\"\ntopic = \"bad topic {aggregatetype}\"\n",
+            "t",
+        )
+        .unwrap();
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("outbox[0].topic"));
+    }
+}

@@ -1,0 +1,85 @@
+-- walrelay SQL helpers, installed by `walrelay setup` (idempotent: every
+-- object is created with OR REPLACE / IF NOT EXISTS).
+--
+-- walrelay.emit(topic, key, payload, headers) publishes one event inside the
+-- caller's transaction: nothing is published unless the transaction commits.
+-- It writes a transactional logical decoding message with the prefix
+-- 'walrelay.v1' whose content is the envelope documented in
+-- docs/envelope.md:
+--
+--   u32 big-endian header length | header JSON | payload bytes
+--   header = {"topic": ..., "key": ... | null, "headers": {...} | null,
+--             "tombstone": true (only when payload IS NULL)}
+--
+-- Overloads: payload jsonb (its text form is the record value), bytea
+-- (byte-exact), and text (parsed as JSON, so an untyped literal such as
+-- '{"id": 1}' resolves to it and invalid JSON fails at emit time, inside the
+-- application's transaction, not later in the relay).
+--
+-- Returns the LSN of the emitted message.
+
+CREATE SCHEMA IF NOT EXISTS walrelay;
+
+COMMENT ON SCHEMA walrelay IS 'walrelay helpers: walrelay.emit(topic, key, payload, headers)';
+
+CREATE OR REPLACE FUNCTION walrelay.emit(topic text, key text, payload bytea, headers jsonb DEFAULT NULL)
+RETURNS pg_lsn
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog
+AS $fn$
+DECLARE
+    header bytea;
+BEGIN
+    IF topic IS NULL OR topic = '' THEN
+        RAISE EXCEPTION 'walrelay.emit: topic must be a non-empty string'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF topic !~ '^[a-zA-Z0-9._-]{1,249}$' OR topic IN ('.', '..') THEN
+        RAISE EXCEPTION 'walrelay.emit: % is not a valid Kafka topic name', quote_literal(topic)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'use 1 to 249 characters of letters, digits, ".", "_" and "-"';
+    END IF;
+    IF headers IS NOT NULL AND jsonb_typeof(headers) <> 'object' THEN
+        RAISE EXCEPTION 'walrelay.emit: headers must be a JSON object, not %', jsonb_typeof(headers)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    header := convert_to(
+        jsonb_strip_nulls(jsonb_build_object(
+            'topic', topic,
+            'key', key,
+            'headers', headers,
+            'tombstone', CASE WHEN payload IS NULL THEN true END
+        ))::text,
+        'UTF8');
+    RETURN pg_logical_emit_message(
+        true,
+        'walrelay.v1',
+        int4send(octet_length(header)) || header || coalesce(payload, '\x'::bytea));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION walrelay.emit(topic text, key text, payload jsonb, headers jsonb DEFAULT NULL)
+RETURNS pg_lsn
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog
+AS $fn$
+    SELECT walrelay.emit(topic, key, convert_to(payload::text, 'UTF8'), headers)
+$fn$;
+
+CREATE OR REPLACE FUNCTION walrelay.emit(topic text, key text, payload text, headers jsonb DEFAULT NULL)
+RETURNS pg_lsn
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog
+AS $fn$
+    SELECT walrelay.emit(topic, key, payload::jsonb, headers)
+$fn$;
+
+COMMENT ON FUNCTION walrelay.emit(text, text, bytea, jsonb) IS
+    'Publish an event (byte-exact payload) through walrelay when the current transaction commits';
+COMMENT ON FUNCTION walrelay.emit(text, text, jsonb, jsonb) IS
+    'Publish an event (JSON payload) through walrelay when the current transaction commits';
+COMMENT ON FUNCTION walrelay.emit(text, text, text, jsonb) IS
+    'Publish an event whose payload is JSON given as text (validated now) when the current transaction commits';
