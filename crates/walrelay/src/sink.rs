@@ -1,0 +1,935 @@
+//! The Kafka side of the relay: an idempotent, gapless producer with
+//! explicit partitions and one delivery report per record.
+//!
+//! Delivery guarantees are not configurable. walrelay's consumers accept a
+//! record only if its idempotency key is above the partition's high-water
+//! mark, so the producer must write, per partition, a gapless run of the key
+//! sequence in send order (see `contract.md`, "Kafka side"). That needs
+//! `enable.idempotence=true`, `acks=all`, `enable.gapless.guarantee=true`,
+//! at most 5 in-flight requests per connection and FIFO queuing; a user
+//! property that would weaken any of them is rejected with
+//! [`SinkError::Config`]. Every other librdkafka property is passed through
+//! as-is.
+//!
+//! Delivery reports are produced by librdkafka on the producer's own polling
+//! thread ([`ThreadedProducer`]) and forwarded into a channel, so they keep
+//! flowing while the async side is busy; [`KafkaSink::next_delivery`] reads
+//! them. Any delivery error means: stop forwarding, drop the sink, restart
+//! from the slot's confirmed LSN ([`SinkError::restarts_pipeline`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{
+    BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
+};
+use tokio::sync::mpsc;
+
+use crate::record::Record;
+
+/// How long [`KafkaSink::partitions`] waits for a topic's metadata by default.
+pub const DEFAULT_METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The highest `max.in.flight.requests.per.connection` walrelay accepts: the
+/// idempotent producer keeps per-partition order only up to 5 (the broker
+/// remembers the last 5 batches per producer and partition).
+pub const MAX_IN_FLIGHT_REQUESTS: u32 = 5;
+
+/// Default `queue.buffering.max.messages`. The relay bounds the number of
+/// records in flight itself; librdkafka's queue must be larger than that
+/// bound so that [`SinkError::QueueFull`] stays a backstop, not the normal
+/// flow control.
+pub const DEFAULT_QUEUE_MAX_MESSAGES: u32 = 1_000_000;
+
+/// Default `message.timeout.ms`: a record not acknowledged within 30 s fails
+/// its delivery, which restarts the pipeline from the slot. librdkafka's own
+/// default (300 s) would hold every confirmed-LSN advance for five minutes
+/// before anyone notices that Kafka is gone.
+pub const DEFAULT_MESSAGE_TIMEOUT_MS: u32 = 30_000;
+
+/// Throughput defaults, each overridable by the user (under any alias).
+///
+/// - `linger.ms=5`: librdkafka's own default, stated explicitly. Long enough
+///   to fill batches under load, short enough that a quiet stream is not
+///   delayed (a 20 ms linger has been measured to cap small-batch relays at
+///   a few thousand events per second).
+/// - `batch.num.messages=10000`: up to 10k records per partition batch;
+///   `batch.size` (1 MB) usually binds first for larger records.
+/// - `compression.codec=none`: only gzip is compiled in (libz), and gzip
+///   costs more CPU than it usually saves on a local network. Set
+///   `compression.codec=gzip` to trade CPU for bandwidth; codecs that are not
+///   compiled in (snappy/lz4/zstd may be missing) are rejected by librdkafka
+///   at start-up as a config error.
+/// - `queue.buffering.max.messages`: see [`DEFAULT_QUEUE_MAX_MESSAGES`].
+/// - `message.timeout.ms`: see [`DEFAULT_MESSAGE_TIMEOUT_MS`].
+/// - `client.id=walrelay`: names the relay in broker logs and quotas.
+const DEFAULTS: &[(&[&str], &str)] = &[
+    (&["linger.ms", "queue.buffering.max.ms"], "5"),
+    (&["batch.num.messages"], "10000"),
+    (&["compression.codec", "compression.type"], "none"),
+    (&["queue.buffering.max.messages"], "1000000"),
+    (&["message.timeout.ms", "delivery.timeout.ms"], "30000"),
+    (&["client.id"], "walrelay"),
+];
+
+/// librdkafka property aliases: setting two names of one group would make
+/// the effective value depend on map order, so it is rejected.
+const ALIASES: &[&[&str]] = &[
+    &["bootstrap.servers", "metadata.broker.list"],
+    &["acks", "request.required.acks"],
+    &["max.in.flight.requests.per.connection", "max.in.flight"],
+    &["linger.ms", "queue.buffering.max.ms"],
+    &["message.timeout.ms", "delivery.timeout.ms"],
+    &["compression.codec", "compression.type"],
+    &["retries", "message.send.max.retries"],
+    &["sasl.mechanisms", "sasl.mechanism"],
+    &[
+        "sasl.oauthbearer.client.id",
+        "sasl.oauthbearer.client.credentials.client.id",
+    ],
+    &[
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.client.credentials.client.secret",
+    ],
+];
+
+const ACKS: &[&str] = &["acks", "request.required.acks"];
+const MAX_IN_FLIGHT: &[&str] = &["max.in.flight.requests.per.connection", "max.in.flight"];
+const RETRIES: &[&str] = &["retries", "message.send.max.retries"];
+const BOOTSTRAP: &[&str] = &["bootstrap.servers", "metadata.broker.list"];
+
+const REDACTED: &str = "<redacted>";
+
+/// Whether a property's value is a secret that must never be logged or shown
+/// in `Debug` output: passwords, secrets, private keys.
+pub fn is_sensitive_property(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.contains("password")
+        || name.contains("secret")
+        || name == "ssl.key.pem"
+        || name == "ssl_key"
+        || name == "sasl.oauthbearer.config"
+}
+
+/// Producer configuration.
+///
+/// `Debug` shows secret property values (see [`is_sensitive_property`]) as
+/// `<redacted>`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SinkConfig {
+    /// Comma-separated `host:port` list (librdkafka `bootstrap.servers`).
+    pub bootstrap_servers: String,
+    /// librdkafka properties, passed as-is except for the delivery
+    /// guarantees walrelay enforces (see the module documentation).
+    pub properties: BTreeMap<String, String>,
+    /// How long [`KafkaSink::partitions`] waits for a topic's metadata.
+    pub metadata_timeout: Duration,
+}
+
+impl SinkConfig {
+    /// A configuration with the given brokers and librdkafka properties and
+    /// the default metadata timeout ([`DEFAULT_METADATA_TIMEOUT`]).
+    pub fn new(bootstrap_servers: impl Into<String>, properties: BTreeMap<String, String>) -> Self {
+        SinkConfig {
+            bootstrap_servers: bootstrap_servers.into(),
+            properties,
+            metadata_timeout: DEFAULT_METADATA_TIMEOUT,
+        }
+    }
+
+    /// Adds (or replaces) one librdkafka property.
+    pub fn with_property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.insert(name.into(), value.into());
+        self
+    }
+
+    /// The properties the producer is created with: walrelay's defaults,
+    /// then the user's properties, then the enforced delivery guarantees.
+    /// Fails on a property that would weaken the guarantees. The result
+    /// holds secrets in clear text: log it only through [`redact`].
+    pub fn effective_properties(&self) -> Result<BTreeMap<String, String>, SinkError> {
+        let user = &self.properties;
+        for group in ALIASES {
+            let set: Vec<&str> = group
+                .iter()
+                .copied()
+                .filter(|name| user.contains_key(*name))
+                .collect();
+            if set.len() > 1 {
+                return Err(SinkError::config(
+                    set[1],
+                    format!(
+                        "`{}` and `{}` are aliases of one librdkafka property; set only one",
+                        set[0], set[1]
+                    ),
+                ));
+            }
+        }
+        check_guarantees(user)?;
+
+        let mut props = BTreeMap::new();
+        for (names, value) in DEFAULTS {
+            if !names.iter().any(|name| user.contains_key(*name)) {
+                props.insert(names[0].to_owned(), (*value).to_owned());
+            }
+        }
+        props.extend(user.iter().map(|(k, v)| (k.clone(), v.clone())));
+
+        // The enforced guarantees (user values, if any, were checked above
+        // and are equivalent or stricter).
+        props.insert("enable.idempotence".to_owned(), "true".to_owned());
+        props.insert("enable.gapless.guarantee".to_owned(), "true".to_owned());
+        if find(user, ACKS).is_none() {
+            props.insert("acks".to_owned(), "all".to_owned());
+        }
+        if find(user, MAX_IN_FLIGHT).is_none() {
+            props.insert(
+                MAX_IN_FLIGHT[0].to_owned(),
+                MAX_IN_FLIGHT_REQUESTS.to_string(),
+            );
+        }
+
+        match find(user, BOOTSTRAP) {
+            Some((name, value)) => {
+                if !self.bootstrap_servers.is_empty() && value != self.bootstrap_servers {
+                    return Err(SinkError::config(
+                        name,
+                        format!(
+                            "conflicts with the configured bootstrap servers `{}`; set the \
+                             brokers in one place",
+                            self.bootstrap_servers
+                        ),
+                    ));
+                }
+            }
+            None if self.bootstrap_servers.trim().is_empty() => {
+                return Err(SinkError::config(
+                    "bootstrap.servers",
+                    "no Kafka brokers configured".to_owned(),
+                ));
+            }
+            None => {
+                props.insert(
+                    "bootstrap.servers".to_owned(),
+                    self.bootstrap_servers.clone(),
+                );
+            }
+        }
+        Ok(props)
+    }
+}
+
+impl fmt::Debug for SinkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("properties", &Redacted(&self.properties))
+            .field("metadata_timeout", &self.metadata_timeout)
+            .finish()
+    }
+}
+
+/// A property map for logs: secret values replaced by `<redacted>`.
+pub fn redact(properties: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    properties
+        .iter()
+        .map(|(k, v)| {
+            let v = if is_sensitive_property(k) {
+                REDACTED
+            } else {
+                v.as_str()
+            };
+            (k.as_str(), v)
+        })
+        .collect()
+}
+
+struct Redacted<'a>(&'a BTreeMap<String, String>);
+
+impl fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(redact(self.0)).finish()
+    }
+}
+
+/// The first property of an alias group the user set.
+fn find<'a>(props: &'a BTreeMap<String, String>, names: &[&'a str]) -> Option<(&'a str, &'a str)> {
+    names
+        .iter()
+        .find_map(|name| props.get(*name).map(|v| (*name, v.as_str())))
+}
+
+/// librdkafka's boolean syntax.
+fn parse_bool(value: &str) -> Option<bool> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("t") || value == "1" {
+        Some(true)
+    } else if value.eq_ignore_ascii_case("false") || value.eq_ignore_ascii_case("f") || value == "0"
+    {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn require_true(
+    props: &BTreeMap<String, String>,
+    name: &'static str,
+    why: &str,
+) -> Result<(), SinkError> {
+    match props.get(name).map(|v| parse_bool(v)) {
+        None | Some(Some(true)) => Ok(()),
+        Some(_) => Err(SinkError::config(
+            name,
+            format!("walrelay requires {name}=true: {why}"),
+        )),
+    }
+}
+
+/// Rejects user properties that would weaken the delivery guarantees.
+fn check_guarantees(props: &BTreeMap<String, String>) -> Result<(), SinkError> {
+    require_true(
+        props,
+        "enable.idempotence",
+        "without it a retried produce request can duplicate or reorder records within a \
+         partition, and a record written after a later key is skipped by consumers as a \
+         duplicate",
+    )?;
+    require_true(
+        props,
+        "enable.gapless.guarantee",
+        "without it a failed batch can leave a gap in a partition while later records are \
+         still written; consumers then advance their high-water mark past the gap and skip \
+         the missing records when walrelay replays them",
+    )?;
+    if let Some((name, value)) = find(props, ACKS) {
+        let value = value.trim();
+        if !(value.eq_ignore_ascii_case("all") || value == "-1") {
+            return Err(SinkError::config(
+                name,
+                format!(
+                    "walrelay requires acks=all (got `{value}`): a record acknowledged by fewer \
+                     replicas can be lost in a leader failover after walrelay has confirmed its \
+                     WAL position to PostgreSQL, and the slot never sends it again"
+                ),
+            ));
+        }
+    }
+    if let Some((name, value)) = find(props, MAX_IN_FLIGHT) {
+        match value.trim().parse::<u32>() {
+            Ok(n) if (1..=MAX_IN_FLIGHT_REQUESTS).contains(&n) => {}
+            _ => {
+                return Err(SinkError::config(
+                    name,
+                    format!(
+                        "walrelay requires 1 to {MAX_IN_FLIGHT_REQUESTS} in-flight requests per \
+                         connection (got `{value}`): the idempotent producer keeps records in \
+                         order within a partition only up to {MAX_IN_FLIGHT_REQUESTS}"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(value) = props.get("queuing.strategy") {
+        if !value.trim().eq_ignore_ascii_case("fifo") {
+            return Err(SinkError::config(
+                "queuing.strategy",
+                format!(
+                    "walrelay requires queuing.strategy=fifo (got `{value}`): any other \
+                     strategy reorders records within a partition"
+                ),
+            ));
+        }
+    }
+    if let Some(value) = props.get("delivery.report.only.error") {
+        if parse_bool(value) != Some(false) {
+            return Err(SinkError::config(
+                "delivery.report.only.error",
+                "walrelay requires delivery.report.only.error=false: it confirms WAL positions \
+                 to PostgreSQL only from successful delivery reports"
+                    .to_owned(),
+            ));
+        }
+    }
+    if let Some((name, value)) = find(props, RETRIES) {
+        if !matches!(value.trim().parse::<u32>(), Ok(n) if n > 0) {
+            return Err(SinkError::config(
+                name,
+                format!(
+                    "walrelay requires retries > 0 (got `{value}`): the idempotent producer \
+                     retries transient broker errors itself; without retries every one of them \
+                     restarts the pipeline"
+                ),
+            ));
+        }
+    }
+    if props.contains_key("transactional.id") {
+        return Err(SinkError::config(
+            "transactional.id",
+            "walrelay does not use Kafka transactions (consumers deduplicate by idempotency \
+             key); a transactional producer would reject records sent outside a transaction"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// The outcome of one [`KafkaSink::send`].
+#[derive(Debug)]
+pub struct Delivery {
+    /// The `seq` passed to [`KafkaSink::send`].
+    pub seq: u64,
+    /// `(partition, offset)` of the written record, or why it failed.
+    pub result: Result<(i32, i64), SinkError>,
+}
+
+/// What the relay should do about a [`SinkError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// Nothing is lost: wait for deliveries, then send the record again.
+    RetryAfterDeliveries,
+    /// Stop forwarding, drop the sink, reconnect to the slot from its
+    /// confirmed LSN and replay.
+    RestartFromSlot,
+    /// Restarting cannot help (configuration, a record the broker can never
+    /// take): stop with the error.
+    Fatal,
+}
+
+/// Errors of the Kafka sink.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SinkError {
+    /// A producer property is invalid or would weaken the delivery
+    /// guarantees.
+    #[error("Kafka producer property `{property}`: {reason}")]
+    Config {
+        /// The property's name.
+        property: String,
+        /// Why it is rejected (never contains a secret value).
+        reason: String,
+    },
+    /// librdkafka refused to create the producer.
+    #[error("cannot create the Kafka producer: {0}")]
+    Create(String),
+    /// librdkafka's queue is full: wait for deliveries and send again.
+    #[error("the Kafka producer queue is full (queue.buffering.max.messages/kbytes)")]
+    QueueFull,
+    /// A record could not be enqueued.
+    #[error("cannot enqueue a record for {topic} partition {partition}: {message} ({code:?})")]
+    Produce {
+        /// Target topic.
+        topic: String,
+        /// Target partition.
+        partition: i32,
+        /// librdkafka's error code.
+        code: RDKafkaErrorCode,
+        /// librdkafka's description, with context.
+        message: String,
+    },
+    /// Kafka did not acknowledge a record.
+    #[error("delivery to {topic} partition {partition} failed: {message} ({code:?})")]
+    Delivery {
+        /// Target topic.
+        topic: String,
+        /// Target partition.
+        partition: i32,
+        /// librdkafka's error code.
+        code: RDKafkaErrorCode,
+        /// librdkafka's description, with context.
+        message: String,
+    },
+    /// Topic metadata could not be fetched.
+    #[error("cannot fetch metadata for topic `{topic}`: {message}")]
+    Metadata {
+        /// The topic.
+        topic: String,
+        /// librdkafka's or the broker's error code.
+        code: Option<RDKafkaErrorCode>,
+        /// What went wrong.
+        message: String,
+    },
+    /// The topic does not exist and the brokers did not create it.
+    #[error(
+        "Kafka topic `{topic}` does not exist (last broker answer: {last_error}) and was not \
+         auto-created; create it before starting walrelay, e.g. `kafka-topics.sh --create \
+         --topic {topic} --partitions N`, or allow auto-creation on the brokers \
+         (auto.create.topics.enable=true) and in the producer (allow.auto.create.topics=true)"
+    )]
+    TopicMissing {
+        /// The topic.
+        topic: String,
+        /// The broker's last answer for the topic.
+        last_error: String,
+    },
+    /// [`KafkaSink::flush`] timed out.
+    #[error("flush timed out with {in_flight} records not yet acknowledged")]
+    FlushTimeout {
+        /// Records (and requests) still in librdkafka's queues.
+        in_flight: i32,
+    },
+    /// Flushing failed.
+    #[error("flush failed: {0}")]
+    Flush(RDKafkaErrorCode),
+    /// The delivery channel closed: the producer is gone.
+    #[error("the Kafka producer's delivery reports stopped")]
+    Closed,
+    /// A blocking helper task failed (panic or runtime shut down).
+    #[error("Kafka {operation} task failed: {message}")]
+    Task {
+        /// What the task was doing.
+        operation: &'static str,
+        /// The join error.
+        message: String,
+    },
+}
+
+impl SinkError {
+    fn config(property: &str, reason: String) -> Self {
+        SinkError::Config {
+            property: property.to_owned(),
+            reason,
+        }
+    }
+
+    /// What the relay should do about this error.
+    pub fn recovery(&self) -> Recovery {
+        match self {
+            SinkError::QueueFull => Recovery::RetryAfterDeliveries,
+            SinkError::Config { .. } | SinkError::Create(_) => Recovery::Fatal,
+            // A record too large for librdkafka is too large on replay too.
+            SinkError::Produce {
+                code: RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidArgument,
+                ..
+            } => Recovery::Fatal,
+            // The contract: any delivery failure restarts from the slot.
+            SinkError::Delivery { .. }
+            | SinkError::Produce { .. }
+            | SinkError::Metadata { .. }
+            | SinkError::TopicMissing { .. }
+            | SinkError::FlushTimeout { .. }
+            | SinkError::Flush(_)
+            | SinkError::Closed
+            | SinkError::Task { .. } => Recovery::RestartFromSlot,
+        }
+    }
+
+    /// Whether the error means "stop forwarding and restart the pipeline from
+    /// the slot's confirmed LSN". True for every delivery error.
+    pub fn restarts_pipeline(&self) -> bool {
+        self.recovery() == Recovery::RestartFromSlot
+    }
+
+    /// librdkafka's error code, if the error has one.
+    pub fn code(&self) -> Option<RDKafkaErrorCode> {
+        match self {
+            SinkError::Produce { code, .. } | SinkError::Delivery { code, .. } => Some(*code),
+            SinkError::Metadata { code, .. } => *code,
+            SinkError::Flush(code) => Some(*code),
+            SinkError::QueueFull => Some(RDKafkaErrorCode::QueueFull),
+            _ => None,
+        }
+    }
+}
+
+/// Receives librdkafka's callbacks on the producer's polling thread.
+struct SinkContext {
+    /// Unbounded: the relay bounds the number of records in flight (and
+    /// librdkafka's queue bounds them too), so at most that many reports
+    /// wait here. A bounded channel would block librdkafka's polling thread.
+    deliveries: mpsc::UnboundedSender<Delivery>,
+    /// The producer's fatal error (e.g. a gapless-guarantee violation), to
+    /// explain the purge errors that follow it.
+    fatal: Mutex<Option<String>>,
+}
+
+impl ClientContext for SinkContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", facility = fac, "{message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", facility = fac, "{message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", facility = fac, "{message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "librdkafka", facility = fac, "{message}")
+            }
+        }
+    }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        tracing::debug!(
+            target: "librdkafka::stats",
+            "{}",
+            String::from_utf8_lossy(statistics)
+        );
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::Fatal)) {
+            tracing::error!(target: "librdkafka", "Kafka producer fatal error: {reason}");
+            let mut fatal = self.fatal.lock().unwrap_or_else(PoisonError::into_inner);
+            fatal.get_or_insert_with(|| reason.to_owned());
+        } else {
+            tracing::warn!(target: "librdkafka", "Kafka producer error: {error}: {reason}");
+        }
+    }
+}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
+        let result = match result {
+            Ok(message) => Ok((message.partition(), message.offset())),
+            Err((error, message)) => {
+                let code = error.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+                Err(SinkError::Delivery {
+                    topic: message.topic().to_owned(),
+                    partition: message.partition(),
+                    code,
+                    message: self.describe(code),
+                })
+            }
+        };
+        // The receiver is gone only when the sink is being dropped.
+        let _ = self.deliveries.send(Delivery {
+            seq: seq as u64,
+            result,
+        });
+    }
+}
+
+impl SinkContext {
+    fn describe(&self, code: RDKafkaErrorCode) -> String {
+        let fatal = self.fatal.lock().unwrap_or_else(PoisonError::into_inner);
+        match (code, fatal.as_deref()) {
+            (_, Some(reason)) => format!("{code}; the producer stopped: {reason}"),
+            (RDKafkaErrorCode::MessageTimedOut, None) => format!(
+                "{code}: not acknowledged within message.timeout.ms (brokers unreachable or too \
+                 slow)"
+            ),
+            _ => code.to_string(),
+        }
+    }
+}
+
+type Inner = ThreadedProducer<SinkContext>;
+
+/// An idempotent, gapless Kafka producer with explicit partitions.
+///
+/// Dropping it purges everything not yet acknowledged (the pipeline replays
+/// from the slot anyway) and waits at most about half a second for
+/// librdkafka to wind down; it blocks the current thread for that long.
+pub struct KafkaSink {
+    producer: Arc<Inner>,
+    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    partition_counts: Mutex<HashMap<String, u32>>,
+    metadata_timeout: Duration,
+}
+
+impl fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaSink")
+            .field("in_flight", &self.producer.in_flight_count())
+            .field("metadata_timeout", &self.metadata_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSink {
+    /// Creates the producer (it connects in the background).
+    pub fn new(config: &SinkConfig) -> Result<KafkaSink, SinkError> {
+        let props = config.effective_properties()?;
+        let mut client_config = ClientConfig::new();
+        for (name, value) in &props {
+            client_config.set(name, value);
+        }
+        // librdkafka's log level gates what reaches `ClientContext::log`.
+        client_config.set_log_level(
+            if props.contains_key("debug")
+                || tracing::enabled!(target: "librdkafka", tracing::Level::DEBUG)
+            {
+                RDKafkaLogLevel::Debug
+            } else if tracing::enabled!(target: "librdkafka", tracing::Level::INFO) {
+                RDKafkaLogLevel::Info
+            } else {
+                RDKafkaLogLevel::Warning
+            },
+        );
+        tracing::debug!(properties = ?redact(&props), "creating the Kafka producer");
+
+        let (tx, rx) = mpsc::unbounded_channel();
+        let context = SinkContext {
+            deliveries: tx,
+            fatal: Mutex::new(None),
+        };
+        let producer: Inner = client_config
+            .create_with_context(context)
+            .map_err(create_error)?;
+        Ok(KafkaSink {
+            producer: Arc::new(producer),
+            deliveries: rx,
+            partition_counts: Mutex::new(HashMap::new()),
+            metadata_timeout: config.metadata_timeout,
+        })
+    }
+
+    /// The topic's partition count, from metadata (cached per topic for the
+    /// sink's lifetime: a new pipeline run builds a new sink). Fetching
+    /// metadata may auto-create a missing topic where the brokers allow it;
+    /// a topic that still does not exist when the metadata timeout runs out
+    /// is [`SinkError::TopicMissing`].
+    pub async fn partitions(&self, topic: &str) -> Result<u32, SinkError> {
+        if let Some(&count) = self
+            .partition_counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(topic)
+        {
+            return Ok(count);
+        }
+        let producer = Arc::clone(&self.producer);
+        let name = topic.to_owned();
+        let timeout = self.metadata_timeout;
+        let count = tokio::task::spawn_blocking(move || partition_count(&producer, &name, timeout))
+            .await
+            .map_err(|e| SinkError::Task {
+                operation: "metadata",
+                message: e.to_string(),
+            })??;
+        self.partition_counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(topic.to_owned(), count);
+        Ok(count)
+    }
+
+    /// Enqueues one record for `partition` without blocking. Its outcome
+    /// arrives later from [`next_delivery`](Self::next_delivery), tagged with
+    /// `seq`. [`SinkError::QueueFull`] means nothing was enqueued: wait for
+    /// deliveries and send again.
+    pub fn send(&self, seq: u64, record: &Record, partition: u32) -> Result<(), SinkError> {
+        let produce_error = |code: RDKafkaErrorCode, message: String| SinkError::Produce {
+            topic: record.topic.to_string(),
+            partition: i32::try_from(partition).unwrap_or(i32::MAX),
+            code,
+            message,
+        };
+        let Ok(kafka_partition) = i32::try_from(partition) else {
+            return Err(produce_error(
+                RDKafkaErrorCode::InvalidArgument,
+                "partition number out of range".to_owned(),
+            ));
+        };
+        let Ok(opaque) = usize::try_from(seq) else {
+            return Err(produce_error(
+                RDKafkaErrorCode::InvalidArgument,
+                "sequence number does not fit in usize".to_owned(),
+            ));
+        };
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (name, value) in &record.headers {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(value.as_ref()),
+            });
+        }
+        let mut kafka_record: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(&record.topic, opaque)
+                .partition(kafka_partition)
+                .headers(headers);
+        if let Some(key) = &record.key {
+            kafka_record = kafka_record.key(key.as_ref());
+        }
+        if let Some(value) = &record.value {
+            kafka_record = kafka_record.payload(value.as_ref());
+        }
+        if let Some(timestamp) = record.timestamp_ms {
+            kafka_record = kafka_record.timestamp(timestamp);
+        }
+        match self.producer.send(kafka_record) {
+            Ok(()) => Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(SinkError::QueueFull)
+            }
+            Err((error, _)) => {
+                let code = error
+                    .rdkafka_error_code()
+                    .unwrap_or(RDKafkaErrorCode::InvalidArgument);
+                let message = match self.producer.client().fatal_error() {
+                    Some((_, reason)) => format!("{code}; the producer stopped: {reason}"),
+                    None => error.to_string(),
+                };
+                Err(produce_error(code, message))
+            }
+        }
+    }
+
+    /// The next delivery report, in the order librdkafka reports them
+    /// (per partition that is send order). Cancel-safe. Pends while nothing
+    /// is in flight; `None` only if the producer is gone.
+    pub async fn next_delivery(&mut self) -> Option<Delivery> {
+        let delivery = self.deliveries.recv().await?;
+        Some(self.explain(delivery))
+    }
+
+    /// A delivery report that is already available, without waiting.
+    pub fn try_next_delivery(&mut self) -> Option<Delivery> {
+        let delivery = self.deliveries.try_recv().ok()?;
+        Some(self.explain(delivery))
+    }
+
+    /// Adds the producer's fatal error to a purge error reported before the
+    /// fatal error event reached the context.
+    fn explain(&self, mut delivery: Delivery) -> Delivery {
+        if let Err(SinkError::Delivery {
+            code: RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight,
+            message,
+            ..
+        }) = &mut delivery.result
+        {
+            if !message.contains("the producer stopped") {
+                if let Some((code, reason)) = self.producer.client().fatal_error() {
+                    message.push_str(&format!("; the producer stopped: {code:?}: {reason}"));
+                }
+            }
+        }
+        delivery
+    }
+
+    /// Records (and requests) librdkafka has not finished with, including
+    /// delivery reports not yet handed to the channel.
+    pub fn in_flight(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
+    /// Waits until every enqueued record has a delivery report (success or
+    /// failure), or `timeout`. Runs on a blocking thread; cancelling the
+    /// returned future does not stop that thread before `timeout`.
+    ///
+    /// Queued records still wait out `linger.ms`: rdkafka 0.39 implements
+    /// flush as repeated `rd_kafka_flush(0)` calls plus polling, so
+    /// librdkafka's "ignore linger while flushing" lasts only for each
+    /// instant call. With the default `linger.ms=5` that does not matter.
+    pub async fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
+        let producer = Arc::clone(&self.producer);
+        tokio::task::spawn_blocking(move || match producer.flush(timeout) {
+            Ok(()) => Ok(()),
+            Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {
+                Err(SinkError::FlushTimeout {
+                    in_flight: producer.in_flight_count(),
+                })
+            }
+            Err(error) => Err(SinkError::Flush(
+                error.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail),
+            )),
+        })
+        .await
+        .map_err(|e| SinkError::Task {
+            operation: "flush",
+            message: e.to_string(),
+        })?
+    }
+}
+
+impl Drop for KafkaSink {
+    fn drop(&mut self) {
+        // Unacknowledged records fail with a purge error (nobody listens any
+        // more); a flush running on a blocking thread returns promptly. The
+        // producer's own drop then purges again, flushes for at most 500 ms
+        // and destroys the client.
+        self.producer
+            .purge(PurgeConfig::default().queue().inflight().non_blocking());
+    }
+}
+
+fn create_error(error: KafkaError) -> SinkError {
+    match error {
+        KafkaError::ClientConfig(_, description, property, value) => {
+            let reason = if is_sensitive_property(&property) {
+                "invalid value".to_owned()
+            } else {
+                format!("{description} (value `{value}`)")
+            };
+            SinkError::Config { property, reason }
+        }
+        KafkaError::ClientCreation(message) => SinkError::Create(message),
+        other => SinkError::Create(other.to_string()),
+    }
+}
+
+/// Blocking: the topic's partition count from metadata, retried until
+/// `timeout` while the topic is missing or being created.
+fn partition_count(producer: &Inner, topic: &str, timeout: Duration) -> Result<u32, SinkError> {
+    let deadline = Instant::now() + timeout;
+    let mut backoff = Duration::from_millis(50);
+    let mut last_error = String::from("no answer");
+    loop {
+        let remaining = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let metadata = producer
+            .client()
+            .fetch_metadata(Some(topic), remaining)
+            .map_err(|error| {
+                let code = error.rdkafka_error_code();
+                SinkError::Metadata {
+                    topic: topic.to_owned(),
+                    code,
+                    message: match code {
+                        Some(code) => format!("{code} (waited up to {timeout:?})"),
+                        None => error.to_string(),
+                    },
+                }
+            })?;
+        if let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) {
+            match found.error().map(RDKafkaErrorCode::from) {
+                None if !found.partitions().is_empty() => {
+                    return u32::try_from(found.partitions().len()).map_err(|_| {
+                        SinkError::Metadata {
+                            topic: topic.to_owned(),
+                            code: None,
+                            message: "too many partitions".to_owned(),
+                        }
+                    });
+                }
+                None => last_error = "the topic has no partitions".to_owned(),
+                // Missing, or being auto-created: ask again.
+                Some(
+                    code @ (RDKafkaErrorCode::UnknownTopicOrPartition
+                    | RDKafkaErrorCode::UnknownTopic
+                    | RDKafkaErrorCode::LeaderNotAvailable),
+                ) => last_error = code.to_string(),
+                Some(code) => {
+                    return Err(SinkError::Metadata {
+                        topic: topic.to_owned(),
+                        code: Some(code),
+                        message: code.to_string(),
+                    });
+                }
+            }
+        }
+        if Instant::now() + backoff >= deadline {
+            return Err(SinkError::TopicMissing {
+                topic: topic.to_owned(),
+                last_error,
+            });
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
