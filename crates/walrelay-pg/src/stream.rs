@@ -216,8 +216,12 @@ impl ReplicationStream {
     /// Stop streaming: send a last status update with the confirmed
     /// position, end CopyBoth, and close the connection. Messages not yet
     /// received are dropped; they were not confirmed, so the server sends
-    /// them again next time.
-    pub async fn stop(mut self) -> Result<(), Error> {
+    /// them again next time. Afterwards [`Self::recv`] returns `None`;
+    /// calling `stop` again does nothing.
+    pub async fn stop(&mut self) -> Result<(), Error> {
+        if self.task.is_none() {
+            return Ok(());
+        }
         let (tx, rx) = oneshot::channel();
         let sent = self.handle.control.send(Control::Stop(tx)).await;
         // Unblock the I/O task if it waits to deliver.

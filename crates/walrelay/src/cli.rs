@@ -1,0 +1,316 @@
+//! Command line: `walrelay setup`, `walrelay run`, `walrelay config`.
+//!
+//! Precedence: flags, then environment variables (each flag names its
+//! variable in `--help`), then the TOML file (`--config`), then defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{Config, ConfigError, MessageRoute, OutboxConfig};
+
+/// Relay a PostgreSQL logical replication slot to Kafka, with ordered
+/// 128-bit idempotency keys so consumers can process every event exactly
+/// once.
+#[derive(Debug, Parser)]
+#[command(name = "walrelay", version, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub options: Options,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create what `run` needs, if missing: the SQL helpers
+    /// (walrelay.emit), the publication (for the outbox tables, or none
+    /// for messages only) and the replication slot. Idempotent; reports
+    /// what it created and what already existed.
+    Setup,
+    /// Relay until SIGTERM or SIGINT: then stop reading, wait for Kafka to
+    /// acknowledge what is in flight, report the final position to
+    /// PostgreSQL, and exit 0.
+    Run,
+    /// Print the effective configuration (file, environment and flags
+    /// merged) as TOML, without secrets, and exit.
+    Config,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Options shared by every command.
+#[derive(Debug, Args)]
+pub struct Options {
+    /// TOML configuration file (see walrelay.example.toml).
+    #[arg(long, short = 'c', env = "WALRELAY_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
+
+    /// PostgreSQL connection: a libpq URL or keyword string. PG* variables
+    /// (PGHOST, PGUSER, PGPASSWORD, PGSSLMODE, ...) fill in the rest.
+    #[arg(
+        long,
+        env = "WALRELAY_POSTGRES_URL",
+        global = true,
+        hide_env_values = true
+    )]
+    pub postgres_url: Option<String>,
+
+    /// Replication slot name [default: walrelay].
+    #[arg(long, env = "WALRELAY_SLOT", global = true)]
+    pub slot: Option<String>,
+
+    /// Publication name [default: walrelay].
+    #[arg(long, env = "WALRELAY_PUBLICATION", global = true)]
+    pub publication: Option<String>,
+
+    /// How often the confirmed position is reported to PostgreSQL, e.g.
+    /// "1s" [default: 1s].
+    #[arg(long, env = "WALRELAY_STATUS_INTERVAL", global = true, value_parser = humantime::parse_duration)]
+    pub status_interval: Option<Duration>,
+
+    /// Kafka bootstrap servers, host:port[,host:port...].
+    #[arg(long, env = "WALRELAY_KAFKA_BOOTSTRAP_SERVERS", global = true)]
+    pub bootstrap_servers: Option<String>,
+
+    /// A librdkafka producer property, NAME=VALUE (repeatable), e.g.
+    /// --kafka-property linger.ms=5.
+    #[arg(long = "kafka-property", value_name = "NAME=VALUE", global = true, value_parser = parse_pair)]
+    pub kafka_properties: Vec<(String, String)>,
+
+    /// Route raw logical messages with PREFIX to TOPIC (repeatable).
+    #[arg(long = "route", value_name = "PREFIX=TOPIC", global = true, value_parser = parse_pair)]
+    pub routes: Vec<(String, String)>,
+
+    /// An outbox table, schema.table (repeatable), with the default
+    /// Debezium-compatible column names and topic template.
+    #[arg(long = "outbox-table", value_name = "TABLE", global = true)]
+    pub outbox_tables: Vec<String>,
+
+    /// Logical-message prefix written by another tool, skipped on purpose
+    /// (repeatable).
+    #[arg(long = "ignore-prefix", value_name = "PREFIX", global = true)]
+    pub ignore_prefixes: Vec<String>,
+
+    /// Source id in the walrelay-source header [default:
+    /// <system identifier>/<database>/<slot>].
+    #[arg(long, env = "WALRELAY_SOURCE_ID", global = true)]
+    pub source_id: Option<String>,
+
+    /// Most events sent to Kafka but not yet acknowledged [default: 100000].
+    #[arg(long, env = "WALRELAY_MAX_IN_FLIGHT_EVENTS", global = true)]
+    pub max_in_flight_events: Option<usize>,
+
+    /// Most bytes of such events [default: 67108864].
+    #[arg(long, env = "WALRELAY_MAX_IN_FLIGHT_BYTES", global = true)]
+    pub max_in_flight_bytes: Option<usize>,
+
+    /// Log format.
+    #[arg(long, env = "WALRELAY_LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or
+    /// "walrelay=debug".
+    #[arg(long, env = "WALRELAY_LOG", global = true, default_value = "info")]
+    pub log: String,
+}
+
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("expected NAME=VALUE, got {s:?}")),
+    }
+}
+
+impl Options {
+    /// The file (if any) with flags and environment applied, validated.
+    pub fn effective_config(&self) -> Result<Config, ConfigError> {
+        let mut c = match &self.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        if let Some(v) = &self.postgres_url {
+            c.postgres.url = v.clone();
+        }
+        if let Some(v) = &self.slot {
+            c.postgres.slot = v.clone();
+        }
+        if let Some(v) = &self.publication {
+            c.postgres.publication = v.clone();
+        }
+        if let Some(v) = self.status_interval {
+            c.postgres.status_interval = v;
+        }
+        if let Some(v) = &self.bootstrap_servers {
+            c.kafka.bootstrap_servers = v.clone();
+        }
+        for (k, v) in &self.kafka_properties {
+            c.kafka.properties.insert(k.clone(), v.clone());
+        }
+        for (prefix, topic) in &self.routes {
+            c.messages.retain(|m| &m.prefix != prefix);
+            c.messages.push(MessageRoute {
+                prefix: prefix.clone(),
+                topic: topic.clone(),
+            });
+        }
+        for table in &self.outbox_tables {
+            if !c.outbox.iter().any(|o| &o.table == table) {
+                c.outbox.push(
+                    Config::from_toml(
+                        &format!("[[outbox]]\ntable = {table:?}\n"),
+                        "--outbox-table",
+                    )?
+                    .outbox
+                    .remove(0),
+                );
+            }
+        }
+        c.relay
+            .ignore_prefixes
+            .extend(self.ignore_prefixes.iter().cloned());
+        if let Some(v) = &self.source_id {
+            c.relay.source_id = Some(v.clone());
+        }
+        if let Some(v) = self.max_in_flight_events {
+            c.relay.max_in_flight_events = v;
+        }
+        if let Some(v) = self.max_in_flight_bytes {
+            c.relay.max_in_flight_bytes = v;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// The configuration as TOML for `walrelay config`, with secrets masked.
+pub fn render(config: &Config) -> String {
+    let mut out = String::new();
+    let masked_url = walrelay_pg::Config::parse(&config.postgres.url)
+        .map(|c| c.redacted_url())
+        .unwrap_or_else(|_| "<unparsable>".into());
+    out.push_str(&format!(
+        "[postgres]\nurl = {masked_url:?}\nslot = {:?}\npublication = {:?}\nstatus_interval = {:?}\n\n",
+        config.postgres.slot,
+        config.postgres.publication,
+        humantime::format_duration(config.postgres.status_interval).to_string()
+    ));
+    out.push_str(&format!(
+        "[kafka]\nbootstrap_servers = {:?}\n\n[kafka.properties]\n",
+        config.kafka.bootstrap_servers
+    ));
+    for (k, v) in &config.kafka.properties {
+        let secret = ["password", "secret", "token"]
+            .iter()
+            .any(|w| k.contains(w));
+        out.push_str(&format!(
+            "{k:?} = {:?}\n",
+            if secret { "********" } else { v.as_str() }
+        ));
+    }
+    out.push_str(&format!(
+        "\n[relay]\n{}max_in_flight_events = {}\nmax_in_flight_bytes = {}\nignore_prefixes = {:?}\nmax_backoff = {:?}\n",
+        config
+            .relay
+            .source_id
+            .as_ref()
+            .map(|s| format!("source_id = {s:?}\n"))
+            .unwrap_or_default(),
+        config.relay.max_in_flight_events,
+        config.relay.max_in_flight_bytes,
+        config.relay.ignore_prefixes,
+        humantime::format_duration(config.relay.max_backoff).to_string()
+    ));
+    for m in &config.messages {
+        out.push_str(&format!(
+            "\n[[messages]]\nprefix = {:?}\ntopic = {:?}\n",
+            m.prefix, m.topic
+        ));
+    }
+    for o in &config.outbox {
+        render_outbox(&mut out, o);
+    }
+    out
+}
+
+fn render_outbox(out: &mut String, o: &OutboxConfig) {
+    let c = &o.columns;
+    out.push_str(&format!(
+        "\n[[outbox]]\ntable = {:?}\ntopic = {:?}\n\n[outbox.columns]\nid = {:?}\naggregatetype = {:?}\naggregateid = {:?}\ntype = {:?}\npayload = {:?}\nheaders = {:?}\n",
+        o.table, o.topic, c.id, c.aggregatetype, c.aggregateid, c.event_type, c.payload, c.headers
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_override_the_file_and_render_round_trips() {
+        let cli = Cli::try_parse_from([
+            "walrelay",
+            "--postgres-url",
+            "postgresql://u:hunter2@h/db",
+            "--slot",
+            "s1",
+            "--kafka-property",
+            "linger.ms=1",
+            "--kafka-property",
+            "sasl.password=topsecret",
+            "--route",
+            "orders=orders-topic",
+            "--outbox-table",
+            "app.outbox",
+            "config",
+        ])
+        .unwrap();
+        let c = cli.options.effective_config().unwrap();
+        assert_eq!(c.postgres.slot, "s1");
+        assert_eq!(c.kafka.properties["linger.ms"], "1");
+        assert_eq!(c.messages[0].topic, "orders-topic");
+        assert_eq!(
+            c.outbox[0].qualified_name(),
+            ("app".into(), "outbox".into())
+        );
+        let text = render(&c);
+        assert!(
+            !text.contains("hunter2") && !text.contains("topsecret"),
+            "{text}"
+        );
+        // What `walrelay config` prints is itself a valid configuration.
+        let again = Config::from_toml(&text, "rendered").unwrap();
+        assert_eq!(again.outbox, c.outbox);
+        assert_eq!(again.messages, c.messages);
+    }
+
+    #[test]
+    fn help_explains_every_option() {
+        let help = Cli::command().render_long_help().to_string();
+        for opt in [
+            "--postgres-url",
+            "--slot",
+            "--bootstrap-servers",
+            "--kafka-property",
+            "--route",
+            "--outbox-table",
+            "--source-id",
+            "--max-in-flight-events",
+            "--status-interval",
+            "--log-format",
+        ] {
+            assert!(help.contains(opt), "{opt} missing from --help");
+        }
+    }
+}

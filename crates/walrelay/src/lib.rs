@@ -1,0 +1,32 @@
+//! walrelay: relay a PostgreSQL logical replication slot to Kafka with
+//! ordered 128-bit idempotency keys.
+//!
+//! A byte's way from the slot to Kafka, module by module:
+//!
+//! | module | owns |
+//! |---|---|
+//! | `walrelay_pg` (crate) | the replication connection and stream, status updates |
+//! | `walrelay_pgoutput` (crate) | decoding pgoutput messages |
+//! | [`key`] | the idempotency key of each event (docs/contract.md) |
+//! | [`envelope`] | the `walrelay.emit` envelope format |
+//! | [`route`] | which record an event becomes: topic, key, value, headers |
+//! | [`partition`] | deterministic partitioning (Java-compatible murmur2) |
+//! | [`sink`] | the idempotent Kafka producer and its delivery reports |
+//! | [`checkpoint`] | which LSN may be confirmed, given what Kafka acknowledged |
+//! | [`pipeline`] | the loop tying them together, and restarts from the slot |
+//! | [`setup`] | `walrelay setup`: helpers, publication, slot |
+//! | [`config`], [`cli`] | configuration file, environment and flags |
+
+#![forbid(unsafe_code)]
+
+pub mod checkpoint;
+pub mod cli;
+pub mod config;
+pub mod envelope;
+pub mod key;
+pub mod partition;
+pub mod pipeline;
+pub mod record;
+pub mod route;
+pub mod setup;
+pub mod sink;

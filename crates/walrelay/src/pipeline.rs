@@ -1,0 +1,467 @@
+//! The relay loop: replication stream → pgoutput decoder → key → router →
+//! Kafka sink → checkpoint tracker → standby status update.
+//!
+//! ```text
+//!   ReplicationStream ──XLogData──▶ Decoder ──▶ KeyAssigner ──▶ Router ──▶ KafkaSink
+//!         ▲  (keepalive wal_end)                                   seq │       │ delivery(seq)
+//!         │                                                            ▼       ▼
+//!   StatusHandle::confirm ◀── CheckpointTracker::poll_confirm ◀── register / ack
+//! ```
+//!
+//! One session is one replication connection and one producer. It ends
+//! with an error on any failure: a delivery failure, a lost connection, or
+//! bad input. [`run`] then drops both and, for transient failures, starts a
+//! new session from the slot's confirmed position, which replays everything
+//! not yet confirmed with the same keys. Nothing is confirmed until Kafka
+//! acknowledged it and everything before it (the tracker's rule), so a
+//! restart loses nothing; consumers drop the replayed duplicates by key.
+//!
+//! Memory: at most `max_in_flight_events` / `max_in_flight_bytes` records
+//! wait for Kafka. At the limit the loop stops reading the stream, the
+//! stream's bounded channel fills, and TCP backpressure reaches the
+//! walsender, while the stream's own task keeps sending status updates.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, error, info, info_span, warn, Instrument};
+use walrelay_pg::xlog::ReplicationMessage;
+use walrelay_pg::{
+    Config as PgConfig, PgOutputOptions, ReplicationConnection, ReplicationStream, StatusHandle,
+    StreamOptions,
+};
+use walrelay_pgoutput::{DecodeError, Decoder, Lsn, PgOutputMessage, RelationCache, RowError};
+
+use crate::checkpoint::{AckError, CheckpointTracker};
+use crate::config::Config;
+use crate::key::{EventKey, KeyAssigner, KeyError};
+use crate::partition::{partition_for_key, partition_for_keyless};
+use crate::record::Record;
+use crate::route::{MessageRoute, RouteError, Router, TxInfo};
+use crate::sink::{Delivery, KafkaSink, SinkConfig, SinkError};
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Postgres(#[from] walrelay_pg::Error),
+    #[error(transparent)]
+    Kafka(#[from] SinkError),
+    #[error("cannot decode the pgoutput stream at {lsn}: {error}")]
+    Decode { lsn: Lsn, error: DecodeError },
+    #[error("cannot read a row at {lsn}: {error}")]
+    Row { lsn: Lsn, error: RowError },
+    #[error("idempotency key invariant broken: {0}; stopping rather than publishing a wrong key")]
+    Key(#[from] KeyError),
+    #[error("{0}")]
+    Route(#[from] RouteError),
+    #[error("delivery report inconsistent with what was sent: {0}")]
+    Checkpoint(#[from] AckError),
+    #[error("unexpected {what} at {lsn}: {detail}")]
+    Protocol {
+        what: &'static str,
+        lsn: Lsn,
+        detail: String,
+    },
+    #[error("{problem}; {fix}")]
+    Setup { problem: String, fix: String },
+}
+
+impl RelayError {
+    /// Whether a new session may succeed without a change by the user.
+    /// Bad input, broken invariants and set-up problems would fail again
+    /// at the same event: walrelay stops and says why instead of looping.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RelayError::Postgres(e) => e.is_transient(),
+            RelayError::Kafka(e) => e.restarts_pipeline(),
+            _ => false,
+        }
+    }
+}
+
+/// What the relay did, for tests and audits: every produced record, every
+/// acknowledgement and every position confirmed to PostgreSQL, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trace {
+    SessionStarted {
+        confirmed_flush_lsn: Lsn,
+    },
+    Produced {
+        seq: u64,
+        key: EventKey,
+        topic: String,
+        partition: u32,
+    },
+    Acked {
+        seq: u64,
+        key: EventKey,
+        partition: i32,
+        offset: i64,
+    },
+    Confirmed {
+        lsn: Lsn,
+    },
+    SessionEnded {
+        error: Option<String>,
+    },
+}
+
+/// Shared, cheap-to-clone state for tests and metrics.
+pub type TraceSender = mpsc::UnboundedSender<Trace>;
+
+/// Run the relay until `shutdown` becomes `true` (then drain and return
+/// `Ok`), or a non-transient error happens.
+pub async fn run(
+    config: Config,
+    mut shutdown: watch::Receiver<bool>,
+    trace: Option<TraceSender>,
+) -> Result<(), RelayError> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let started = tokio::time::Instant::now();
+        let result = Session::run(&config, &mut shutdown, trace.as_ref()).await;
+        if let Some(t) = &trace {
+            let _ = t.send(Trace::SessionEnded {
+                error: result.as_ref().err().map(ToString::to_string),
+            });
+        }
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_transient() && !*shutdown.borrow() => {
+                // A session that ran for a while was healthy: start the
+                // backoff over.
+                if started.elapsed() > Duration::from_secs(30) {
+                    backoff = Duration::from_millis(100);
+                }
+                warn!(error = %e, retry_in = ?backoff, "relay session failed; restarting from the slot's confirmed position");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.changed() => return Ok(()),
+                }
+                backoff = (backoff * 2).min(config.relay.max_backoff);
+            }
+            Err(e) => {
+                error!(error = %e, "relay stopped");
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// The identity of a source of keys.
+pub fn default_source_id(system_id: &str, dbname: &str, slot: &str) -> String {
+    format!("{system_id}/{dbname}/{slot}")
+}
+
+struct Session<'a> {
+    config: &'a Config,
+    stream: ReplicationStream,
+    status: StatusHandle,
+    sink: KafkaSink,
+    decoder: Decoder,
+    relations: RelationCache,
+    keys: KeyAssigner,
+    tracker: CheckpointTracker,
+    router: Router,
+    tx: Option<TxInfo>,
+    trace: Option<&'a TraceSender>,
+    /// seq → key, kept only while tracing (for [`Trace::Acked`]).
+    trace_keys: HashMap<u64, EventKey>,
+    confirmed: Lsn,
+}
+
+enum Action {
+    Shutdown,
+    Delivery(Option<Delivery>),
+    Message(Option<Result<ReplicationMessage, walrelay_pg::Error>>),
+}
+
+impl<'a> Session<'a> {
+    async fn run(
+        config: &'a Config,
+        shutdown: &mut watch::Receiver<bool>,
+        trace: Option<&'a TraceSender>,
+    ) -> Result<(), RelayError> {
+        let pg =
+            PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
+        let slot = config.postgres.slot.clone();
+        let span = info_span!("session", slot = %slot);
+        async move {
+            let mut conn = ReplicationConnection::connect(&pg).await?;
+            let system = conn.identify_system().await?;
+            conn.check_wal_level().await?;
+            conn.check_publications(std::slice::from_ref(&config.postgres.publication)).await?;
+            let info = conn.slot_info(&slot).await?.ok_or_else(|| RelayError::Setup {
+                problem: format!("replication slot \"{slot}\" does not exist"),
+                fix: "run `walrelay setup` first (it creates the publication, the slot and the SQL helpers)".into(),
+            })?;
+            if info.plugin.as_deref() != Some("pgoutput") {
+                return Err(RelayError::Setup {
+                    problem: format!("slot \"{slot}\" uses plugin {:?}, not pgoutput", info.plugin),
+                    fix: "use a pgoutput slot: `walrelay setup` with another slot name creates one".into(),
+                });
+            }
+            let confirmed = info.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+            let source = config.relay.source_id.clone().unwrap_or_else(|| {
+                default_source_id(&system.system_id, system.dbname.as_deref().unwrap_or(pg.get_dbname()), &slot)
+            });
+            let sink = KafkaSink::new(&SinkConfig::new(&config.kafka.bootstrap_servers, config.kafka.properties.clone()))?;
+            let options = StreamOptions {
+                status_interval: config.postgres.status_interval,
+                initial_flush: confirmed,
+                ..StreamOptions::default()
+            };
+            let pgoutput = PgOutputOptions::new([config.postgres.publication.clone()]);
+            let stream = conn.start_replication(&slot, Lsn::ZERO, &pgoutput, options).await?;
+            info!(%confirmed, %source, "relaying from the slot's confirmed position");
+            if let Some(t) = trace {
+                let _ = t.send(Trace::SessionStarted { confirmed_flush_lsn: confirmed });
+            }
+            let mut session = Session {
+                config,
+                status: stream.status_handle(),
+                stream,
+                sink,
+                decoder: Decoder::new(),
+                relations: RelationCache::new(),
+                keys: KeyAssigner::default(),
+                tracker: CheckpointTracker::with_confirmed(confirmed),
+                router: Router::new(config, &source),
+                tx: None,
+                trace,
+                trace_keys: HashMap::new(),
+                confirmed,
+            };
+            session.relay(shutdown).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn trace(&self, t: Trace) {
+        if let Some(s) = self.trace {
+            let _ = s.send(t);
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.tracker.in_flight_events() < self.config.relay.max_in_flight_events
+            && self.tracker.in_flight_bytes() < self.config.relay.max_in_flight_bytes
+    }
+
+    async fn relay(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<(), RelayError> {
+        loop {
+            if *shutdown.borrow() {
+                return self.drain().await;
+            }
+            let room = self.has_room();
+            let action = tokio::select! {
+                biased;
+                _ = shutdown.changed() => Action::Shutdown,
+                d = self.sink.next_delivery() => Action::Delivery(d),
+                m = self.stream.recv(), if room => Action::Message(m),
+            };
+            match action {
+                Action::Shutdown => return self.drain().await,
+                Action::Delivery(d) => self.on_delivery(d)?,
+                Action::Message(None) => return Err(walrelay_pg::Error::StreamStopped.into()),
+                Action::Message(Some(m)) => self.on_message(m?).await?,
+            }
+            self.confirm();
+        }
+    }
+
+    /// Stop reading, wait (bounded) for what is in flight, confirm it, and
+    /// send a last status update.
+    async fn drain(&mut self) -> Result<(), RelayError> {
+        info!(
+            in_flight = self.tracker.in_flight_events(),
+            "draining before shutdown"
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.tracker.in_flight_events() > 0 {
+            match tokio::time::timeout_at(deadline, self.sink.next_delivery()).await {
+                Ok(d) => self.on_delivery(d)?,
+                Err(_) => {
+                    warn!(
+                        in_flight = self.tracker.in_flight_events(),
+                        "Kafka did not acknowledge everything within 30 s; unacknowledged events will be replayed next time"
+                    );
+                    break;
+                }
+            }
+            self.confirm();
+        }
+        self.confirm();
+        // A failure here only means the last status update may not have
+        // reached the server: the next session replays a little more.
+        if let Err(e) = self.stream.stop().await {
+            warn!(error = %e, "ending the replication stream cleanly failed");
+        }
+        info!(confirmed = %self.confirmed, "stopped");
+        Ok(())
+    }
+
+    fn on_delivery(&mut self, d: Option<Delivery>) -> Result<(), RelayError> {
+        let d = d.ok_or(SinkError::Closed)?;
+        match d.result {
+            Ok((partition, offset)) => {
+                self.tracker.ack(d.seq)?;
+                if self.trace.is_some() {
+                    let key = self.trace_keys.remove(&d.seq).unwrap_or(EventKey(0));
+                    self.trace(Trace::Acked {
+                        seq: d.seq,
+                        key,
+                        partition,
+                        offset,
+                    });
+                }
+                Ok(())
+            }
+            // Any delivery failure ends the session: what follows in the
+            // partition must not be published after a gap.
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn confirm(&mut self) {
+        if let Some(lsn) = self.tracker.poll_confirm() {
+            if lsn > self.confirmed {
+                self.confirmed = lsn;
+                self.status.confirm(lsn);
+                self.trace(Trace::Confirmed { lsn });
+            }
+        }
+    }
+
+    async fn on_message(&mut self, msg: ReplicationMessage) -> Result<(), RelayError> {
+        let x = match msg {
+            ReplicationMessage::Keepalive(k) => {
+                self.tracker.keepalive(k.wal_end, self.tx.is_some());
+                return Ok(());
+            }
+            ReplicationMessage::XLogData(x) => x,
+        };
+        let lsn = x.wal_start;
+        let decoded = self
+            .decoder
+            .decode(x.data)
+            .map_err(|error| RelayError::Decode { lsn, error })?;
+        match decoded {
+            PgOutputMessage::Begin(b) => {
+                self.keys.begin(b.final_lsn)?;
+                self.tx = Some(TxInfo::new(b.final_lsn, b.xid, b.timestamp));
+            }
+            PgOutputMessage::Commit(c) => {
+                self.keys.commit(c.commit_lsn, c.end_lsn)?;
+                self.tracker.commit(c.end_lsn);
+                self.tx = None;
+            }
+            PgOutputMessage::Relation(r) => {
+                self.router.check_relation(&r, lsn)?;
+                self.relations.insert(r);
+            }
+            PgOutputMessage::Insert(i) => {
+                let tx = self.tx.clone().ok_or_else(|| outside_tx("INSERT", lsn))?;
+                let row = self
+                    .relations
+                    .row(i.relation_id, &i.new)
+                    .map_err(|error| RelayError::Row { lsn, error })?;
+                let key = self.keys.event(lsn)?;
+                let record = self.router.outbox_record(&tx, key, lsn, &row)?;
+                self.send(record).await?;
+            }
+            PgOutputMessage::Update(u) => {
+                let table = self
+                    .relations
+                    .get(u.relation_id)
+                    .map(|r| r.name.clone())
+                    .unwrap_or_default();
+                warn!(%table, %lsn, "UPDATE of an outbox row ignored: outbox events are published when inserted; updating a row publishes nothing");
+            }
+            PgOutputMessage::Delete(_) => debug!(%lsn, "DELETE from an outbox table ignored"),
+            PgOutputMessage::Truncate(_) => info!(%lsn, "TRUNCATE of an outbox table ignored"),
+            PgOutputMessage::Message(m) => {
+                let route = self.router.classify_message(&m)?;
+                if route == MessageRoute::Ignore {
+                    return Ok(());
+                }
+                if m.transactional() {
+                    let tx = self
+                        .tx
+                        .clone()
+                        .ok_or_else(|| outside_tx("transactional message", lsn))?;
+                    let key = self.keys.event(m.lsn)?;
+                    let record = self.router.message_record(&route, Some(&tx), key, &m)?;
+                    self.send(record).await?;
+                } else {
+                    if self.tx.is_some() {
+                        return Err(RelayError::Protocol {
+                            what: "non-transactional message",
+                            lsn,
+                            detail: "inside a transaction".into(),
+                        });
+                    }
+                    let key = self.keys.non_transactional(m.lsn)?;
+                    let record = self.router.message_record(&route, None, key, &m)?;
+                    self.send(record).await?;
+                    self.tracker.standalone(m.lsn);
+                }
+            }
+            PgOutputMessage::Origin(_) | PgOutputMessage::Type(_) => {}
+            other => {
+                return Err(RelayError::Protocol {
+                    what: "pgoutput message",
+                    lsn,
+                    detail: format!(
+                        "{} is not expected with proto_version 1 and streaming off",
+                        other.kind()
+                    ),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// Partition deterministically and hand the record to the producer.
+    async fn send(&mut self, record: Record) -> Result<(), RelayError> {
+        let partitions = self.sink.partitions(&record.topic).await?;
+        let partition = match &record.key {
+            Some(k) => partition_for_key(k, partitions),
+            None => partition_for_keyless(record.event_key, partitions),
+        };
+        let seq = self.tracker.register_event(record.size());
+        if self.trace.is_some() {
+            self.trace_keys.insert(seq, record.event_key);
+            self.trace(Trace::Produced {
+                seq,
+                key: record.event_key,
+                topic: record.topic.to_string(),
+                partition,
+            });
+        }
+        loop {
+            match self.sink.send(seq, &record, partition) {
+                Ok(()) => return Ok(()),
+                // The producer's own queue is full: make room by taking
+                // deliveries, then retry the same record.
+                Err(SinkError::QueueFull) => {
+                    let d = self.sink.next_delivery().await;
+                    self.on_delivery(d)?;
+                    self.confirm();
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+fn outside_tx(what: &'static str, lsn: Lsn) -> RelayError {
+    RelayError::Protocol {
+        what,
+        lsn,
+        detail: "outside a transaction".into(),
+    }
+}

@@ -1,0 +1,181 @@
+//! `walrelay setup`: the SQL helpers, the publication and the slot.
+//!
+//! Idempotent: running it again changes nothing and says what already
+//! existed. Order matters: the publication is created before the slot,
+//! because pgoutput reads publications through the catalog as of each
+//! change; a change decoded from before the publication existed fails with
+//! "publication does not exist".
+
+use walrelay_pg::commands::{quote_identifier, quote_literal};
+use walrelay_pg::{Config as PgConfig, ReplicationConnection, SlotStatus};
+
+use crate::config::Config;
+use crate::pipeline::RelayError;
+
+/// The SQL helpers (`walrelay.emit`), from `sql/walrelay.sql`.
+pub const HELPERS_SQL: &str = include_str!("../../../sql/walrelay.sql");
+
+/// One line of the setup report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Created(String),
+    Existed(String),
+    Changed(String),
+    Warning(String),
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Created(s) => write!(f, "created:  {s}"),
+            Step::Existed(s) => write!(f, "existed:  {s}"),
+            Step::Changed(s) => write!(f, "changed:  {s}"),
+            Step::Warning(s) => write!(f, "warning:  {s}"),
+        }
+    }
+}
+
+/// Run the set-up and report what was done.
+pub async fn setup(config: &Config) -> Result<Vec<Step>, RelayError> {
+    let pg = PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
+    let mut conn = ReplicationConnection::connect(&pg).await?;
+    conn.check_wal_level().await?;
+    let mut steps = Vec::new();
+
+    // 1. SQL helpers.
+    let had_helpers = !conn
+        .simple_query("SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'walrelay' AND p.proname = 'emit'")
+        .await?
+        .is_empty();
+    conn.simple_query(&format!("BEGIN; {HELPERS_SQL}; COMMIT;"))
+        .await?;
+    steps.push(if had_helpers {
+        Step::Existed("SQL helpers walrelay.emit(topic, key, payload, headers) (re-installed, same definition)".into())
+    } else {
+        Step::Created("SQL helpers walrelay.emit(topic, key, payload, headers)".into())
+    });
+
+    // 2. Publication.
+    let publication = &config.postgres.publication;
+    let mut wanted = Vec::new();
+    for o in &config.outbox {
+        let (schema, table) = o.qualified_name();
+        let exists = !conn
+            .simple_query(&format!(
+                "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = {} AND tablename = {}",
+                quote_literal(&schema),
+                quote_literal(&table)
+            ))
+            .await?
+            .is_empty();
+        if !exists {
+            return Err(RelayError::Setup {
+                problem: format!("outbox table {schema}.{table} does not exist"),
+                fix: "create it first (columns id, aggregatetype, aggregateid, type, payload jsonb and an optional headers jsonb; see docs/relay.md) or fix [[outbox]] table".into(),
+            });
+        }
+        wanted.push((schema, table));
+    }
+    let qualified =
+        |(s, t): &(String, String)| format!("{}.{}", quote_identifier(s), quote_identifier(t));
+    let pub_exists = !conn
+        .simple_query(&format!(
+            "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = {}",
+            quote_literal(publication)
+        ))
+        .await?
+        .is_empty();
+    if !pub_exists {
+        let tables = if wanted.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " FOR TABLE {}",
+                wanted.iter().map(qualified).collect::<Vec<_>>().join(", ")
+            )
+        };
+        conn.simple_query(&format!(
+            "CREATE PUBLICATION {}{tables}",
+            quote_identifier(publication)
+        ))
+        .await?;
+        steps.push(Step::Created(if wanted.is_empty() {
+            format!("publication {publication} (no tables: logical messages only)")
+        } else {
+            format!("publication {publication} for {}", describe(&wanted))
+        }));
+    } else {
+        let rows = conn
+            .simple_query(&format!(
+                "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = {}",
+                quote_literal(publication)
+            ))
+            .await?;
+        let mut present = Vec::new();
+        for r in &rows {
+            present.push((
+                r.get_required("schemaname")?.to_owned(),
+                r.get_required("tablename")?.to_owned(),
+            ));
+        }
+        let missing: Vec<_> = wanted
+            .iter()
+            .filter(|w| !present.contains(w))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            conn.simple_query(&format!(
+                "ALTER PUBLICATION {} ADD TABLE {}",
+                quote_identifier(publication),
+                missing.iter().map(qualified).collect::<Vec<_>>().join(", ")
+            ))
+            .await?;
+            steps.push(Step::Changed(format!(
+                "publication {publication}: added {}",
+                describe(&missing)
+            )));
+        } else {
+            steps.push(Step::Existed(format!("publication {publication}")));
+        }
+        let extra: Vec<_> = present
+            .iter()
+            .filter(|p| !wanted.contains(p))
+            .cloned()
+            .collect();
+        if !extra.is_empty() {
+            steps.push(Step::Warning(format!(
+                "publication {publication} also publishes {}, which is not an [[outbox]] table: `walrelay run` stops at its first change; remove it with ALTER PUBLICATION {} DROP TABLE ... or configure it",
+                describe(&extra),
+                quote_identifier(publication)
+            )));
+        }
+    }
+
+    // 3. Slot (after the publication).
+    match conn.ensure_slot(&config.postgres.slot).await? {
+        SlotStatus::Created(i) => steps.push(Step::Created(format!(
+            "replication slot {} (pgoutput), starting at {}",
+            i.slot_name,
+            i.confirmed_flush_lsn
+                .map(|l| l.to_string())
+                .unwrap_or_default()
+        ))),
+        SlotStatus::Existed(i) => steps.push(Step::Existed(format!(
+            "replication slot {} (pgoutput), confirmed_flush_lsn {}",
+            i.slot_name,
+            i.confirmed_flush_lsn
+                .map(|l| l.to_string())
+                .unwrap_or_default()
+        ))),
+    }
+    let _ = conn.close().await;
+    Ok(steps)
+}
+
+fn describe(tables: &[(String, String)]) -> String {
+    tables
+        .iter()
+        .map(|(s, t)| format!("{s}.{t}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
