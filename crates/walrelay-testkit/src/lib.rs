@@ -1,5 +1,5 @@
-//! Test support for walrelay: throwaway PostgreSQL clusters for tests,
-//! examples and benchmarks.
+//! Test support for walrelay: throwaway PostgreSQL clusters and
+//! Kafka-compatible brokers for tests, examples and benchmarks.
 //!
 //! * [`PgCluster::start`] runs `initdb` into a fresh directory under the
 //!   system temp dir and starts the server on a free port of 127.0.0.1
@@ -15,6 +15,13 @@
 //! * [`TestCa`] makes certificates for TLS clusters.
 //! * [`await_condition`] polls a condition until it holds or a timeout
 //!   passes: tests await conditions instead of sleeping.
+//! * [`TansuBroker::start`] runs a throwaway Tansu broker (Kafka-compatible,
+//!   in-memory storage) on a free port of 127.0.0.1; Drop kills it.
+//!   `scripts/install-tansu.sh` installs the pinned, hash-checked binary
+//!   into `target/tools/bin/tansu` (`$WALRELAY_TANSU_BIN` overrides it).
+//! * [`read_topics`], [`read_until_quiet`] and [`partition_count`] read
+//!   back what was produced, without a consumer group and without trusting
+//!   high watermarks (Tansu's are wrong).
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -27,7 +34,9 @@
 //! ```
 
 mod bin;
+pub mod broker;
 mod cluster;
+pub mod kafka;
 mod tls;
 mod user;
 
@@ -35,9 +44,11 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 pub use bin::{PgBin, DEBIAN_PG15_BIN, PG_BIN_ENV};
+pub use broker::{TansuBroker, KEEP_BROKER_ENV, TANSU_BIN_ENV};
 pub use cluster::{
     Auth, ClusterOptions, PasswordMethod, PgCluster, HOST, KEEP_CLUSTER_ENV, SUPERUSER,
 };
+pub use kafka::{partition_count, read_topics, read_until_quiet, ConsumedRecord, EXTRA_READ_GRACE};
 pub use tls::{TestCa, TlsMaterial};
 
 /// Polls `condition` every `poll_interval` until it returns `Ok(true)`, and
