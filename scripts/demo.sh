@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The README's first command: runs walrelay's main job end to end on a
-# throwaway PostgreSQL that it starts and removes itself.
-#
-# Today that job is the replication half: stream a sample workload through a
-# pgoutput slot and print the decoded events with their LSNs. (The Kafka
-# half, issue "Relay to Kafka", will extend this script with a throwaway
-# broker.)
+# The README's first command: walrelay's main job end to end on servers it
+# starts and removes itself. Starts a throwaway PostgreSQL and a Tansu
+# broker, runs `walrelay setup` and `walrelay run`, emits a few thousand
+# events from SQL (helpers, raw messages, outbox rows, one rolled-back
+# transaction), reads them back from Kafka, prints a table, and stops
+# everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-postgres.sh >/dev/null
-exec cargo run --quiet --locked -p walrelay-pg --example stream_events
+scripts/install-tansu.sh >/dev/null
+cargo build --quiet --locked -p walrelay --bin walrelay --example demo
+exec target/debug/examples/demo

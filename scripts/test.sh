@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, then checks
 # formatting, lints and runs every test (unit tests, and integration tests
-# against throwaway PostgreSQL clusters this suite starts and removes).
+# against throwaway PostgreSQL clusters and Tansu brokers this suite starts
+# and removes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-postgres.sh
+scripts/install-tansu.sh
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check

@@ -1,0 +1,310 @@
+//! The relay end to end: a real PostgreSQL, a real Kafka-compatible broker
+//! (Tansu) over TCP, the relay in-process with its audit trace.
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use futures_util::SinkExt;
+use support::{apply_high_water_marks, check_confirmations_follow_acks, key_of, Env, WAIT};
+use tokio::sync::{mpsc, watch};
+use walrelay::partition::{partition_for_key, partition_for_keyless};
+use walrelay::pipeline::{self, Trace};
+use walrelay::setup::{self, Step};
+use walrelay_testkit::{await_condition, partition_count, read_topics, ConsumedRecord};
+
+struct Running {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), pipeline::RelayError>>,
+    trace: mpsc::UnboundedReceiver<Trace>,
+}
+
+fn start_relay(config: walrelay::config::Config) -> Running {
+    let (stop, stop_rx) = watch::channel(false);
+    let (trace_tx, trace) = mpsc::unbounded_channel();
+    let task = tokio::spawn(pipeline::run(config, stop_rx, Some(trace_tx)));
+    Running { stop, task, trace }
+}
+
+impl Running {
+    async fn stop(mut self) -> Result<Vec<Trace>> {
+        self.stop.send(true)?;
+        self.task.await??;
+        let mut out = Vec::new();
+        while let Ok(t) = self.trace.try_recv() {
+            out.push(t);
+        }
+        Ok(out)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_every_committed_event_with_topic_partition_key_value_and_headers() -> Result<()> {
+    let env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let config = env.config(&bootstrap);
+
+    let steps = setup::setup(&config).await?;
+    assert!(steps.iter().any(|s| matches!(s, Step::Created(t) if t.contains("publication walrelay for public.outbox"))), "{steps:?}");
+    assert!(
+        steps
+            .iter()
+            .any(|s| matches!(s, Step::Created(t) if t.contains("replication slot walrelay"))),
+        "{steps:?}"
+    );
+    // Idempotent: the second run creates nothing.
+    let again = setup::setup(&config).await?;
+    assert!(
+        again.iter().all(|s| matches!(s, Step::Existed(_))),
+        "{again:?}"
+    );
+
+    let relay = start_relay(config.clone());
+    let c = &env.client;
+    // Envelope messages through the SQL helpers: jsonb, bytea (byte-exact),
+    // an untyped literal (the text overload), a tombstone.
+    c.batch_execute(
+        "SELECT walrelay.emit('payments', 'p-1', '{\"amount\": 5}'::jsonb, '{\"trace\": \"t1\"}');
+         SELECT walrelay.emit('payments', 'p-2', '\\x00ff00de'::bytea);
+         SELECT walrelay.emit('payments', 'p-3', '{\"a\": 1}');
+         SELECT walrelay.emit('payments', 'p-4', NULL::jsonb);",
+    )
+    .await?;
+    // Raw messages and outbox rows mixed in one transaction.
+    c.batch_execute(
+        "BEGIN;
+         SELECT pg_logical_emit_message(true, 'orders', 'raw-1');
+         INSERT INTO outbox VALUES ('e-1', 'order', 'o-1', 'OrderCreated', '{\"total\": 42}', '{\"tenant\": \"acme\"}');
+         INSERT INTO outbox VALUES ('e-2', 'customer', 'c-1', 'CustomerSignedUp', '{}', NULL);
+         SELECT pg_logical_emit_message(true, 'orders', 'raw-2');
+         COMMIT;",
+    )
+    .await?;
+    // COPY: rows sharing one LSN.
+    let sink = c
+        .copy_in("COPY outbox (id, aggregatetype, aggregateid, type, payload) FROM STDIN")
+        .await?;
+    let mut sink = std::pin::pin!(sink);
+    sink.send(Bytes::from_static(b"k1\torder\to-2\tOrderPaid\t{}\nk2\torder\to-3\tOrderPaid\t{}\nk3\torder\to-4\tOrderPaid\t{}\n"))
+        .await?;
+    sink.finish().await?;
+    // Rolled back: never published.
+    c.batch_execute(
+        "BEGIN;
+         SELECT walrelay.emit('payments', 'never', '{}'::jsonb);
+         INSERT INTO outbox VALUES ('rb', 'order', 'never', 'X', '{}', NULL);
+         SELECT pg_logical_emit_message(true, 'orders', 'never');
+         ROLLBACK;",
+    )
+    .await?;
+    // A non-transactional message, then a bulk of 2,000 events in 20
+    // transactions.
+    c.batch_execute("SELECT pg_logical_emit_message(false, 'orders', 'nontx');")
+        .await?;
+    for t in 0..20 {
+        c.batch_execute(&format!(
+            "SELECT count(walrelay.emit('bulk', 'b-' || g, jsonb_build_object('t', {t}, 'g', g))) FROM generate_series(1, 100) g"
+        ))
+        .await?;
+    }
+    let end_of_workload = env.current_wal_lsn().await?;
+
+    let expected = 4 + 4 + 3 + 1 + 2000;
+    let records = read_topics(
+        &bootstrap,
+        &[
+            "payments",
+            "orders",
+            "outbox.event.order",
+            "outbox.event.customer",
+            "bulk",
+        ],
+        expected,
+        WAIT,
+    )
+    .await?;
+    assert_eq!(
+        records.len(),
+        expected,
+        "every committed event once, nothing else"
+    );
+
+    // Nothing rolled back arrived.
+    assert!(!records
+        .iter()
+        .any(|r| r.key_str() == Some("never") || r.value_str() == Some("never")));
+
+    // Values, keys and headers.
+    let find = |topic: &str, key: Option<&str>, value: Option<&[u8]>| -> &ConsumedRecord {
+        records
+            .iter()
+            .find(|r| {
+                r.topic == topic
+                    && r.key_str() == key
+                    && value.is_none_or(|v| r.value.as_deref() == Some(v))
+            })
+            .unwrap_or_else(|| panic!("no record {topic}/{key:?}/{value:?}"))
+    };
+    let p1 = find("payments", Some("p-1"), None);
+    assert_eq!(p1.value_str(), Some("{\"amount\": 5}"));
+    assert_eq!(p1.header_str("trace"), Some("t1"));
+    assert_eq!(
+        find("payments", Some("p-2"), None).value.as_deref(),
+        Some(&b"\x00\xff\x00\xde"[..])
+    );
+    assert_eq!(
+        find("payments", Some("p-3"), None).value_str(),
+        Some("{\"a\": 1}")
+    );
+    assert_eq!(
+        find("payments", Some("p-4"), None).value,
+        None,
+        "NULL payload is a tombstone"
+    );
+    let raw = find("orders", None, Some(b"raw-1"));
+    assert!(raw.header_str("walrelay-xid").is_some());
+    let o1 = find("outbox.event.order", Some("o-1"), None);
+    assert_eq!(o1.value_str(), Some("{\"total\": 42}"));
+    assert_eq!(o1.header_str("id"), Some("e-1"));
+    assert_eq!(o1.header_str("type"), Some("OrderCreated"));
+    assert_eq!(o1.header_str("tenant"), Some("acme"));
+    assert_eq!(
+        find("outbox.event.customer", Some("c-1"), None).header_str("type"),
+        Some("CustomerSignedUp")
+    );
+    let nontx = find("orders", None, Some(b"nontx"));
+    assert_eq!(nontx.header_str("walrelay-commit-lsn"), None);
+    assert_eq!(nontx.header_str("walrelay-xid"), None);
+
+    let source = format!("{}/postgres/walrelay", env.system_identifier().await?);
+    let mut partitions = BTreeMap::new();
+    for r in &records {
+        assert_eq!(r.header_str("walrelay-source"), Some(source.as_str()));
+        let key = key_of(r);
+        assert_eq!(
+            r.header_str("idempotency-key").unwrap(),
+            key.to_hex(),
+            "32 lowercase hex digits"
+        );
+        let lsn: walrelay_pgoutput::Lsn = r
+            .header_str("walrelay-lsn")
+            .context("lsn header")?
+            .parse()?;
+        if let Some(commit) = r.header_str("walrelay-commit-lsn") {
+            let commit: walrelay_pgoutput::Lsn = commit.parse()?;
+            assert_eq!(key.high(), commit.0, "high 64 bits are the commit LSN");
+            assert!(
+                key.low() >= lsn.0,
+                "low 64 bits are the position, raised only upwards"
+            );
+            assert!(r
+                .header_str("walrelay-commit-time")
+                .is_some_and(|t| t.ends_with('Z')));
+        }
+        // Deterministic partitioning: the documented rule, recomputed.
+        let n = match partitions.get(&r.topic) {
+            Some(n) => *n,
+            None => {
+                let n = partition_count(&bootstrap, &r.topic)? as u32;
+                partitions.insert(r.topic.clone(), n);
+                n
+            }
+        };
+        let expected_partition = match &r.key {
+            Some(k) => partition_for_key(k, n),
+            None => partition_for_keyless(key, n),
+        };
+        assert_eq!(
+            r.partition as u32,
+            expected_partition,
+            "{}: {:?}",
+            r.topic,
+            r.key_str()
+        );
+    }
+    // Keys strictly increase per partition, and are unique.
+    let (fresh, duplicates) = apply_high_water_marks(&records)?;
+    assert_eq!(duplicates, 0, "one session, no replay: no duplicates");
+    assert_eq!(fresh.values().map(Vec::len).sum::<usize>(), expected);
+    let all: HashSet<_> = records.iter().map(key_of).collect();
+    assert_eq!(all.len(), expected);
+
+    // The slot moves past the whole workload once Kafka has it all.
+    await_condition(WAIT, Duration::from_millis(100), || async {
+        Ok(env.confirmed_flush_lsn("walrelay").await? >= end_of_workload)
+    })
+    .await?;
+    let trace = relay.stop().await?;
+    let confirmations = check_confirmations_follow_acks(&trace)?;
+    assert!(confirmations > 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirmed_flush_lsn_advances_while_the_publication_is_idle() -> Result<()> {
+    let env = Env::start().await?;
+    let config = env.config(&env.bootstrap());
+    setup::setup(&config).await?;
+    let relay = start_relay(config);
+    // Busy tables outside the publication: WAL grows, nothing is relayed.
+    for _ in 0..3 {
+        env.client
+            .batch_execute(
+                "INSERT INTO busy (v) SELECT repeat('x', 100) FROM generate_series(1, 500)",
+            )
+            .await?;
+    }
+    let target = env.current_wal_lsn().await?;
+    await_condition(WAIT, Duration::from_millis(100), || async {
+        Ok(env.confirmed_flush_lsn("walrelay").await? >= target)
+    })
+    .await
+    .context("the slot must not hold WAL for tables walrelay does not publish")?;
+    relay.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_explains_a_missing_slot_and_a_table_outside_the_outbox_config() -> Result<()> {
+    let env = Env::start().await?;
+    let mut config = env.config(&env.bootstrap());
+    // No setup: the slot is missing.
+    let (_stop, stop_rx) = watch::channel(false);
+    let err = pipeline::run(config.clone(), stop_rx, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("does not exist") && err.contains("walrelay setup"),
+        "{err}"
+    );
+
+    // A table in the publication that is not an outbox: stop, say which.
+    env.client
+        .batch_execute("CREATE TABLE other (id int PRIMARY KEY); CREATE PUBLICATION walrelay FOR TABLE outbox, other;")
+        .await?;
+    let steps = setup::setup(&config).await?;
+    assert!(
+        steps
+            .iter()
+            .any(|s| matches!(s, Step::Warning(w) if w.contains("public.other"))),
+        "{steps:?}"
+    );
+    env.client
+        .batch_execute("INSERT INTO other VALUES (1)")
+        .await?;
+    config.relay.max_backoff = Duration::from_millis(100);
+    let (_stop, stop_rx) = watch::channel(false);
+    let err = tokio::time::timeout(WAIT, pipeline::run(config, stop_rx, None))
+        .await?
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("public.other") && err.contains("not a configured outbox table"),
+        "{err}"
+    );
+    Ok(())
+}

@@ -1,0 +1,209 @@
+//! Shared set-up for the relay's end-to-end tests: a throwaway PostgreSQL
+//! with an outbox table, a throwaway Tansu broker, and checks over what
+//! arrived in Kafka.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use walrelay::config::{Config, MessageRoute, OutboxConfig};
+use walrelay::key::EventKey;
+use walrelay::pipeline::Trace;
+use walrelay_pgoutput::Lsn;
+use walrelay_testkit::{ClusterOptions, ConsumedRecord, PgCluster, TansuBroker};
+
+/// Keys first seen, per (topic, partition), in offset order.
+pub type FreshKeys = BTreeMap<(String, i32), Vec<EventKey>>;
+
+pub const WAIT: Duration = Duration::from_secs(90);
+
+pub const SCHEMA: &str = "
+    CREATE TABLE outbox (
+        id text PRIMARY KEY,
+        aggregatetype text NOT NULL,
+        aggregateid text,
+        type text,
+        payload jsonb,
+        headers jsonb
+    );
+    CREATE TABLE busy (id bigserial PRIMARY KEY, v text);
+";
+
+pub struct Env {
+    pub cluster: PgCluster,
+    pub client: tokio_postgres::Client,
+    pub broker: Option<TansuBroker>,
+}
+
+impl Env {
+    /// PostgreSQL and Tansu.
+    pub async fn start() -> Result<Env> {
+        let mut env = Self::postgres_only(ClusterOptions::default()).await?;
+        env.broker = Some(tokio::task::spawn_blocking(TansuBroker::start).await??);
+        Ok(env)
+    }
+
+    pub async fn postgres_only(opts: ClusterOptions) -> Result<Env> {
+        let cluster = tokio::task::spawn_blocking(move || PgCluster::start(opts)).await??;
+        let client = cluster.client().await?;
+        client.batch_execute(SCHEMA).await?;
+        Ok(Env {
+            cluster,
+            client,
+            broker: None,
+        })
+    }
+
+    pub fn bootstrap(&self) -> String {
+        self.broker
+            .as_ref()
+            .expect("started with a broker")
+            .bootstrap_servers()
+    }
+
+    /// A relay configuration for this environment: the outbox table, one
+    /// raw route (`orders` → `orders`), envelope messages, fast status
+    /// updates.
+    pub fn config(&self, bootstrap: &str) -> Config {
+        let mut c = Config::default();
+        c.postgres.url = format!(
+            "{}?sslmode=disable",
+            self.cluster.url("postgres", "postgres")
+        );
+        c.postgres.status_interval = Duration::from_millis(200);
+        c.kafka.bootstrap_servers = bootstrap.to_owned();
+        c.messages.push(MessageRoute {
+            prefix: "orders".into(),
+            topic: "orders".into(),
+        });
+        c.outbox.push(OutboxConfig {
+            table: "public.outbox".into(),
+            topic: "outbox.event.{aggregatetype}".into(),
+            columns: Default::default(),
+        });
+        c.relay.max_backoff = Duration::from_millis(500);
+        c
+    }
+
+    pub async fn confirmed_flush_lsn(&self, slot: &str) -> Result<Lsn> {
+        let s: Option<String> = self
+            .client
+            .query_one(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await?
+            .get(0);
+        Ok(s.context("slot has no confirmed_flush_lsn")?.parse()?)
+    }
+
+    pub async fn current_wal_lsn(&self) -> Result<Lsn> {
+        let s: String = self
+            .client
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await?
+            .get(0);
+        Ok(s.parse()?)
+    }
+
+    pub async fn system_identifier(&self) -> Result<String> {
+        Ok(self
+            .client
+            .query_one(
+                "SELECT system_identifier::text FROM pg_control_system()",
+                &[],
+            )
+            .await?
+            .get(0))
+    }
+}
+
+pub fn key_of(r: &ConsumedRecord) -> EventKey {
+    let hex = r
+        .header_str("idempotency-key")
+        .expect("every record has an idempotency-key header");
+    hex.parse().expect("idempotency-key is 32 hex digits")
+}
+
+/// The consumer's view: per (topic, partition) in offset order, a record
+/// whose key is above the high-water mark is new, anything else is a
+/// replayed duplicate. Checks that duplicates are exact repeats of keys
+/// seen before in that partition (never a new key arriving late, which
+/// would be lost by a high-water-mark consumer) and returns the new
+/// records' keys per partition.
+pub fn apply_high_water_marks(records: &[ConsumedRecord]) -> Result<(FreshKeys, usize)> {
+    let mut by_partition: BTreeMap<(String, i32), Vec<&ConsumedRecord>> = BTreeMap::new();
+    for r in records {
+        by_partition
+            .entry((r.topic.clone(), r.partition))
+            .or_default()
+            .push(r);
+    }
+    let mut fresh = BTreeMap::new();
+    let mut duplicates = 0;
+    for (tp, mut rs) in by_partition {
+        rs.sort_by_key(|r| r.offset);
+        let mut seen = HashSet::new();
+        let mut hwm: Option<EventKey> = None;
+        let mut new_keys = Vec::new();
+        for r in rs {
+            let k = key_of(r);
+            if hwm.is_none_or(|h| k > h) {
+                hwm = Some(k);
+                seen.insert(k);
+                new_keys.push(k);
+            } else {
+                ensure!(
+                    seen.contains(&k),
+                    "{tp:?} offset {}: key {k} is below the high-water mark but was never seen: it would be lost",
+                    r.offset
+                );
+                duplicates += 1;
+            }
+        }
+        fresh.insert(tp, new_keys);
+    }
+    Ok((fresh, duplicates))
+}
+
+/// "Nothing is confirmed to PostgreSQL before Kafka acknowledged it": at
+/// every confirmation, every record produced with a key below the
+/// confirmed LSN (its transaction committed before it, or it is a
+/// non-transactional message ending at or before it) was acknowledged.
+pub fn check_confirmations_follow_acks(trace: &[Trace]) -> Result<usize> {
+    let mut produced: HashMap<u64, EventKey> = HashMap::new();
+    let mut acked: HashSet<u64> = HashSet::new();
+    let mut confirmations = 0;
+    for t in trace {
+        match t {
+            Trace::SessionStarted { .. } | Trace::SessionEnded { .. } => {
+                // Each session numbers its events from zero, and what a
+                // failed session left unacknowledged is replayed by the
+                // next one under new numbers.
+                produced.clear();
+                acked.clear();
+            }
+            Trace::Produced { seq, key, .. } => {
+                produced.insert(*seq, *key);
+            }
+            Trace::Acked { seq, .. } => {
+                acked.insert(*seq);
+            }
+            Trace::Confirmed { lsn } => {
+                confirmations += 1;
+                for (seq, key) in &produced {
+                    if key.high() < lsn.0 {
+                        ensure!(
+                            acked.contains(seq),
+                            "confirmed {lsn} before the ack of event {seq} (key {key})"
+                        );
+                    }
+                }
+                produced.retain(|seq, _| !acked.contains(seq));
+            }
+        }
+    }
+    Ok(confirmations)
+}
