@@ -22,8 +22,10 @@
 //! walsender, while the stream's own task keeps sending status updates.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, info_span, warn, Instrument};
 use walrelay_pg::xlog::ReplicationMessage;
@@ -37,7 +39,7 @@ use crate::checkpoint::{AckError, CheckpointTracker};
 use crate::config::Config;
 use crate::key::{EventKey, KeyAssigner, KeyError};
 use crate::partition::{partition_for_key, partition_for_keyless};
-use crate::record::Record;
+use crate::record::{header, Record};
 use crate::route::{MessageRoute, RouteError, Router, TxInfo};
 use crate::sink::{Delivery, KafkaSink, SinkConfig, SinkError};
 
@@ -169,6 +171,10 @@ struct Session<'a> {
     trace: Option<&'a TraceSender>,
     /// seq → key, kept only while tracing (for [`Trace::Acked`]).
     trace_keys: HashMap<u64, EventKey>,
+    /// The last key sent to each (topic, partition) in this session, for
+    /// the `walrelay-prev-key` header.
+    last_sent: HashMap<(Arc<str>, u32), EventKey>,
+    prev_key_header: Arc<str>,
     confirmed: Lsn,
 }
 
@@ -232,6 +238,8 @@ impl<'a> Session<'a> {
                 tx: None,
                 trace,
                 trace_keys: HashMap::new(),
+                last_sent: HashMap::new(),
+                prev_key_header: Arc::from(header::PREV_KEY),
                 confirmed,
             };
             session.relay(shutdown).await
@@ -426,12 +434,24 @@ impl<'a> Session<'a> {
     }
 
     /// Partition deterministically and hand the record to the producer.
-    async fn send(&mut self, record: Record) -> Result<(), RelayError> {
+    async fn send(&mut self, mut record: Record) -> Result<(), RelayError> {
         let partitions = self.sink.partitions(&record.topic).await?;
         let partition = match &record.key {
             Some(k) => partition_for_key(k, partitions),
             None => partition_for_keyless(record.event_key, partitions),
         };
+        let prev = self
+            .last_sent
+            .insert((record.topic.clone(), partition), record.event_key);
+        let prev = match prev {
+            Some(k) => {
+                let mut hex = [0u8; 32];
+                k.write_hex(&mut hex);
+                Bytes::copy_from_slice(&hex)
+            }
+            None => Bytes::new(),
+        };
+        record.headers.push((self.prev_key_header.clone(), prev));
         let seq = self.tracker.register_event(record.size());
         if self.trace.is_some() {
             self.trace_keys.insert(seq, record.event_key);

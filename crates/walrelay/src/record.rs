@@ -28,6 +28,12 @@ pub mod header {
     /// Commit time, RFC 3339 UTC with microseconds (absent for
     /// non-transactional messages).
     pub const COMMIT_TIME: &str = "walrelay-commit-time";
+    /// The key of the record this session sent before to the same topic
+    /// and partition; empty for the first one of a session. A consumer
+    /// whose high-water mark is below it has missed something (gap
+    /// detection). Unlike everything else in a record it depends on the
+    /// session, not only on the WAL.
+    pub const PREV_KEY: &str = "walrelay-prev-key";
 }
 
 /// One record to produce.

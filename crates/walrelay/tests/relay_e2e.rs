@@ -14,7 +14,9 @@ use tokio::sync::{mpsc, watch};
 use walrelay::partition::{partition_for_key, partition_for_keyless};
 use walrelay::pipeline::{self, Trace};
 use walrelay::setup::{self, Step};
-use walrelay_testkit::{await_condition, partition_count, read_topics, ConsumedRecord};
+use walrelay_testkit::{
+    await_condition, partition_count, read_topics, read_until_quiet, ConsumedRecord,
+};
 
 struct Running {
     stop: watch::Sender<bool>,
@@ -225,6 +227,23 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
             r.key_str()
         );
     }
+    // Gap detection: within a session each record names the key sent
+    // before it to the same partition (empty for the first).
+    let mut by_partition: BTreeMap<(String, i32), Vec<&ConsumedRecord>> = BTreeMap::new();
+    for r in &records {
+        by_partition
+            .entry((r.topic.clone(), r.partition))
+            .or_default()
+            .push(r);
+    }
+    for rs in by_partition.values_mut() {
+        rs.sort_by_key(|r| r.offset);
+        let mut prev = String::new();
+        for r in rs.iter() {
+            assert_eq!(r.header_str("walrelay-prev-key"), Some(prev.as_str()));
+            prev = key_of(r).to_hex();
+        }
+    }
     // Keys strictly increase per partition, and are unique.
     let (fresh, duplicates) = apply_high_water_marks(&records)?;
     assert_eq!(duplicates, 0, "one session, no replay: no duplicates");
@@ -305,6 +324,108 @@ async fn run_explains_a_missing_slot_and_a_table_outside_the_outbox_config() -> 
     assert!(
         err.contains("public.other") && err.contains("not a configured outbox table"),
         "{err}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_postgres_loss_and_ignores_outbox_updates_and_deletes() -> Result<()> {
+    let mut env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let config = env.config(&bootstrap);
+    setup::setup(&config).await?;
+    let mut relay = start_relay(config);
+
+    // The delete-in-the-same-transaction pattern, and an update: one record.
+    env.client
+        .batch_execute(
+            "BEGIN;
+             INSERT INTO outbox VALUES ('u-1', 'order', 'o-1', 'Created', '{\"v\": 1}', NULL);
+             UPDATE outbox SET payload = '{\"v\": 2}' WHERE id = 'u-1';
+             DELETE FROM outbox WHERE id = 'u-1';
+             COMMIT;",
+        )
+        .await?;
+
+    // The walsender is terminated: the session ends, the relay reconnects.
+    env.client
+        .batch_execute("SELECT walrelay.emit('events', 'a', '{\"n\": 1}'::jsonb)")
+        .await?;
+    let mut trace = Vec::new();
+    let sessions = |trace: &mut Vec<Trace>, relay: &mut Running| {
+        while let Ok(t) = relay.trace.try_recv() {
+            trace.push(t);
+        }
+        trace
+            .iter()
+            .filter(|t| matches!(t, Trace::SessionStarted { .. }))
+            .count()
+    };
+    await_condition(WAIT, Duration::from_millis(50), || {
+        let started = sessions(&mut trace, &mut relay);
+        async move { Ok(started >= 1) }
+    })
+    .await?;
+    env.client
+        .batch_execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walrelay'")
+        .await?;
+    env.client
+        .batch_execute("SELECT walrelay.emit('events', 'b', '{\"n\": 2}'::jsonb)")
+        .await?;
+    await_condition(WAIT, Duration::from_millis(50), || {
+        let started = sessions(&mut trace, &mut relay);
+        async move { Ok(started >= 2) }
+    })
+    .await?;
+
+    // An immediate-mode restart (a crash) of PostgreSQL.
+    let cluster = env.cluster;
+    let cluster = tokio::task::spawn_blocking(move || -> Result<_> {
+        cluster.stop_immediate()?;
+        cluster.restart()?;
+        Ok(cluster)
+    })
+    .await??;
+    env.cluster = cluster;
+    env.client = env.cluster.client().await?;
+    env.client
+        .batch_execute("SELECT walrelay.emit('events', 'c', '{\"n\": 3}'::jsonb)")
+        .await?;
+    let end = env.current_wal_lsn().await?;
+    await_condition(WAIT, Duration::from_millis(100), || async {
+        Ok(env.confirmed_flush_lsn("walrelay").await? >= end)
+    })
+    .await?;
+    let mut all = trace;
+    all.extend(relay.stop().await?);
+    assert!(
+        all.iter()
+            .filter(|t| matches!(t, Trace::SessionStarted { .. }))
+            .count()
+            >= 3
+    );
+    check_confirmations_follow_acks(&all)?;
+
+    let records = read_until_quiet(
+        &bootstrap,
+        &["events", "outbox.event.order"],
+        Duration::from_secs(1),
+        WAIT,
+    )
+    .await?;
+    let (fresh, _duplicates) = apply_high_water_marks(&records)?;
+    assert_eq!(
+        fresh.values().map(Vec::len).sum::<usize>(),
+        4,
+        "{records:?}"
+    );
+    let order: Vec<_> = records
+        .iter()
+        .filter(|r| r.topic == "outbox.event.order")
+        .collect();
+    assert!(
+        order.iter().all(|r| r.value_str() == Some("{\"v\": 1}")),
+        "only the INSERT is published"
     );
     Ok(())
 }

@@ -1,0 +1,1 @@
+//! walrelay-consumer (placeholder)
