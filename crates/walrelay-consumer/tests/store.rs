@@ -1,0 +1,431 @@
+//! `PgHwmStore` against a real, throwaway PostgreSQL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_postgres::{Client, Transaction};
+use walrelay::key::EventKey;
+use walrelay_consumer::{
+    migrate, CountersSnapshot, HwmRow, HwmStore, Outcome, PgHwmStore, Position, ProcessError,
+    RecordMeta, MIGRATION,
+};
+use walrelay_testkit::{await_condition, ClusterOptions, PgCluster};
+
+const SOURCE: &str = "7312/app/walrelay";
+
+/// A fresh cluster with the migration and a side-effect table.
+async fn setup() -> anyhow::Result<(PgCluster, Client)> {
+    let cluster =
+        tokio::task::spawn_blocking(|| PgCluster::start(ClusterOptions::default())).await??;
+    let client = cluster.client().await?;
+    migrate(&client).await?;
+    client
+        .batch_execute("CREATE TABLE effects (event_key text NOT NULL, note text)")
+        .await?;
+    Ok((cluster, client))
+}
+
+fn meta(key: u128, source: &str, prev: Option<u128>) -> RecordMeta {
+    RecordMeta {
+        key: EventKey(key),
+        source: source.to_owned(),
+        lsn: None,
+        commit_lsn: None,
+        prev_key: prev.map(EventKey),
+    }
+}
+
+async fn insert_effect(
+    tx: &Transaction<'_>,
+    meta: &RecordMeta,
+) -> Result<u64, tokio_postgres::Error> {
+    tx.execute(
+        "INSERT INTO effects (event_key) VALUES ($1)",
+        &[&meta.key.to_hex()],
+    )
+    .await
+}
+
+async fn effects(client: &Client) -> anyhow::Result<Vec<String>> {
+    Ok(client
+        .query("SELECT event_key FROM effects ORDER BY event_key", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+#[tokio::test]
+async fn migration_is_idempotent_and_checks_the_mark() -> anyhow::Result<()> {
+    let (_cluster, client) = setup().await?;
+    migrate(&client).await?;
+    client.batch_execute(MIGRATION).await?;
+    let bad = client
+        .execute(
+            "INSERT INTO walrelay_consumer_hwm (consumer_group, topic, partition, source, hwm) \
+             VALUES ('g', 't', 0, 's', 'ABC')",
+            &[],
+        )
+        .await;
+    assert!(
+        bad.is_err(),
+        "the CHECK constraint must refuse a non-key mark"
+    );
+    // Text order is key order.
+    let row = client
+        .query_one(
+            "SELECT $1::text < $2::text",
+            &[&EventKey(0x0fff).to_hex(), &EventKey(0x1000).to_hex()],
+        )
+        .await?;
+    assert!(row.get::<_, bool>(0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn first_duplicate_lower_and_higher_keys() -> anyhow::Result<()> {
+    let (_cluster, mut client) = setup().await?;
+    let store = PgHwmStore::new();
+    let pos = Position::new("g", "orders", 0);
+    let k = 0x0153_1f10_u128 << 64 | 0x0153_2000;
+
+    let first = meta(k, SOURCE, None);
+    let out = store
+        .process(&mut client, &pos, &first, async |tx| {
+            insert_effect(tx, &first).await
+        })
+        .await?;
+    assert_eq!(out, Outcome::Processed(1));
+    assert_eq!(store.hwm(&client, &pos, SOURCE).await?, Some(EventKey(k)));
+
+    // The same record again, and a lower one: duplicates, handler not run.
+    for key in [k, k - 1, 1] {
+        let m = meta(key, SOURCE, None);
+        let out = store
+            .process(
+                &mut client,
+                &pos,
+                &m,
+                async |_tx| -> Result<(), tokio_postgres::Error> {
+                    panic!("the handler must not run for a duplicate")
+                },
+            )
+            .await?;
+        assert_eq!(out, Outcome::Duplicate { hwm: EventKey(k) });
+    }
+
+    let higher = meta(k + 1, SOURCE, Some(k));
+    let out = store
+        .process(&mut client, &pos, &higher, async |tx| {
+            insert_effect(tx, &higher).await
+        })
+        .await?;
+    assert!(out.is_processed());
+    assert_eq!(
+        store.hwm(&client, &pos, SOURCE).await?,
+        Some(EventKey(k + 1))
+    );
+    assert_eq!(
+        effects(&client).await?,
+        vec![EventKey(k).to_hex(), EventKey(k + 1).to_hex()]
+    );
+    assert_eq!(
+        store.counters().snapshot(),
+        CountersSnapshot {
+            processed: 2,
+            duplicates: 3,
+            gaps: 0,
+            errors: 0
+        }
+    );
+
+    // Other partitions and groups have their own marks.
+    for other in [
+        Position::new("g", "orders", 1),
+        Position::new("h", "orders", 0),
+    ] {
+        let out = store
+            .process(&mut client, &other, &first, async |_tx| Ok::<_, ()>(()))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        assert!(out.is_processed(), "{other:?}");
+    }
+    // Through the trait, and load().
+    let rows = HwmStore::load(
+        &store,
+        &client,
+        "g",
+        &[
+            ("orders".to_owned(), 0),
+            ("orders".to_owned(), 1),
+            ("other".to_owned(), 0),
+        ],
+    )
+    .await?;
+    assert_eq!(
+        rows,
+        vec![
+            HwmRow {
+                topic: "orders".into(),
+                partition: 0,
+                source: SOURCE.into(),
+                hwm: EventKey(k + 1)
+            },
+            HwmRow {
+                topic: "orders".into(),
+                partition: 1,
+                source: SOURCE.into(),
+                hwm: EventKey(k)
+            },
+        ]
+    );
+    let out = HwmStore::process(&store, &mut client, &pos, &higher, async |_tx| {
+        Ok::<_, ()>(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    assert!(out.is_duplicate());
+    Ok(())
+}
+
+#[tokio::test]
+async fn handler_error_rolls_back_everything() -> anyhow::Result<()> {
+    let (_cluster, mut client) = setup().await?;
+    let store = PgHwmStore::new();
+    let pos = Position::new("g", "orders", 0);
+    let m1 = meta(10, SOURCE, None);
+    store
+        .process(&mut client, &pos, &m1, async |tx| {
+            insert_effect(tx, &m1).await
+        })
+        .await?;
+
+    let m2 = meta(20, SOURCE, Some(10));
+    let err = store
+        .process(&mut client, &pos, &m2, async |tx| {
+            insert_effect(tx, &m2).await.map_err(|e| e.to_string())?;
+            Err::<(), _>("boom".to_owned())
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProcessError::Handler(m) if m == "boom"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("boom"), "{err}");
+    assert_eq!(store.hwm(&client, &pos, SOURCE).await?, Some(EventKey(10)));
+    assert_eq!(effects(&client).await?, vec![EventKey(10).to_hex()]);
+
+    // A handler statement that fails aborts the transaction: a database
+    // error, rolled back as well.
+    let err = store
+        .process(&mut client, &pos, &m2, async |tx| {
+            insert_effect(tx, &m2).await?;
+            tx.execute("SELECT 1/0", &[]).await
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProcessError::Handler(_)), "{err:?}");
+    assert_eq!(store.hwm(&client, &pos, SOURCE).await?, Some(EventKey(10)));
+    assert_eq!(effects(&client).await?.len(), 1);
+
+    // The redelivery is processed normally.
+    let out = store
+        .process(&mut client, &pos, &m2, async |tx| {
+            insert_effect(tx, &m2).await
+        })
+        .await?;
+    assert!(out.is_processed());
+    assert_eq!(store.hwm(&client, &pos, SOURCE).await?, Some(EventKey(20)));
+    assert_eq!(effects(&client).await?.len(), 2);
+    let c = store.counters().snapshot();
+    assert_eq!((c.processed, c.errors, c.gaps), (2, 2, 0), "{c:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn sources_keep_separate_marks() -> anyhow::Result<()> {
+    let (_cluster, mut client) = setup().await?;
+    let store = PgHwmStore::new();
+    let pos = Position::new("g", "orders", 0);
+    let a = meta(1000, "cluster-a/app/slot", None);
+    let b = meta(5, "cluster-b/app/slot", None);
+    assert!(store
+        .process(&mut client, &pos, &a, async |tx| insert_effect(tx, &a)
+            .await)
+        .await?
+        .is_processed());
+    // Lower key, other source: still new.
+    assert!(store
+        .process(&mut client, &pos, &b, async |tx| insert_effect(tx, &b)
+            .await)
+        .await?
+        .is_processed());
+    assert_eq!(
+        store.hwm(&client, &pos, "cluster-a/app/slot").await?,
+        Some(EventKey(1000))
+    );
+    assert_eq!(
+        store.hwm(&client, &pos, "cluster-b/app/slot").await?,
+        Some(EventKey(5))
+    );
+    assert!(store
+        .process(&mut client, &pos, &b, async |tx| insert_effect(tx, &b)
+            .await)
+        .await?
+        .is_duplicate());
+    assert_eq!(effects(&client).await?.len(), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn gap_detection_counts_a_missed_record() -> anyhow::Result<()> {
+    let (_cluster, mut client) = setup().await?;
+    let store = PgHwmStore::new();
+    let pos = Position::new("g", "orders", 0);
+    let noop = async |_tx: &Transaction<'_>| Ok::<_, tokio_postgres::Error>(());
+
+    // The first record a group sees for a partition: no gap reported even
+    // with a prev-key (the initial mark is not compared).
+    store
+        .process(&mut client, &pos, &meta(100, SOURCE, Some(90)), noop)
+        .await?;
+    // prev == hwm: contiguous.
+    store
+        .process(&mut client, &pos, &meta(110, SOURCE, Some(100)), noop)
+        .await?;
+    // Session start (no prev-key): nothing to compare.
+    store
+        .process(&mut client, &pos, &meta(120, SOURCE, None), noop)
+        .await?;
+    // prev < hwm: its predecessor was processed long ago (replay overlap).
+    store
+        .process(&mut client, &pos, &meta(130, SOURCE, Some(115)), noop)
+        .await?;
+    assert_eq!(store.counters().snapshot().gaps, 0);
+
+    // 140 was never seen: 150 says it came after 140.
+    let out = store
+        .process(&mut client, &pos, &meta(150, SOURCE, Some(140)), noop)
+        .await?;
+    assert!(
+        out.is_processed(),
+        "a record after a gap is still processed"
+    );
+    assert_eq!(store.hwm(&client, &pos, SOURCE).await?, Some(EventKey(150)));
+    assert_eq!(store.counters().snapshot().gaps, 1);
+
+    // A gap on a record that then fails is not counted (it is counted when
+    // the record commits).
+    let err = store
+        .process(
+            &mut client,
+            &pos,
+            &meta(170, SOURCE, Some(160)),
+            async |_tx| Err::<(), _>("no"),
+        )
+        .await;
+    assert!(err.is_err());
+    assert_eq!(store.counters().snapshot().gaps, 1);
+    store
+        .process(&mut client, &pos, &meta(170, SOURCE, Some(160)), noop)
+        .await?;
+    assert_eq!(store.counters().snapshot().gaps, 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn concurrent_deliveries_of_one_record_apply_once() -> anyhow::Result<()> {
+    const TASKS: usize = 8;
+    let (cluster, client) = setup().await?;
+    let monitor = Arc::new(client);
+    let store = PgHwmStore::new();
+    let pos = Position::new("g", "orders", 3);
+    let record = meta(0x42 << 64 | 7, SOURCE, None);
+
+    let mut clients = Vec::new();
+    for _ in 0..TASKS {
+        clients.push(cluster.client().await?);
+    }
+    let mut tasks = Vec::new();
+    for mut client in clients {
+        let (store, pos, record, monitor) = (
+            store.clone(),
+            pos.clone(),
+            record.clone(),
+            Arc::clone(&monitor),
+        );
+        tasks.push(tokio::spawn(async move {
+            store
+                .process(&mut client, &pos, &record, async |tx| {
+                    // Whoever gets here first holds the mark row (or its
+                    // uncommitted insert): wait until every other delivery
+                    // is blocked on it, so they really race.
+                    await_condition(Duration::from_secs(60), Duration::from_millis(20), || {
+                        let monitor = Arc::clone(&monitor);
+                        async move {
+                            let row = monitor
+                                .query_one(
+                                    "SELECT count(*) FROM pg_stat_activity \
+                                     WHERE wait_event_type = 'Lock'",
+                                    &[],
+                                )
+                                .await?;
+                            Ok(row.get::<_, i64>(0) >= (TASKS as i64 - 1))
+                        }
+                    })
+                    .await?;
+                    insert_effect(tx, &record).await?;
+                    Ok::<_, anyhow::Error>(())
+                })
+                .await
+        }));
+    }
+    let mut processed = 0;
+    let mut duplicates = 0;
+    for task in tasks {
+        match task.await?.map_err(|e| anyhow::anyhow!("{e}"))? {
+            Outcome::Processed(()) => processed += 1,
+            Outcome::Duplicate { hwm } => {
+                assert_eq!(hwm, record.key);
+                duplicates += 1;
+            }
+        }
+    }
+    assert_eq!((processed, duplicates), (1, TASKS - 1));
+    assert_eq!(effects(&monitor).await?, vec![record.key.to_hex()]);
+    let c = store.counters().snapshot();
+    assert_eq!((c.processed, c.duplicates, c.errors), (1, 7, 0), "{c:?}");
+    drop(cluster);
+    Ok(())
+}
+
+#[tokio::test]
+async fn corrupt_mark_is_an_error() -> anyhow::Result<()> {
+    let (_cluster, mut client) = setup().await?;
+    client
+        .batch_execute(
+            "ALTER TABLE walrelay_consumer_hwm DROP CONSTRAINT walrelay_consumer_hwm_hwm_check;
+             INSERT INTO walrelay_consumer_hwm (consumer_group, topic, partition, source, hwm)
+             VALUES ('g', 'orders', 0, 's', 'not-a-key')",
+        )
+        .await
+        .context("breaking the table")?;
+    let store = PgHwmStore::new();
+    let m = meta(1, "s", None);
+    let err = store
+        .process(
+            &mut client,
+            &Position::new("g", "orders", 0),
+            &m,
+            async |_tx| Ok::<_, ()>(()),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProcessError::CorruptHwm { ref value, .. } if value == "not-a-key"),
+        "{err:?}"
+    );
+    Ok(())
+}
