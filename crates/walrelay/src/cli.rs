@@ -37,6 +37,31 @@ pub enum Command {
     /// Print the effective configuration (file, environment and flags
     /// merged) as TOML, without secrets, and exit.
     Config,
+    /// Read topics back from Kafka and check their idempotency keys.
+    ///
+    /// Per partition and source: replayed duplicates (fine), keys out of
+    /// order (a high-water-mark consumer would drop them), gaps (via
+    /// walrelay-prev-key). Needs only Kafka settings (docs/verify.md).
+    /// Exit codes: 0 clean, 1 a key out of order, 2 usage error, 3 gaps or
+    /// malformed headers, 4 could not verify (Kafka, topic missing).
+    Verify(crate::verify::VerifyArgs),
+    /// Show the slot and publication as PostgreSQL sees them: plugin,
+    /// active walsender, confirmed_flush_lsn, lag in bytes, wal_status,
+    /// safe_wal_size, published tables. Exit codes: 0 ok, 1 could not
+    /// check, 2 slot or publication missing, 3 slot invalidated (lost),
+    /// 4 slot at risk or lag over --max-lag-bytes.
+    Status(StatusArgs),
+}
+
+/// Options of `walrelay status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 4 when the slot lags the current WAL by more than this.
+    #[arg(long, value_name = "BYTES")]
+    pub max_lag_bytes: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -119,6 +144,23 @@ pub struct Options {
     /// "walrelay=debug".
     #[arg(long, env = "WALRELAY_LOG", global = true, default_value = "info")]
     pub log: String,
+}
+
+/// Resolves on SIGTERM (service managers, `kill`) or SIGINT (Ctrl-C):
+/// how `run` and `verify` learn that they should stop.
+pub async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 fn parse_pair(s: &str) -> Result<(String, String), String> {

@@ -15,6 +15,7 @@
 //! | [`checkpoint`] | which LSN may be confirmed, given what Kafka acknowledged |
 //! | [`pipeline`] | the loop tying them together, and restarts from the slot |
 //! | [`setup`] | `walrelay setup`: helpers, publication, slot |
+//! | [`status`] | `walrelay status`: the slot as PostgreSQL sees it |
 //! | [`config`], [`cli`] | configuration file, environment and flags |
 
 #![forbid(unsafe_code)]
@@ -30,3 +31,5 @@ pub mod record;
 pub mod route;
 pub mod setup;
 pub mod sink;
+pub mod status;
+pub mod verify;

@@ -29,6 +29,12 @@ async fn main() -> anyhow::Result<()> {
             .with_writer(std::io::stderr)
             .init(),
     }
+    if let Command::Verify(args) = &cli.command {
+        // Reads Kafka only: needs neither PostgreSQL nor a complete relay
+        // configuration, and has its own exit codes (docs/verify.md).
+        let code = walrelay::verify::main(&cli.options, args).await;
+        std::process::exit(code);
+    }
     let config = cli.options.effective_config()?;
     match cli.command {
         Command::Config => print!("{}", cli::render(&config)),
@@ -40,28 +46,28 @@ async fn main() -> anyhow::Result<()> {
         Command::Run => {
             let (stop_tx, stop_rx) = watch::channel(false);
             tokio::spawn(async move {
-                wait_for_signal().await;
+                cli::wait_for_stop_signal().await;
                 tracing::info!("stop requested: draining");
                 let _ = stop_tx.send(true);
             });
             walrelay::pipeline::run(config, stop_rx, None).await?;
         }
+        Command::Verify(_) => unreachable!("handled before the configuration is loaded"),
+        Command::Status(args) => {
+            let status = match walrelay::status::status(&config, args.max_lag_bytes).await {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("walrelay status: {e}");
+                    std::process::exit(1);
+                }
+            };
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print!("{}", walrelay::status::render(&status));
+            }
+            std::process::exit(status.health.exit_code());
+        }
     }
     Ok(())
-}
-
-/// SIGTERM (service managers, `kill`) or SIGINT (Ctrl-C).
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

@@ -1,0 +1,298 @@
+//! `walrelay status`: the slot and publication as PostgreSQL sees them,
+//! for operators and scripts.
+//!
+//! Exit codes (see [`Health::exit_code`]):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | the slot exists, is a pgoutput slot, keeps its WAL, and lag is within `--max-lag-bytes` |
+//! | 1 | walrelay could not check (connection or configuration error) |
+//! | 2 | the slot or the publication is missing, or the slot is not a logical pgoutput slot |
+//! | 3 | the slot is invalidated (`wal_status = lost`): events were lost, recreate it |
+//! | 4 | the slot is at risk (`wal_status = unreserved`) or lags more than `--max-lag-bytes` |
+
+use serde::Serialize;
+use walrelay_pg::commands::quote_literal;
+use walrelay_pg::{Config as PgConfig, ReplicationConnection};
+
+use crate::config::Config;
+use crate::pipeline::RelayError;
+
+/// What `walrelay status` reports.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Status {
+    pub slot: String,
+    pub slot_exists: bool,
+    pub plugin: Option<String>,
+    pub slot_type: Option<String>,
+    pub database: Option<String>,
+    pub active: bool,
+    pub active_pid: Option<i32>,
+    pub confirmed_flush_lsn: Option<String>,
+    pub current_wal_lsn: Option<String>,
+    /// `pg_current_wal_lsn() - confirmed_flush_lsn`: WAL the slot holds
+    /// back and walrelay has yet to confirm.
+    pub lag_bytes: Option<i64>,
+    /// `reserved`, `extended`, `unreserved` or `lost`.
+    pub wal_status: Option<String>,
+    /// Bytes of WAL that can still be written before the slot is in danger
+    /// of invalidation (NULL when `max_slot_wal_keep_size` is -1).
+    pub safe_wal_size: Option<i64>,
+    pub publication: String,
+    pub publication_exists: bool,
+    /// `schema.table` of every published table.
+    pub publication_tables: Vec<String>,
+    pub health: Health,
+}
+
+/// The verdict, with its exit code.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    Ok,
+    Missing,
+    Lost,
+    AtRisk,
+}
+
+impl Health {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Health::Ok => 0,
+            Health::Missing => 2,
+            Health::Lost => 3,
+            Health::AtRisk => 4,
+        }
+    }
+}
+
+/// Decide the health from the facts (pure, unit-tested).
+pub fn assess(s: &Status, max_lag_bytes: Option<i64>) -> Health {
+    if !s.slot_exists || !s.publication_exists || s.plugin.as_deref() != Some("pgoutput") {
+        return Health::Missing;
+    }
+    match s.wal_status.as_deref() {
+        Some("lost") => Health::Lost,
+        Some("unreserved") => Health::AtRisk,
+        _ => match (max_lag_bytes, s.lag_bytes) {
+            (Some(max), Some(lag)) if lag > max => Health::AtRisk,
+            _ => Health::Ok,
+        },
+    }
+}
+
+/// Query the server.
+pub async fn status(config: &Config, max_lag_bytes: Option<i64>) -> Result<Status, RelayError> {
+    let pg = PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
+    let mut conn = ReplicationConnection::connect(&pg).await?;
+    let slot = &config.postgres.slot;
+    let publication = &config.postgres.publication;
+    let rows = conn
+        .simple_query(&format!(
+            "SELECT plugin, slot_type, database, active::text, active_pid::text, confirmed_flush_lsn::text, \
+             pg_current_wal_lsn()::text AS current_wal_lsn, \
+             pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text AS lag_bytes, \
+             wal_status, safe_wal_size::text \
+             FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
+            quote_literal(slot)
+        ))
+        .await?;
+    let publication_exists = !conn
+        .simple_query(&format!(
+            "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = {}",
+            quote_literal(publication)
+        ))
+        .await?
+        .is_empty();
+    let tables = conn
+        .simple_query(&format!(
+            "SELECT schemaname || '.' || tablename AS t FROM pg_catalog.pg_publication_tables WHERE pubname = {} ORDER BY 1",
+            quote_literal(publication)
+        ))
+        .await?;
+    let mut publication_tables = Vec::new();
+    for t in &tables {
+        publication_tables.push(t.get_required("t")?.to_owned());
+    }
+    let current: Option<String> = if rows.is_empty() {
+        let r = conn
+            .simple_query("SELECT pg_current_wal_lsn()::text AS l")
+            .await?;
+        r.first()
+            .and_then(|r| r.get("l").ok().flatten().map(str::to_owned))
+    } else {
+        None
+    };
+    let _ = conn.close().await;
+
+    let text = |c: &str| -> Result<Option<String>, RelayError> {
+        Ok(match rows.first() {
+            Some(r) => r.get(c)?.map(str::to_owned),
+            None => None,
+        })
+    };
+    let int =
+        |c: &str| -> Result<Option<i64>, RelayError> { Ok(text(c)?.and_then(|v| v.parse().ok())) };
+    let mut s = Status {
+        slot: slot.clone(),
+        slot_exists: !rows.is_empty(),
+        plugin: text("plugin")?,
+        slot_type: text("slot_type")?,
+        database: text("database")?,
+        active: text("active")?.as_deref() == Some("true"),
+        active_pid: int("active_pid")?.and_then(|p| i32::try_from(p).ok()),
+        confirmed_flush_lsn: text("confirmed_flush_lsn")?,
+        current_wal_lsn: text("current_wal_lsn")?.or(current),
+        lag_bytes: int("lag_bytes")?,
+        wal_status: text("wal_status")?,
+        safe_wal_size: int("safe_wal_size")?,
+        publication: publication.clone(),
+        publication_exists,
+        publication_tables,
+        health: Health::Ok,
+    };
+    s.health = assess(&s, max_lag_bytes);
+    Ok(s)
+}
+
+/// Human-readable form.
+pub fn render(s: &Status) -> String {
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut out = String::new();
+    if s.slot_exists {
+        out.push_str(&format!(
+            "slot                 {} ({} {}, database {})\n",
+            s.slot,
+            opt(&s.slot_type),
+            opt(&s.plugin),
+            opt(&s.database)
+        ));
+        out.push_str(&format!(
+            "active               {}\n",
+            match s.active_pid {
+                Some(pid) if s.active => format!("yes, walsender pid {pid}"),
+                _ => "no (no relay connected)".into(),
+            }
+        ));
+        out.push_str(&format!(
+            "confirmed_flush_lsn  {}\n",
+            opt(&s.confirmed_flush_lsn)
+        ));
+        out.push_str(&format!(
+            "current WAL          {}\n",
+            opt(&s.current_wal_lsn)
+        ));
+        out.push_str(&format!(
+            "lag                  {}\n",
+            s.lag_bytes
+                .map(|b| format!("{b} bytes"))
+                .unwrap_or_else(|| "-".into())
+        ));
+        out.push_str(&format!("wal_status           {}\n", opt(&s.wal_status)));
+        out.push_str(&format!(
+            "safe_wal_size        {}\n",
+            s.safe_wal_size
+                .map(|b| format!("{b} bytes"))
+                .unwrap_or_else(|| "unlimited (max_slot_wal_keep_size = -1)".into())
+        ));
+    } else {
+        out.push_str(&format!(
+            "slot                 {} does not exist (run `walrelay setup`)\n",
+            s.slot
+        ));
+    }
+    if s.publication_exists {
+        out.push_str(&format!(
+            "publication          {} ({})\n",
+            s.publication,
+            if s.publication_tables.is_empty() {
+                "no tables: messages only".to_owned()
+            } else {
+                s.publication_tables.join(", ")
+            }
+        ));
+    } else {
+        out.push_str(&format!(
+            "publication          {} does not exist (run `walrelay setup`)\n",
+            s.publication
+        ));
+    }
+    out.push_str(&format!(
+        "health               {}\n",
+        match s.health {
+            Health::Ok => "ok",
+            Health::Missing => "MISSING: the slot or publication is missing or not pgoutput (exit 2)",
+            Health::Lost => "LOST: the slot was invalidated; WAL it needed is gone (exit 3)",
+            Health::AtRisk => "AT RISK: WAL may be removed before walrelay confirms it, or lag is over the limit (exit 4)",
+        }
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn healthy() -> Status {
+        Status {
+            slot: "walrelay".into(),
+            slot_exists: true,
+            plugin: Some("pgoutput".into()),
+            slot_type: Some("logical".into()),
+            database: Some("app".into()),
+            active: true,
+            active_pid: Some(42),
+            confirmed_flush_lsn: Some("0/1000".into()),
+            current_wal_lsn: Some("0/2000".into()),
+            lag_bytes: Some(4096),
+            wal_status: Some("reserved".into()),
+            safe_wal_size: None,
+            publication: "walrelay".into(),
+            publication_exists: true,
+            publication_tables: vec!["public.outbox".into()],
+            health: Health::Ok,
+        }
+    }
+
+    #[test]
+    fn health_and_exit_codes() {
+        let s = healthy();
+        assert_eq!(assess(&s, None), Health::Ok);
+        assert_eq!(assess(&s, Some(4096)), Health::Ok);
+        assert_eq!(assess(&s, Some(4095)), Health::AtRisk);
+        let lost = Status {
+            wal_status: Some("lost".into()),
+            ..healthy()
+        };
+        assert_eq!(assess(&lost, None).exit_code(), 3);
+        let unreserved = Status {
+            wal_status: Some("unreserved".into()),
+            ..healthy()
+        };
+        assert_eq!(assess(&unreserved, None).exit_code(), 4);
+        let missing = Status {
+            slot_exists: false,
+            ..healthy()
+        };
+        assert_eq!(assess(&missing, None).exit_code(), 2);
+        let wrong_plugin = Status {
+            plugin: Some("wal2json".into()),
+            ..healthy()
+        };
+        assert_eq!(assess(&wrong_plugin, None), Health::Missing);
+    }
+
+    #[test]
+    fn renders_and_serializes() {
+        let s = healthy();
+        let text = render(&s);
+        assert!(
+            text.contains("walsender pid 42")
+                && text.contains("4096 bytes")
+                && text.contains("public.outbox")
+        );
+        let json: serde_json::Value = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["lag_bytes"], 4096);
+        assert_eq!(json["health"], "ok");
+    }
+}
