@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+scripts/install-deps.sh
 scripts/install-postgres.sh
 scripts/install-tansu.sh
 
@@ -14,6 +15,9 @@ cargo fmt --all -- --check
 
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "==> cargo build (the binaries and examples that end-to-end tests run)"
+cargo build --workspace --bins --examples --locked
 
 echo "==> cargo test"
 # Integration tests start their own clusters; two cores are plenty busy

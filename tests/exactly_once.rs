@@ -5,8 +5,8 @@
 //! high-water mark equals the last key in that partition.
 //!
 //! Uses the real binaries: `target/<profile>/walrelay` and
-//! `target/<profile>/examples/apply_events`, which `cargo test
-//! --workspace --all-targets` builds before running tests.
+//! `target/<profile>/examples/apply_events`, which `scripts/test.sh` builds
+//! (`cargo build --workspace --bins --examples`) before running tests.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -34,7 +34,7 @@ fn binary(relative: &str) -> Result<PathBuf> {
     let path = target_dir().join(relative);
     ensure!(
         path.exists(),
-        "{} is missing: build it with `cargo test --workspace --all-targets` (or cargo build --workspace --all-targets)",
+        "{} is missing: scripts/test.sh builds it (cargo build --workspace --bins --examples)",
         path.display()
     );
     Ok(path)
