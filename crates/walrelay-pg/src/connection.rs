@@ -116,16 +116,14 @@ impl ReplicationConnection {
         config.validate()?;
         let attempt = Self::connect_any(config, max_frame_len);
         match config.get_connect_timeout() {
-            Some(t) => tokio::time::timeout(t, attempt)
-                .await
-                .map_err(|_| Error::Precondition {
-                    problem: format!(
-                        "connecting to {} timed out after {t:?}",
-                        config.redacted_url()
-                    ),
-                    fix: "check that the server is up and reachable, or raise connect_timeout"
-                        .into(),
-                })?,
+            Some(t) => {
+                tokio::time::timeout(t, attempt)
+                    .await
+                    .map_err(|_| Error::ConnectTimeout {
+                        target: config.redacted_url(),
+                        after: t,
+                    })?
+            }
             None => attempt.await,
         }
     }

@@ -68,7 +68,14 @@ impl DbError {
                  replication connections match the database name, not 'replication'), then \
                  reload PostgreSQL (SELECT pg_reload_conf())"
             }
-            INSUFFICIENT_PRIVILEGE if m.contains("replication") || m.contains("walsender") => {
+            // PostgreSQL 15 says "must be superuser or replication role to
+            // start walsender", 16 and later "permission denied to start WAL
+            // sender" (with the REPLICATION attribute in the detail).
+            INSUFFICIENT_PRIVILEGE
+                if m.contains("replication")
+                    || m.contains("walsender")
+                    || m.contains("WAL sender") =>
+            {
                 "the role needs the REPLICATION attribute: ALTER ROLE <name> WITH REPLICATION \
                  (or connect as a role that has it)"
             }
@@ -150,6 +157,12 @@ pub enum Error {
     #[error("protocol violation: {0}")]
     Protocol(String),
 
+    #[error("connecting to {target} timed out after {after:?}; check that the server is up and reachable, or raise connect_timeout")]
+    ConnectTimeout {
+        target: String,
+        after: std::time::Duration,
+    },
+
     #[error("the server closed the connection{}", .0.as_deref().map(|c| format!(" while {c}")).unwrap_or_default())]
     Closed(Option<&'static str>),
 
@@ -197,7 +210,19 @@ impl Error {
     /// configuration (connection lost, server restarting, slot busy).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Io { .. } | Error::Closed(_) | Error::StreamStopped => true,
+            Error::Io { .. }
+            | Error::Closed(_)
+            | Error::StreamStopped
+            | Error::ConnectTimeout { .. } => true,
+            // The server is down, restarting or unreachable: try again.
+            // Certificate and TLS configuration problems are not.
+            Error::Tls(e) => matches!(
+                e,
+                TlsError::Connect { .. }
+                    | TlsError::UnixConnect { .. }
+                    | TlsError::Timeout { .. }
+                    | TlsError::Io { .. }
+            ),
             Error::Server { error, .. } => matches!(
                 error.code.as_str(),
                 sqlstate::OBJECT_IN_USE
@@ -241,6 +266,38 @@ mod tests {
         let e = Error::server("query", db("22P02", "invalid input"));
         assert_eq!(e.to_string(), "query failed: ERROR 22P02: invalid input");
         assert_eq!(e.code(), Some("22P02"));
+    }
+
+    #[test]
+    fn replication_privilege_advice_covers_old_and_new_wording() {
+        for m in [
+            "must be superuser or replication role to start walsender",
+            "permission denied to start WAL sender",
+        ] {
+            let e = Error::server("connecting", db("42501", m));
+            assert!(e.to_string().contains("WITH REPLICATION"), "{m}");
+        }
+    }
+
+    #[test]
+    fn unreachable_servers_are_transient_certificate_problems_are_not() {
+        let refused = Error::Tls(TlsError::Connect {
+            host: "h".into(),
+            port: 5432,
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        });
+        assert!(refused.is_transient());
+        let timeout = Error::ConnectTimeout {
+            target: "h:5432".into(),
+            after: std::time::Duration::from_secs(1),
+        };
+        assert!(timeout.is_transient());
+        assert!(!Error::Tls(TlsError::TlsNotSupported {
+            host: "h".into(),
+            port: 1,
+            sslmode: crate::config::SslMode::Require
+        })
+        .is_transient());
     }
 
     #[test]
