@@ -105,7 +105,9 @@ pub struct Options {
     pub bootstrap_servers: Option<String>,
 
     /// A librdkafka producer property, NAME=VALUE (repeatable), e.g.
-    /// --kafka-property linger.ms=5.
+    /// --kafka-property linger.ms=5. A secret (sasl.password, ...) can be
+    /// read from a variable or file: sasl.password=env:NAME or
+    /// sasl.password=file:/path (docs/security.md).
     #[arg(long = "kafka-property", value_name = "NAME=VALUE", global = true, value_parser = parse_pair)]
     pub kafka_properties: Vec<(String, String)>,
 
@@ -135,6 +137,17 @@ pub struct Options {
     /// Most bytes of such events [default: 67108864].
     #[arg(long, env = "WALRELAY_MAX_IN_FLIGHT_BYTES", global = true)]
     pub max_in_flight_bytes: Option<usize>,
+
+    /// Serve Prometheus metrics (/metrics) and health checks (/healthz,
+    /// /readyz) over HTTP on this address while `run` runs, e.g.
+    /// "127.0.0.1:9187" (docs/metrics.md) [default: disabled].
+    #[arg(
+        long,
+        env = "WALRELAY_METRICS_ADDR",
+        global = true,
+        value_name = "HOST:PORT"
+    )]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 
     /// Log format.
     #[arg(long, env = "WALRELAY_LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -248,16 +261,15 @@ pub fn render(config: &Config) -> String {
         config.kafka.bootstrap_servers
     ));
     for (k, v) in &config.kafka.properties {
-        let secret = ["password", "secret", "token"]
-            .iter()
-            .any(|w| k.contains(w));
+        // Secret references (`env:NAME`, `file:/path`) are shown as written,
+        // secrets themselves never.
         out.push_str(&format!(
             "{k:?} = {:?}\n",
-            if secret { "********" } else { v.as_str() }
+            crate::secrets::displayable(k, v)
         ));
     }
     out.push_str(&format!(
-        "\n[relay]\n{}max_in_flight_events = {}\nmax_in_flight_bytes = {}\nignore_prefixes = {:?}\nmax_backoff = {:?}\n",
+        "\n[relay]\n{}max_in_flight_events = {}\nmax_in_flight_bytes = {}\nignore_prefixes = {:?}\nmax_backoff = {:?}\nstandby_poll = {:?}\n",
         config
             .relay
             .source_id
@@ -267,7 +279,8 @@ pub fn render(config: &Config) -> String {
         config.relay.max_in_flight_events,
         config.relay.max_in_flight_bytes,
         config.relay.ignore_prefixes,
-        humantime::format_duration(config.relay.max_backoff).to_string()
+        humantime::format_duration(config.relay.max_backoff).to_string(),
+        humantime::format_duration(config.relay.standby_poll).to_string()
     ));
     for m in &config.messages {
         out.push_str(&format!(
@@ -311,6 +324,14 @@ mod tests {
             "linger.ms=1",
             "--kafka-property",
             "sasl.password=topsecret",
+            "--kafka-property",
+            "security.protocol=SASL_SSL",
+            "--kafka-property",
+            "sasl.mechanism=SCRAM-SHA-512",
+            "--kafka-property",
+            "sasl.username=relay",
+            "--kafka-property",
+            "ssl.key.password=env:WALRELAY_TEST_KEY_PASSWORD",
             "--route",
             "orders=orders-topic",
             "--outbox-table",
@@ -330,6 +351,16 @@ mod tests {
         assert!(
             !text.contains("hunter2") && !text.contains("topsecret"),
             "{text}"
+        );
+        // A secret reference is not a secret: shown as written.
+        assert!(
+            text.contains("\"ssl.key.password\" = \"env:WALRELAY_TEST_KEY_PASSWORD\""),
+            "{text}"
+        );
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("topsecret"),
+            "{debug}"
         );
         // What `walrelay config` prints is itself a valid configuration.
         let again = Config::from_toml(&text, "rendered").unwrap();

@@ -53,7 +53,8 @@ pub struct Config {
     pub outbox: Vec<OutboxConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// `Debug` shows `url` without its password.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PostgresConfig {
     /// libpq URL or keyword string; `PG*` variables fill in the rest.
@@ -77,13 +78,43 @@ impl Default for PostgresConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// `Debug` shows secret property values as `<redacted>` (secret
+/// references such as `env:NAME` as written; see [`crate::secrets`]).
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KafkaConfig {
     pub bootstrap_servers: String,
     /// Any librdkafka producer property, passed as-is; walrelay refuses
-    /// only values that would weaken its delivery guarantees.
+    /// only values that would weaken its delivery guarantees, and
+    /// inconsistent TLS/SASL settings. Secret properties (`sasl.password`,
+    /// ...) may be `env:NAME` or `file:/path` (see [`crate::secrets`]).
     pub properties: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = walrelay_pg::Config::parse(&self.url)
+            .map(|c| c.redacted_url())
+            .unwrap_or_else(|_| "<unparsable>".into());
+        f.debug_struct("PostgresConfig")
+            .field("url", &url)
+            .field("slot", &self.slot)
+            .field("publication", &self.publication)
+            .field("status_interval", &self.status_interval)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field(
+                "properties",
+                &crate::secrets::DisplayProperties(&self.properties),
+            )
+            .finish()
+    }
 }
 
 impl Default for KafkaConfig {
@@ -111,6 +142,10 @@ pub struct RelayConfig {
     /// Longest wait between reconnection attempts.
     #[serde(deserialize_with = "duration")]
     pub max_backoff: Duration,
+    /// How often a standby (a second `walrelay run` on a slot another
+    /// connection streams from) checks whether it can take over.
+    #[serde(deserialize_with = "duration")]
+    pub standby_poll: Duration,
 }
 
 impl Default for RelayConfig {
@@ -121,6 +156,7 @@ impl Default for RelayConfig {
             max_in_flight_bytes: 64 * 1024 * 1024,
             ignore_prefixes: Vec::new(),
             max_backoff: Duration::from_secs(30),
+            standby_poll: Duration::from_secs(1),
         }
     }
 }
@@ -226,6 +262,21 @@ impl Config {
                 "must name at least one broker (host:port)",
             ));
         }
+        if self.relay.standby_poll.is_zero() {
+            return Err(invalid("relay.standby_poll", "must be greater than zero"));
+        }
+        // Delivery guarantees, TLS and SASL consistency, and librdkafka's
+        // own parsing of every property. Secrets and files are read only
+        // when the producer is created (`walrelay run`), so that `setup`
+        // and `status` run where the relay's Kafka secrets are not.
+        crate::sink::SinkConfig::new(&self.kafka.bootstrap_servers, self.kafka.properties.clone())
+            .validate_settings()
+            .map_err(|e| match e {
+                crate::sink::SinkError::Config { property, reason } => {
+                    invalid(format!("kafka.properties.{property:?}"), reason)
+                }
+                other => invalid("kafka.properties", other.to_string()),
+            })?;
         if self.relay.max_in_flight_events == 0 || self.relay.max_in_flight_bytes == 0 {
             return Err(invalid(
                 "relay.max_in_flight_*",

@@ -14,9 +14,11 @@
 //! | [`sink`] | the idempotent Kafka producer and its delivery reports |
 //! | [`checkpoint`] | which LSN may be confirmed, given what Kafka acknowledged |
 //! | [`pipeline`] | the loop tying them together, and restarts from the slot |
+//! | [`metrics`], [`http`] | Prometheus metrics, `/metrics`, `/healthz`, `/readyz` |
 //! | [`setup`] | `walrelay setup`: helpers, publication, slot |
 //! | [`status`] | `walrelay status`: the slot as PostgreSQL sees it |
 //! | [`config`], [`cli`] | configuration file, environment and flags |
+//! | [`secrets`] | Kafka secrets from files and environment variables, never shown |
 
 #![forbid(unsafe_code)]
 
@@ -24,11 +26,14 @@ pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod envelope;
+pub mod http;
 pub mod key;
+pub mod metrics;
 pub mod partition;
 pub mod pipeline;
 pub mod record;
 pub mod route;
+pub mod secrets;
 pub mod setup;
 pub mod sink;
 pub mod status;

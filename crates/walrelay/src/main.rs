@@ -6,8 +6,11 @@ use std::io::IsTerminal;
 use anyhow::Context;
 use clap::Parser;
 use tokio::sync::watch;
+use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 use walrelay::cli::{self, Cli, Command, LogFormat};
+use walrelay::http::HttpServer;
+use walrelay::metrics::Metrics;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -50,7 +53,27 @@ async fn main() -> anyhow::Result<()> {
                 tracing::info!("stop requested: draining");
                 let _ = stop_tx.send(true);
             });
-            walrelay::pipeline::run(config, stop_rx, None).await?;
+            // Metrics and health checks run beside the relay, on their own
+            // tasks, and stop after it (so /metrics serves the drain too).
+            let metrics = cli.options.metrics_addr.map(|_| Metrics::new());
+            let server = match (cli.options.metrics_addr, &metrics) {
+                (Some(addr), Some(m)) => Some(
+                    HttpServer::start(addr, m.clone(), Some(&config.kafka))
+                        .await
+                        .with_context(|| format!("cannot serve metrics on {addr}"))?,
+                ),
+                _ => None,
+            };
+            // Every log line of the relay names its slot, also those
+            // outside a session (restarts, the final error).
+            let span = tracing::info_span!("relay", slot = %config.postgres.slot);
+            let result = walrelay::pipeline::run_with(config, stop_rx, None, metrics)
+                .instrument(span)
+                .await;
+            if let Some(s) = server {
+                s.shutdown().await;
+            }
+            result?;
         }
         Command::Verify(_) => unreachable!("handled before the configuration is loaded"),
         Command::Status(args) => {

@@ -33,11 +33,14 @@ use walrelay_pg::{
     Config as PgConfig, PgOutputOptions, ReplicationConnection, ReplicationStream, StatusHandle,
     StreamOptions,
 };
-use walrelay_pgoutput::{DecodeError, Decoder, Lsn, PgOutputMessage, RelationCache, RowError};
+use walrelay_pgoutput::{
+    DecodeError, Decoder, Lsn, PgOutputMessage, PgTimestamp, RelationCache, RowError,
+};
 
 use crate::checkpoint::{AckError, CheckpointTracker};
 use crate::config::Config;
 use crate::key::{EventKey, KeyAssigner, KeyError};
+use crate::metrics::{Metrics, TopicCounters};
 use crate::partition::{partition_for_key, partition_for_keyless};
 use crate::record::{header, Record};
 use crate::route::{MessageRoute, RouteError, Router, TxInfo};
@@ -71,6 +74,11 @@ pub enum RelayError {
 }
 
 impl RelayError {
+    /// Another connection is streaming from the slot (SQLSTATE 55006).
+    pub fn is_slot_in_use(&self) -> bool {
+        matches!(self, RelayError::Postgres(e) if e.code() == Some(walrelay_pg::error::sqlstate::OBJECT_IN_USE))
+    }
+
     /// Whether a new session may succeed without a change by the user.
     /// Bad input, broken invariants and set-up problems would fail again
     /// at the same event: walrelay stops and says why instead of looping.
@@ -117,13 +125,37 @@ pub type TraceSender = mpsc::UnboundedSender<Trace>;
 /// `Ok`), or a non-transient error happens.
 pub async fn run(
     config: Config,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     trace: Option<TraceSender>,
 ) -> Result<(), RelayError> {
+    run_with(config, shutdown, trace, None).await
+}
+
+/// [`run`], updating `metrics` (see `docs/metrics.md`) as it goes.
+pub async fn run_with(
+    config: Config,
+    shutdown: watch::Receiver<bool>,
+    trace: Option<TraceSender>,
+    metrics: Option<Metrics>,
+) -> Result<(), RelayError> {
+    let result = relay_sessions(config, shutdown, trace, metrics.as_ref()).await;
+    if let Some(m) = &metrics {
+        m.stopped();
+    }
+    result
+}
+
+async fn relay_sessions(
+    config: Config,
+    mut shutdown: watch::Receiver<bool>,
+    trace: Option<TraceSender>,
+    metrics: Option<&Metrics>,
+) -> Result<(), RelayError> {
     let mut backoff = Duration::from_millis(100);
+    let mut standing_by = false;
     loop {
         let started = tokio::time::Instant::now();
-        let result = Session::run(&config, &mut shutdown, trace.as_ref()).await;
+        let result = Session::run(&config, &mut shutdown, trace.as_ref(), metrics).await;
         if let Some(t) = &trace {
             let _ = t.send(Trace::SessionEnded {
                 error: result.as_ref().err().map(ToString::to_string),
@@ -131,7 +163,23 @@ pub async fn run(
         }
         match result {
             Ok(()) => return Ok(()),
+            // Another walrelay streams from the slot (PostgreSQL allows one
+            // walsender per slot): stand by and poll at a short, fixed
+            // interval, so that this one takes over within about
+            // `standby_poll` once the active one is gone.
+            Err(e) if e.is_slot_in_use() && !*shutdown.borrow() => {
+                if !standing_by {
+                    info!(error = %e, poll = ?config.relay.standby_poll, "the slot is in use by another connection; standing by to take over");
+                    standing_by = true;
+                }
+                backoff = Duration::from_millis(100);
+                tokio::select! {
+                    _ = tokio::time::sleep(config.relay.standby_poll) => {}
+                    _ = shutdown.changed() => return Ok(()),
+                }
+            }
             Err(e) if e.is_transient() && !*shutdown.borrow() => {
+                standing_by = false;
                 // A session that ran for a while was healthy: start the
                 // backoff over.
                 if started.elapsed() > Duration::from_secs(30) {
@@ -143,6 +191,9 @@ pub async fn run(
                     _ = shutdown.changed() => return Ok(()),
                 }
                 backoff = (backoff * 2).min(config.relay.max_backoff);
+                if let Some(m) = metrics {
+                    m.reconnecting();
+                }
             }
             Err(e) => {
                 error!(error = %e, "relay stopped");
@@ -176,6 +227,19 @@ struct Session<'a> {
     last_sent: HashMap<(Arc<str>, u32), EventKey>,
     prev_key_header: Arc<str>,
     confirmed: Lsn,
+    metrics: Option<&'a Metrics>,
+    /// seq → what to count when Kafka acknowledges it, kept only with
+    /// metrics.
+    metric_events: HashMap<u64, SentEvent>,
+    /// Per-topic counters, looked up once per topic and session.
+    topic_counters: HashMap<Arc<str>, TopicCounters>,
+}
+
+/// An event in flight, as the metrics see it.
+struct SentEvent {
+    counters: TopicCounters,
+    bytes: u64,
+    commit_time: Option<PgTimestamp>,
 }
 
 enum Action {
@@ -189,12 +253,13 @@ impl<'a> Session<'a> {
         config: &'a Config,
         shutdown: &mut watch::Receiver<bool>,
         trace: Option<&'a TraceSender>,
+        metrics: Option<&'a Metrics>,
     ) -> Result<(), RelayError> {
         let pg =
             PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
         let slot = config.postgres.slot.clone();
         let span = info_span!("session", slot = %slot);
-        async move {
+        let result = async move {
             let mut conn = ReplicationConnection::connect(&pg).await?;
             let system = conn.identify_system().await?;
             conn.check_wal_level().await?;
@@ -225,6 +290,9 @@ impl<'a> Session<'a> {
             if let Some(t) = trace {
                 let _ = t.send(Trace::SessionStarted { confirmed_flush_lsn: confirmed });
             }
+            if let Some(m) = metrics {
+                m.session_started(confirmed);
+            }
             let mut session = Session {
                 config,
                 status: stream.status_handle(),
@@ -241,11 +309,24 @@ impl<'a> Session<'a> {
                 last_sent: HashMap::new(),
                 prev_key_header: Arc::from(header::PREV_KEY),
                 confirmed,
+                metrics,
+                metric_events: HashMap::new(),
+                topic_counters: HashMap::new(),
             };
             session.relay(shutdown).await
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        if let Err(RelayError::Kafka(e)) = &result {
+            span.in_scope(|| log_kafka_error(e));
+            if let Some(m) = metrics {
+                m.kafka_error(e);
+            }
+        }
+        if let Some(m) = metrics {
+            m.session_ended(result.as_ref().err().map(ToString::to_string));
+        }
+        result
     }
 
     fn trace(&self, t: Trace) {
@@ -284,6 +365,9 @@ impl<'a> Session<'a> {
     /// Stop reading, wait (bounded) for what is in flight, confirm it, and
     /// send a last status update.
     async fn drain(&mut self) -> Result<(), RelayError> {
+        if let Some(m) = self.metrics {
+            m.draining();
+        }
         info!(
             in_flight = self.tracker.in_flight_events(),
             "draining before shutdown"
@@ -295,6 +379,7 @@ impl<'a> Session<'a> {
                 Err(_) => {
                     warn!(
                         in_flight = self.tracker.in_flight_events(),
+                        confirmed = %self.confirmed,
                         "Kafka did not acknowledge everything within 30 s; unacknowledged events will be replayed next time"
                     );
                     break;
@@ -306,7 +391,7 @@ impl<'a> Session<'a> {
         // A failure here only means the last status update may not have
         // reached the server: the next session replays a little more.
         if let Err(e) = self.stream.stop().await {
-            warn!(error = %e, "ending the replication stream cleanly failed");
+            warn!(error = %e, confirmed = %self.confirmed, "ending the replication stream cleanly failed");
         }
         info!(confirmed = %self.confirmed, "stopped");
         Ok(())
@@ -317,6 +402,15 @@ impl<'a> Session<'a> {
         match d.result {
             Ok((partition, offset)) => {
                 self.tracker.ack(d.seq)?;
+                if let Some(m) = self.metrics {
+                    if let Some(sent) = self.metric_events.remove(&d.seq) {
+                        sent.counters.acked(sent.bytes);
+                        if let Some(t) = sent.commit_time {
+                            m.observe_commit_to_ack(t);
+                        }
+                    }
+                    m.kafka_ok();
+                }
                 if self.trace.is_some() {
                     let key = self.trace_keys.remove(&d.seq).unwrap_or(EventKey(0));
                     self.trace(Trace::Acked {
@@ -335,10 +429,19 @@ impl<'a> Session<'a> {
     }
 
     fn confirm(&mut self) {
+        if let Some(m) = self.metrics {
+            m.set_in_flight(
+                self.tracker.in_flight_events(),
+                self.tracker.in_flight_bytes(),
+            );
+        }
         if let Some(lsn) = self.tracker.poll_confirm() {
             if lsn > self.confirmed {
                 self.confirmed = lsn;
                 self.status.confirm(lsn);
+                if let Some(m) = self.metrics {
+                    m.set_confirmed(lsn);
+                }
                 self.trace(Trace::Confirmed { lsn });
             }
         }
@@ -347,12 +450,18 @@ impl<'a> Session<'a> {
     async fn on_message(&mut self, msg: ReplicationMessage) -> Result<(), RelayError> {
         let x = match msg {
             ReplicationMessage::Keepalive(k) => {
+                if let Some(m) = self.metrics {
+                    m.set_server_wal_end(k.wal_end);
+                }
                 self.tracker.keepalive(k.wal_end, self.tx.is_some());
                 return Ok(());
             }
             ReplicationMessage::XLogData(x) => x,
         };
         let lsn = x.wal_start;
+        if let Some(m) = self.metrics {
+            m.set_server_wal_end(x.wal_end);
+        }
         let decoded = self
             .decoder
             .decode(x.data)
@@ -453,6 +562,24 @@ impl<'a> Session<'a> {
         };
         record.headers.push((self.prev_key_header.clone(), prev));
         let seq = self.tracker.register_event(record.size());
+        if let Some(m) = self.metrics {
+            let counters = match self.topic_counters.get(&record.topic) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = m.topic(&record.topic);
+                    self.topic_counters.insert(record.topic.clone(), c.clone());
+                    c
+                }
+            };
+            self.metric_events.insert(
+                seq,
+                SentEvent {
+                    counters,
+                    bytes: record.size() as u64,
+                    commit_time: self.tx.as_ref().map(|t| t.commit_time),
+                },
+            );
+        }
         if self.trace.is_some() {
             self.trace_keys.insert(seq, record.event_key);
             self.trace(Trace::Produced {
@@ -476,6 +603,30 @@ impl<'a> Session<'a> {
             }
         }
     }
+}
+
+/// The structured fields of a Kafka error that ends a session (the
+/// message names them too, this makes them searchable).
+fn log_kafka_error(e: &SinkError) {
+    let (topic, partition) = match e {
+        SinkError::Produce {
+            topic, partition, ..
+        }
+        | SinkError::Delivery {
+            topic, partition, ..
+        } => (Some(topic.as_str()), Some(*partition)),
+        SinkError::Metadata { topic, .. } | SinkError::TopicMissing { topic, .. } => {
+            (Some(topic.as_str()), None)
+        }
+        _ => (None, None),
+    };
+    warn!(
+        topic,
+        partition,
+        code = e.code().map(|c| format!("{c:?}")),
+        error = %e,
+        "Kafka error ends the session"
+    );
 }
 
 fn outside_tx(what: &'static str, lsn: Lsn) -> RelayError {

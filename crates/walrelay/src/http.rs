@@ -1,0 +1,306 @@
+//! The observability endpoint of `walrelay run` (`--metrics-addr`):
+//!
+//! - `GET /metrics`: [`Metrics`] in the OpenMetrics text format;
+//! - `GET /healthz`: 200 while the process runs;
+//! - `GET /readyz`: 200 while the relay streams from the slot and Kafka is
+//!   reachable, otherwise 503 with the reason ([`Metrics::readiness`]).
+//!
+//! Anything else is 404 (405 for another method on these paths). The
+//! server is a small hyper HTTP/1.1 server on its own tasks: a slow or
+//! stuck client never blocks the relay. [`KafkaProbe`] fetches Kafka's
+//! metadata every few seconds on its own thread, so that an idle relay
+//! still knows whether Kafka is reachable. See `docs/metrics.md`.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, Producer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::{debug, info, warn};
+
+use crate::config::KafkaConfig;
+use crate::metrics::{self, Metrics};
+
+/// How often [`KafkaProbe`] asks Kafka for metadata.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+/// How long one probe waits for Kafka's answer.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a client may take to send its request headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running HTTP server (and its Kafka probe, if any).
+#[derive(Debug)]
+pub struct HttpServer {
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    probe: Option<KafkaProbe>,
+}
+
+impl HttpServer {
+    /// Binds `addr` (port 0 picks a free port, see
+    /// [`local_addr`](Self::local_addr)) and serves in the background. With
+    /// a Kafka configuration, also starts a [`KafkaProbe`] reporting into
+    /// `metrics`.
+    pub async fn start(
+        addr: SocketAddr,
+        metrics: Metrics,
+        kafka: Option<&KafkaConfig>,
+    ) -> std::io::Result<HttpServer> {
+        let listener = TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        let (stop, stop_rx) = watch::channel(false);
+        let probe = kafka.map(|k| KafkaProbe::start(k, metrics.clone()));
+        let task = tokio::spawn(serve(listener, metrics, stop_rx));
+        info!(%local_addr, "serving /metrics, /healthz and /readyz");
+        Ok(HttpServer {
+            local_addr,
+            stop,
+            task,
+            probe,
+        })
+    }
+
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting, closes open connections and stops the probe.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        if let Some(p) = self.probe {
+            p.stop();
+        }
+    }
+}
+
+async fn serve(listener: TcpListener, metrics: Metrics, mut stop: watch::Receiver<bool>) {
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.changed() => break,
+            a = listener.accept() => a,
+            // Reap finished connection tasks so the set does not grow.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // E.g. too many open files: keep serving the others.
+                warn!(error = %e, "metrics endpoint: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let metrics = metrics.clone();
+        connections.spawn(async move {
+            let service = service_fn(move |req| {
+                let metrics = metrics.clone();
+                async move { Ok::<_, Infallible>(respond(&metrics, &req)) }
+            });
+            let result = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = result {
+                debug!(%peer, error = %e, "metrics endpoint: connection ended with an error");
+            }
+        });
+    }
+    // Dropping the set aborts the open connections.
+    connections.shutdown().await;
+}
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// The answer to one request.
+fn respond(metrics: &Metrics, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
+        return text(
+            StatusCode::NOT_FOUND,
+            "not found: try /metrics, /healthz or /readyz\n",
+        );
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed: use GET\n",
+        );
+        r.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    match path {
+        "/metrics" => {
+            let mut r = text(StatusCode::OK, metrics.encode());
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            r
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        _ => match metrics.readiness() {
+            Ok(()) => text(StatusCode::OK, "ready\n"),
+            Err(reason) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {reason}\n"),
+            ),
+        },
+    }
+}
+
+/// Checks every [`PROBE_INTERVAL`] that Kafka answers a metadata request,
+/// with the relay's Kafka settings (brokers, security), and reports the
+/// outcome to [`Metrics::kafka_ok`] / [`Metrics::kafka_unreachable`].
+///
+/// It runs on its own thread (librdkafka calls block) with its own client,
+/// which never produces anything.
+#[derive(Debug)]
+pub struct KafkaProbe {
+    stop: std_mpsc::Sender<()>,
+}
+
+impl KafkaProbe {
+    /// Starts probing at once.
+    pub fn start(kafka: &KafkaConfig, metrics: Metrics) -> KafkaProbe {
+        let properties = probe_properties(kafka);
+        let (stop, stop_rx) = std_mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("walrelay-kafka-probe".into())
+            .spawn(move || probe_loop(&properties, &metrics, &stop_rx));
+        if let Err(e) = spawned {
+            warn!(error = %e, "cannot start the Kafka readiness probe");
+        }
+        KafkaProbe { stop }
+    }
+
+    /// Ends the probe thread after its current probe.
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+    }
+}
+
+fn probe_properties(kafka: &KafkaConfig) -> BTreeMap<String, String> {
+    let mut props = kafka.properties.clone();
+    if !props.contains_key("bootstrap.servers") && !props.contains_key("metadata.broker.list") {
+        props.insert(
+            "bootstrap.servers".to_owned(),
+            kafka.bootstrap_servers.clone(),
+        );
+    }
+    props
+        .entry("client.id".to_owned())
+        .or_insert_with(|| "walrelay".to_owned())
+        .push_str("-probe");
+    props
+}
+
+fn probe_loop(
+    properties: &BTreeMap<String, String>,
+    metrics: &Metrics,
+    stop: &std_mpsc::Receiver<()>,
+) {
+    let mut client: Option<BaseProducer> = None;
+    let mut was_ok: Option<bool> = None;
+    loop {
+        let outcome = match &client {
+            Some(c) => probe_once(c),
+            None => {
+                let mut cc = ClientConfig::new();
+                for (k, v) in properties {
+                    cc.set(k, v);
+                }
+                match cc.create::<BaseProducer>() {
+                    Ok(c) => {
+                        let outcome = probe_once(&c);
+                        client = Some(c);
+                        outcome
+                    }
+                    Err(e) => Err(format!("cannot create a Kafka client: {e}")),
+                }
+            }
+        };
+        match outcome {
+            Ok(brokers) => {
+                metrics.kafka_ok();
+                if was_ok != Some(true) {
+                    info!(brokers, "Kafka probe: brokers answer");
+                }
+                was_ok = Some(true);
+            }
+            Err(reason) => {
+                if was_ok != Some(false) {
+                    warn!(%reason, "Kafka probe failed: /readyz reports not ready");
+                }
+                metrics.kafka_unreachable(reason);
+                was_ok = Some(false);
+            }
+        }
+        match stop.recv_timeout(PROBE_INTERVAL) {
+            Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+            // Stopped, or the server (holding the sender) is gone.
+            Ok(()) | Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Number of brokers in the metadata, or why there is none.
+fn probe_once(client: &BaseProducer) -> Result<usize, String> {
+    let result = client.client().fetch_metadata(None, PROBE_TIMEOUT);
+    // Drain the client's event queue (errors, statistics): nobody else
+    // polls this client.
+    client.poll(Duration::ZERO);
+    match result {
+        Ok(m) if !m.brokers().is_empty() => Ok(m.brokers().len()),
+        Ok(_) => Err("the metadata lists no brokers".into()),
+        Err(e) => Err(format!("metadata request failed: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_uses_the_relays_brokers_and_its_own_client_id() {
+        let mut k = KafkaConfig {
+            bootstrap_servers: "b:9092".into(),
+            ..KafkaConfig::default()
+        };
+        let p = probe_properties(&k);
+        assert_eq!(p["bootstrap.servers"], "b:9092");
+        assert_eq!(p["client.id"], "walrelay-probe");
+        k.properties.insert("client.id".into(), "app".into());
+        k.properties
+            .insert("security.protocol".into(), "ssl".into());
+        let p = probe_properties(&k);
+        assert_eq!(p["client.id"], "app-probe");
+        assert_eq!(p["security.protocol"], "ssl");
+    }
+}

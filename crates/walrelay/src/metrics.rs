@@ -1,0 +1,569 @@
+//! Prometheus metrics and the readiness state of the relay.
+//!
+//! One [`Metrics`] value (cheap to clone: it is an `Arc`) is shared by the
+//! pipeline, which updates it, and the HTTP server (`http.rs`), which
+//! renders it on `/metrics` and asks it on `/readyz`. Every metric is
+//! documented in `docs/metrics.md`.
+//!
+//! Updates on the hot path are atomic operations: per-topic counters are
+//! looked up once per topic and session ([`TopicCounters`]), not per event.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+use walrelay_pgoutput::{Lsn, PgTimestamp};
+
+use crate::sink::SinkError;
+
+/// Buckets of `walrelay_commit_to_ack_seconds`: 1 ms to 60 s.
+pub const COMMIT_TO_ACK_BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
+];
+
+/// How long a successful contact with Kafka (a delivery report or a probe)
+/// keeps the relay ready.
+pub const KAFKA_FRESHNESS: Duration = Duration::from_secs(30);
+
+/// The content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TopicLabels {
+    topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KafkaErrorLabels {
+    kind: String,
+    code: String,
+}
+
+/// The counters of one topic, looked up once and then updated without any
+/// map lookup in the registry.
+#[derive(Debug, Clone)]
+pub struct TopicCounters {
+    events: Counter,
+    bytes: Counter,
+}
+
+impl TopicCounters {
+    /// One record of `bytes` bytes acknowledged by Kafka.
+    pub fn acked(&self, bytes: u64) {
+        self.events.inc();
+        self.bytes.inc_by(bytes);
+    }
+}
+
+/// Where the relay is in its life, for `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// Not yet streaming from the slot (first session being set up).
+    Starting,
+    /// A session is streaming.
+    Streaming,
+    /// The last session failed; a new one is being started.
+    Failed(String),
+    /// Stop requested: waiting for Kafka, then exiting.
+    Draining,
+    /// The relay returned.
+    Stopped,
+}
+
+#[derive(Debug)]
+struct Health {
+    phase: Mutex<Phase>,
+    /// Milliseconds since `origin` + 1 of the last successful contact
+    /// with Kafka (0: never).
+    kafka_ok: AtomicU64,
+    /// The last failed contact with Kafka: when (as above) and why.
+    kafka_err: Mutex<Option<(u64, String)>>,
+    origin: Instant,
+}
+
+impl Health {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis())
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        *self.phase.lock().unwrap_or_else(PoisonError::into_inner) = phase;
+    }
+}
+
+struct Inner {
+    registry: Registry,
+    events: Family<TopicLabels, Counter>,
+    event_bytes: Family<TopicLabels, Counter>,
+    in_flight_events: Gauge<u64, AtomicU64>,
+    in_flight_bytes: Gauge<u64, AtomicU64>,
+    confirmed_flush_lsn: Gauge<u64, AtomicU64>,
+    server_wal_end_lsn: Gauge<u64, AtomicU64>,
+    slot_lag_bytes: Gauge<u64, AtomicU64>,
+    commit_to_ack: Histogram,
+    reconnects: Counter,
+    sessions: Counter,
+    kafka_errors: Family<KafkaErrorLabels, Counter>,
+    dead_letter_records: Counter,
+    ready: Gauge,
+    streaming: AtomicBool,
+    health: Health,
+}
+
+/// The relay's metrics and readiness state. Clones share everything.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every walrelay metric registered (all zero).
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("walrelay");
+        let events = Family::<TopicLabels, Counter>::default();
+        let event_bytes = Family::<TopicLabels, Counter>::default();
+        let in_flight_events = Gauge::<u64, AtomicU64>::default();
+        let in_flight_bytes = Gauge::<u64, AtomicU64>::default();
+        let confirmed_flush_lsn = Gauge::<u64, AtomicU64>::default();
+        let server_wal_end_lsn = Gauge::<u64, AtomicU64>::default();
+        let slot_lag_bytes = Gauge::<u64, AtomicU64>::default();
+        let commit_to_ack = Histogram::new(COMMIT_TO_ACK_BUCKETS);
+        let reconnects = Counter::default();
+        let sessions = Counter::default();
+        let kafka_errors = Family::<KafkaErrorLabels, Counter>::default();
+        let dead_letter_records = Counter::default();
+        let up = Gauge::<i64>::default();
+        up.set(1);
+        let ready = Gauge::<i64>::default();
+
+        registry.register(
+            "events",
+            "Records acknowledged by Kafka, per topic (replays after a restart count again)",
+            events.clone(),
+        );
+        registry.register_with_unit(
+            "event",
+            "Bytes of records acknowledged by Kafka (key, value, headers, topic name), per topic",
+            Unit::Bytes,
+            event_bytes.clone(),
+        );
+        registry.register(
+            "in_flight_events",
+            "Records sent to Kafka and not yet acknowledged",
+            in_flight_events.clone(),
+        );
+        registry.register_with_unit(
+            "in_flight",
+            "Bytes of records sent to Kafka and not yet acknowledged",
+            Unit::Bytes,
+            in_flight_bytes.clone(),
+        );
+        registry.register(
+            "confirmed_flush_lsn",
+            "Last WAL position walrelay confirmed to PostgreSQL, as a byte position",
+            confirmed_flush_lsn.clone(),
+        );
+        registry.register(
+            "server_wal_end_lsn",
+            "The server's end of WAL as last reported on the replication stream, as a byte position",
+            server_wal_end_lsn.clone(),
+        );
+        registry.register_with_unit(
+            "slot_lag",
+            "server_wal_end_lsn minus confirmed_flush_lsn: WAL the slot still holds for walrelay",
+            Unit::Bytes,
+            slot_lag_bytes.clone(),
+        );
+        registry.register_with_unit(
+            "commit_to_ack",
+            "Time from a transaction's commit (PostgreSQL clock) to Kafka's acknowledgement of each of its records (relay clock)",
+            Unit::Seconds,
+            commit_to_ack.clone(),
+        );
+        registry.register(
+            "reconnects",
+            "Sessions restarted after a transient failure (PostgreSQL or Kafka lost)",
+            reconnects.clone(),
+        );
+        registry.register(
+            "sessions",
+            "Sessions that started streaming from the slot",
+            sessions.clone(),
+        );
+        registry.register(
+            "kafka_errors",
+            "Kafka errors that ended a session, by kind and librdkafka error code",
+            kafka_errors.clone(),
+        );
+        registry.register(
+            "dead_letter_records",
+            "Records sent to a dead-letter topic (always 0: walrelay has no dead-lettering yet)",
+            dead_letter_records.clone(),
+        );
+        registry.register("up", "1 while the walrelay process runs", up);
+        registry.register(
+            "ready",
+            "1 while /readyz answers 200 (streaming from the slot and Kafka reachable), as of the last scrape",
+            ready.clone(),
+        );
+        registry.register(
+            "build",
+            "walrelay build information",
+            Info::new(vec![(
+                "version".to_owned(),
+                env!("CARGO_PKG_VERSION").to_owned(),
+            )]),
+        );
+
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                events,
+                event_bytes,
+                in_flight_events,
+                in_flight_bytes,
+                confirmed_flush_lsn,
+                server_wal_end_lsn,
+                slot_lag_bytes,
+                commit_to_ack,
+                reconnects,
+                sessions,
+                kafka_errors,
+                dead_letter_records,
+                ready,
+                streaming: AtomicBool::new(false),
+                health: Health {
+                    phase: Mutex::new(Phase::Starting),
+                    kafka_ok: AtomicU64::new(0),
+                    kafka_err: Mutex::new(None),
+                    origin: Instant::now(),
+                },
+            }),
+        }
+    }
+
+    /// The exposition in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let ready = self.readiness().is_ok();
+        self.inner.ready.set(i64::from(ready));
+        let mut out = String::new();
+        // Writing to a String cannot fail; the encoder only fails on a
+        // failing writer.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
+        out
+    }
+
+    /// The counters of `topic`, to keep for the rest of the session.
+    pub fn topic(&self, topic: &str) -> TopicCounters {
+        let labels = TopicLabels {
+            topic: topic.to_owned(),
+        };
+        TopicCounters {
+            events: self.inner.events.get_or_create_owned(&labels),
+            bytes: self.inner.event_bytes.get_or_create_owned(&labels),
+        }
+    }
+
+    /// A record committed at `commit_time` (PostgreSQL's clock) was
+    /// acknowledged now (this host's clock). Negative differences (clock
+    /// skew) count as 0.
+    pub fn observe_commit_to_ack(&self, commit_time: PgTimestamp) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i128::try_from(d.as_micros()).unwrap_or(i128::MAX));
+        let micros = (now - commit_time.unix_micros()).max(0);
+        // Precision beyond 2^53 µs (285 years) does not matter here.
+        #[allow(clippy::cast_precision_loss)]
+        let seconds = micros as f64 / 1e6;
+        self.inner.commit_to_ack.observe(seconds);
+    }
+
+    /// Any record acknowledged: Kafka is reachable.
+    pub fn kafka_ok(&self) {
+        let h = &self.inner.health;
+        h.kafka_ok.store(h.now_ms(), Ordering::Relaxed);
+    }
+
+    /// A contact with Kafka failed outside of a session (the readiness
+    /// probe): not ready until the next success.
+    pub fn kafka_unreachable(&self, reason: impl Into<String>) {
+        let h = &self.inner.health;
+        *h.kafka_err.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((h.now_ms(), reason.into()));
+    }
+
+    /// A Kafka error ended a session.
+    pub fn kafka_error(&self, error: &SinkError) {
+        let (kind, code) = kafka_error_labels(error);
+        self.inner
+            .kafka_errors
+            .get_or_create(&KafkaErrorLabels { kind, code })
+            .inc();
+        self.kafka_unreachable(error.to_string());
+    }
+
+    /// The tracker's in-flight totals.
+    pub fn set_in_flight(&self, events: usize, bytes: usize) {
+        self.inner.in_flight_events.set(events as u64);
+        self.inner.in_flight_bytes.set(bytes as u64);
+    }
+
+    /// The position last confirmed to PostgreSQL.
+    pub fn set_confirmed(&self, lsn: Lsn) {
+        self.inner.confirmed_flush_lsn.set(lsn.0);
+        self.update_lag();
+    }
+
+    /// The server's end of WAL, from a keepalive or an XLogData header.
+    pub fn set_server_wal_end(&self, lsn: Lsn) {
+        if lsn.0 == 0 {
+            return;
+        }
+        self.inner.server_wal_end_lsn.set(lsn.0);
+        self.update_lag();
+    }
+
+    fn update_lag(&self) {
+        let end = self.inner.server_wal_end_lsn.get();
+        let confirmed = self.inner.confirmed_flush_lsn.get();
+        if end > 0 {
+            self.inner.slot_lag_bytes.set(end.saturating_sub(confirmed));
+        }
+    }
+
+    /// A session started streaming from the slot.
+    pub fn session_started(&self, confirmed: Lsn) {
+        self.inner.sessions.inc();
+        self.set_confirmed(confirmed);
+        self.set_in_flight(0, 0);
+        self.inner.streaming.store(true, Ordering::Relaxed);
+        self.inner.health.set_phase(Phase::Streaming);
+    }
+
+    /// A session ended; `error` is why, if it failed.
+    pub fn session_ended(&self, error: Option<String>) {
+        self.inner.streaming.store(false, Ordering::Relaxed);
+        self.set_in_flight(0, 0);
+        let mut phase = self
+            .inner
+            .health
+            .phase
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match error {
+            Some(e) => *phase = Phase::Failed(e),
+            None if *phase != Phase::Draining => *phase = Phase::Stopped,
+            None => {}
+        }
+    }
+
+    /// A new session is about to start after a transient failure.
+    pub fn reconnecting(&self) {
+        self.inner.reconnects.inc();
+    }
+
+    /// Stop requested: the relay drains and exits.
+    pub fn draining(&self) {
+        self.inner.streaming.store(false, Ordering::Relaxed);
+        self.inner.health.set_phase(Phase::Draining);
+    }
+
+    /// The relay returned (for whatever reason).
+    pub fn stopped(&self) {
+        self.inner.streaming.store(false, Ordering::Relaxed);
+        self.inner.health.set_phase(Phase::Stopped);
+    }
+
+    /// Whether a session is streaming from the slot right now.
+    pub fn is_streaming(&self) -> bool {
+        self.inner.streaming.load(Ordering::Relaxed)
+    }
+
+    /// `Ok` when the relay is streaming from the slot and Kafka answered
+    /// within [`KAFKA_FRESHNESS`] with no failure since; otherwise why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        let h = &self.inner.health;
+        match &*h.phase.lock().unwrap_or_else(PoisonError::into_inner) {
+            Phase::Streaming => {}
+            Phase::Starting => return Err("not streaming yet: connecting to the slot".into()),
+            Phase::Failed(e) => return Err(format!("session failed, reconnecting: {e}")),
+            Phase::Draining => return Err("stopping: draining in-flight events".into()),
+            Phase::Stopped => return Err("stopped".into()),
+        }
+        let ok = h.kafka_ok.load(Ordering::Relaxed);
+        if let Some((at, reason)) = &*h.kafka_err.lock().unwrap_or_else(PoisonError::into_inner) {
+            if *at >= ok {
+                return Err(format!("Kafka unreachable: {reason}"));
+            }
+        }
+        if ok == 0 {
+            return Err("Kafka not reached yet".into());
+        }
+        let age = Duration::from_millis(h.now_ms().saturating_sub(ok));
+        if age > KAFKA_FRESHNESS {
+            return Err(format!(
+                "no successful contact with Kafka for {} s",
+                age.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
+    /// `walrelay_dead_letter_records_total`, for the day dead-lettering
+    /// exists.
+    pub fn dead_letter_record(&self) {
+        self.inner.dead_letter_records.inc();
+    }
+}
+
+/// `kind`: the [`SinkError`] variant in snake case; `code`: librdkafka's
+/// error code name, or empty.
+fn kafka_error_labels(error: &SinkError) -> (String, String) {
+    let kind = match error {
+        SinkError::Config { .. } => "config",
+        SinkError::Create(_) => "create",
+        SinkError::QueueFull => "queue_full",
+        SinkError::Produce { .. } => "produce",
+        SinkError::Delivery { .. } => "delivery",
+        SinkError::Metadata { .. } => "metadata",
+        SinkError::TopicMissing { .. } => "topic_missing",
+        SinkError::FlushTimeout { .. } => "flush_timeout",
+        SinkError::Flush(_) => "flush",
+        SinkError::Closed => "closed",
+        SinkError::Task { .. } => "task",
+    };
+    let code = error.code().map(|c| format!("{c:?}")).unwrap_or_default();
+    (kind.to_owned(), code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::error::RDKafkaErrorCode;
+
+    fn sample(text: &str, name: &str) -> Option<f64> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn names_follow_prometheus_conventions() {
+        let m = Metrics::new();
+        m.topic("orders").acked(10);
+        m.topic("orders").acked(5);
+        m.set_confirmed(Lsn(100));
+        m.set_server_wal_end(Lsn(250));
+        m.kafka_error(&SinkError::Delivery {
+            topic: "orders".into(),
+            partition: 0,
+            code: RDKafkaErrorCode::MessageTimedOut,
+            message: "timed out".into(),
+        });
+        m.observe_commit_to_ack(PgTimestamp::from_system_time(SystemTime::now()).unwrap());
+        let text = m.encode();
+        assert_eq!(
+            sample(&text, "walrelay_events_total{topic=\"orders\"}"),
+            Some(2.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "walrelay_event_bytes_total{topic=\"orders\"}"),
+            Some(15.0)
+        );
+        assert_eq!(sample(&text, "walrelay_confirmed_flush_lsn"), Some(100.0));
+        assert_eq!(sample(&text, "walrelay_server_wal_end_lsn"), Some(250.0));
+        assert_eq!(sample(&text, "walrelay_slot_lag_bytes"), Some(150.0));
+        assert_eq!(sample(&text, "walrelay_in_flight_events"), Some(0.0));
+        assert_eq!(sample(&text, "walrelay_in_flight_bytes"), Some(0.0));
+        assert_eq!(
+            sample(&text, "walrelay_commit_to_ack_seconds_count"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "walrelay_kafka_errors_total{kind=\"delivery\",code=\"MessageTimedOut\"}"
+            ),
+            Some(1.0)
+        );
+        for zero in [
+            "walrelay_reconnects_total",
+            "walrelay_sessions_total",
+            "walrelay_dead_letter_records_total",
+            "walrelay_ready",
+        ] {
+            assert_eq!(sample(&text, zero), Some(0.0), "{zero}: {text}");
+        }
+        assert_eq!(sample(&text, "walrelay_up"), Some(1.0));
+        let version = format!(
+            "walrelay_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(sample(&text, &version), Some(1.0), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn readiness_needs_a_session_and_kafka() {
+        let m = Metrics::new();
+        assert!(m.readiness().unwrap_err().contains("not streaming"));
+        m.session_started(Lsn(1));
+        assert!(m.readiness().unwrap_err().contains("Kafka not reached"));
+        m.kafka_ok();
+        assert_eq!(m.readiness(), Ok(()));
+        m.kafka_unreachable("probe failed");
+        assert!(m.readiness().unwrap_err().contains("probe failed"));
+        // A later success clears it (timestamps are in ms: make sure the
+        // clock moved).
+        std::thread::sleep(Duration::from_millis(2));
+        m.kafka_ok();
+        assert_eq!(m.readiness(), Ok(()));
+        m.session_ended(Some("lost the connection".into()));
+        assert!(m.readiness().unwrap_err().contains("lost the connection"));
+        m.session_started(Lsn(1));
+        assert_eq!(m.readiness(), Ok(()));
+        m.draining();
+        m.session_ended(None);
+        assert!(m.readiness().unwrap_err().contains("draining"));
+        m.stopped();
+        assert_eq!(m.readiness().unwrap_err(), "stopped");
+    }
+
+    #[test]
+    fn clock_skew_counts_as_zero() {
+        let m = Metrics::new();
+        let future = SystemTime::now() + Duration::from_secs(3600);
+        m.observe_commit_to_ack(PgTimestamp::from_system_time(future).unwrap());
+        let text = m.encode();
+        assert_eq!(
+            sample(&text, "walrelay_commit_to_ack_seconds_sum"),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(&text, "walrelay_commit_to_ack_seconds_count"),
+            Some(1.0)
+        );
+    }
+}
