@@ -7,6 +7,7 @@
 # everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/install-deps.sh >/dev/null
 scripts/install-postgres.sh >/dev/null
 scripts/install-tansu.sh >/dev/null
 cargo build --quiet --locked -p walrelay --bin walrelay --example demo

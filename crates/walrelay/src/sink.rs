@@ -112,7 +112,8 @@ pub fn is_sensitive_property(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     name.contains("password")
         || name.contains("secret")
-        || name == "ssl.key.pem"
+        || name.contains("passphrase")
+        || name.ends_with("key.pem")
         || name == "ssl_key"
         || name == "sasl.oauthbearer.config"
 }
@@ -151,10 +152,46 @@ impl SinkConfig {
 
     /// The properties the producer is created with: walrelay's defaults,
     /// then the user's properties, then the enforced delivery guarantees.
-    /// Fails on a property that would weaken the guarantees. The result
-    /// holds secrets in clear text: log it only through [`redact`].
+    /// Fails on a property that would weaken the guarantees, on a secret
+    /// reference (`env:`, `file:`, see [`crate::secrets`]) that cannot be
+    /// resolved, and on inconsistent TLS or SASL settings
+    /// ([`check_security`]). The result holds secrets in clear text: log it
+    /// only through [`redact`].
     pub fn effective_properties(&self) -> Result<BTreeMap<String, String>, SinkError> {
-        let user = &self.properties;
+        self.properties_with(Secrets::Resolve, false)
+    }
+
+    /// `strict`: TLS or SASL properties that the security protocol ignores
+    /// are errors rather than warnings.
+    fn properties_with(
+        &self,
+        secrets: Secrets,
+        strict: bool,
+    ) -> Result<BTreeMap<String, String>, SinkError> {
+        let user = &match secrets {
+            Secrets::Resolve => {
+                let user = crate::secrets::resolve_properties(&self.properties).map_err(|e| {
+                    SinkError::Config {
+                        property: e.property().to_owned(),
+                        reason: e.detail(),
+                    }
+                })?;
+                check_security(&user)?;
+                check_ignored(&user, strict)?;
+                check_files(&user)?;
+                user
+            }
+            Secrets::Placeholder => {
+                let user = self
+                    .properties
+                    .iter()
+                    .map(|(k, v)| (k.clone(), crate::secrets::displayable(k, v).to_owned()))
+                    .collect();
+                check_security(&user)?;
+                check_ignored(&user, strict)?;
+                user
+            }
+        };
         for group in ALIASES {
             let set: Vec<&str> = group
                 .iter()
@@ -223,6 +260,48 @@ impl SinkConfig {
         }
         Ok(props)
     }
+}
+
+impl SinkConfig {
+    /// Everything that can be checked without connecting: the properties
+    /// ([`effective_properties`](Self::effective_properties)), TLS or SASL
+    /// properties that the security protocol would ignore (an error here,
+    /// a warning when the producer is created), then each name and value
+    /// as librdkafka parses them. Creating the producer
+    /// checks the rest (TLS files' contents, for one).
+    pub fn validate(&self) -> Result<(), SinkError> {
+        self.validate_with(Secrets::Resolve)
+    }
+
+    /// [`validate`](Self::validate) without reading anything: secret
+    /// references are not resolved and files are not checked. For commands
+    /// that load the whole configuration but do not produce (`setup`,
+    /// `status`, `config`), which may run where the relay's Kafka secrets
+    /// and certificates are not.
+    pub fn validate_settings(&self) -> Result<(), SinkError> {
+        self.validate_with(Secrets::Placeholder)
+    }
+
+    fn validate_with(&self, secrets: Secrets) -> Result<(), SinkError> {
+        let props = self.properties_with(secrets, true)?;
+        let mut client_config = ClientConfig::new();
+        for (name, value) in &props {
+            client_config.set(name, value);
+        }
+        client_config
+            .create_native_config()
+            .map(drop)
+            .map_err(create_error)
+    }
+}
+
+/// How [`SinkConfig::properties_with`] treats secret properties.
+#[derive(Clone, Copy)]
+enum Secrets {
+    /// Resolve `env:`/`file:` references and check named files.
+    Resolve,
+    /// Leave secrets out (a placeholder stands in) and read nothing.
+    Placeholder,
 }
 
 impl fmt::Debug for SinkConfig {
@@ -376,6 +455,247 @@ fn check_guarantees(props: &BTreeMap<String, String>) -> Result<(), SinkError> {
              key); a transactional producer would reject records sent outside a transaction"
                 .to_owned(),
         ));
+    }
+    Ok(())
+}
+
+/// librdkafka's `security.protocol` values.
+const SECURITY_PROTOCOLS: &[&str] = &["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"];
+
+/// The SASL mechanisms walrelay supports. GSSAPI needs Cyrus SASL and
+/// Kerberos, which are not linked in; OAUTHBEARER needs a token provider:
+/// librdkafka's OIDC client needs libcurl, which is not linked in either,
+/// and its other provider makes unsecured test tokens.
+const SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
+const SASL_MECHANISM: &[&str] = &["sasl.mechanisms", "sasl.mechanism"];
+
+/// Properties that name a file librdkafka reads when the producer is
+/// created: checked up front so that a wrong path is reported by name.
+const FILE_PROPERTIES: &[&str] = &[
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.crl.location",
+    "ssl.keystore.location",
+    "sasl.oauthbearer.assertion.private.key.file",
+    "sasl.oauthbearer.assertion.jwt.template.file",
+];
+
+/// The features compiled into librdkafka (its `builtin.features`
+/// property), e.g. `ssl`, `sasl_scram`, `sasl_oauthbearer`, `gzip`.
+pub fn builtin_features() -> Vec<String> {
+    static FEATURES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    FEATURES
+        .get_or_init(|| {
+            ClientConfig::new()
+                .create_native_config()
+                .and_then(|c| c.get("builtin.features"))
+                .map(|f| f.split(',').map(|s| s.trim().to_owned()).collect())
+                .unwrap_or_default()
+        })
+        .clone()
+}
+
+fn require_feature(feature: &str, property: &str, what: &str) -> Result<(), SinkError> {
+    let features = builtin_features();
+    if features.iter().any(|f| f == feature) {
+        return Ok(());
+    }
+    Err(SinkError::config(
+        property,
+        format!(
+            "{what} needs librdkafka feature `{feature}`, which this walrelay build lacks \
+             (built in: {}); build rdkafka with its `ssl` feature (scripts/install-deps.sh \
+             installs OpenSSL's headers)",
+            features.join(",")
+        ),
+    ))
+}
+
+/// Checks the TLS and SASL settings before librdkafka sees them, so that a
+/// mistake is reported with the property and the fix rather than as a
+/// failed connection later: the security protocol and SASL mechanism are
+/// known and built in, and a password mechanism has a user name and
+/// password. Warns about settings that weaken TLS. `props` are the user's
+/// properties; [`check_files`] checks the files they name.
+pub fn check_security(props: &BTreeMap<String, String>) -> Result<(), SinkError> {
+    let protocol = props
+        .get("security.protocol")
+        .map(|v| v.trim().to_ascii_lowercase())
+        .unwrap_or_else(|| "plaintext".to_owned());
+    if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
+        return Err(SinkError::config(
+            "security.protocol",
+            format!(
+                "unknown security protocol `{}`; use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+                props["security.protocol"]
+            ),
+        ));
+    }
+    let shown = protocol.to_ascii_uppercase();
+    let tls = protocol.ends_with("ssl");
+    let sasl = protocol.starts_with("sasl_");
+    if tls {
+        require_feature(
+            "ssl",
+            "security.protocol",
+            &format!("security.protocol={shown}"),
+        )?;
+    }
+    if sasl {
+        let Some((name, mechanism)) = find(props, SASL_MECHANISM) else {
+            return Err(SinkError::config(
+                "sasl.mechanism",
+                format!(
+                    "security.protocol={shown} needs a SASL mechanism: set sasl.mechanism to \
+                     {} (librdkafka's default, GSSAPI/Kerberos, is not built into walrelay)",
+                    SASL_MECHANISMS.join(", ")
+                ),
+            ));
+        };
+        let mechanism = mechanism.trim().to_ascii_uppercase();
+        match mechanism.as_str() {
+            "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512" => {
+                if mechanism.starts_with("SCRAM") {
+                    require_feature("sasl_scram", name, &format!("{name}={mechanism}"))?;
+                }
+                for needed in ["sasl.username", "sasl.password"] {
+                    if props.get(needed).is_none_or(|v| v.is_empty()) {
+                        return Err(SinkError::config(
+                            needed,
+                            format!(
+                                "{name}={mechanism} needs sasl.username and sasl.password \
+                                 (the password may be given as `env:NAME` or `file:/path`, \
+                                 see docs/security.md)"
+                            ),
+                        ));
+                    }
+                }
+                if mechanism == "PLAIN" && !tls {
+                    tracing::warn!(
+                        "security.protocol=SASL_PLAINTEXT with sasl.mechanism=PLAIN sends the \
+                         Kafka password in clear text; use SASL_SSL"
+                    );
+                }
+            }
+            "OAUTHBEARER" => {
+                return Err(SinkError::config(
+                    name,
+                    "OAUTHBEARER is not supported: walrelay's librdkafka has no OIDC token \
+                     provider (it needs libcurl) and its built-in provider makes only \
+                     unsecured test tokens; use SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN (over \
+                     SASL_SSL)"
+                        .to_owned(),
+                ));
+            }
+            "GSSAPI" => {
+                return Err(SinkError::config(
+                    name,
+                    "GSSAPI (Kerberos) is not built into walrelay's librdkafka; use \
+                     SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN (over SASL_SSL)"
+                        .to_owned(),
+                ));
+            }
+            _ => {
+                return Err(SinkError::config(
+                    name,
+                    format!(
+                        "unknown SASL mechanism `{mechanism}`; use one of {}",
+                        SASL_MECHANISMS.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    if props
+        .get("enable.ssl.certificate.verification")
+        .is_some_and(|v| parse_bool(v) == Some(false))
+    {
+        tracing::warn!(
+            "enable.ssl.certificate.verification=false: any server can impersonate the Kafka \
+             brokers; set ssl.ca.location to the brokers' CA instead"
+        );
+    }
+    if props
+        .get("ssl.endpoint.identification.algorithm")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("none"))
+    {
+        tracing::warn!(
+            "ssl.endpoint.identification.algorithm=none: broker host names are not checked \
+             against their certificates"
+        );
+    }
+    Ok(())
+}
+
+/// TLS or SASL properties that the security protocol ignores: likely a
+/// forgotten `security.protocol`. An error if `strict`, else a warning.
+fn check_ignored(props: &BTreeMap<String, String>, strict: bool) -> Result<(), SinkError> {
+    let protocol = props
+        .get("security.protocol")
+        .map(|v| v.trim().to_ascii_uppercase())
+        .unwrap_or_else(|| "PLAINTEXT".to_owned());
+    let ignored = if !protocol.ends_with("SSL") {
+        props.keys().find(|k| k.starts_with("ssl.")).map(|name| {
+            (
+                name,
+                format!(
+                    "is set, but security.protocol is {protocol}, which does not use TLS; set \
+                     security.protocol=SSL or SASL_SSL"
+                ),
+            )
+        })
+    } else {
+        None
+    };
+    let ignored = ignored.or_else(|| {
+        if protocol.starts_with("SASL_") {
+            return None;
+        }
+        props.keys().find(|k| k.starts_with("sasl.")).map(|name| {
+            (
+                name,
+                format!(
+                    "is set, but security.protocol is {protocol}, so no SASL authentication \
+                     happens; set security.protocol=SASL_SSL"
+                ),
+            )
+        })
+    });
+    match ignored {
+        None => Ok(()),
+        Some((name, reason)) if strict => Err(SinkError::config(name, reason)),
+        Some((name, reason)) => {
+            tracing::warn!("Kafka producer property `{name}` {reason}");
+            Ok(())
+        }
+    }
+}
+
+/// Checks that the files named by `ssl.*.location` (and similar)
+/// properties exist and can be read, naming the property if not.
+pub fn check_files(props: &BTreeMap<String, String>) -> Result<(), SinkError> {
+    for name in FILE_PROPERTIES {
+        let Some(path) = props.get(*name) else {
+            continue;
+        };
+        if *name == "ssl.ca.location" && path.trim() == "probe" {
+            continue;
+        }
+        let readable = std::fs::metadata(path).and_then(|m| {
+            if m.is_file() {
+                std::fs::File::open(path).map(drop)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = readable {
+            return Err(SinkError::config(
+                name,
+                format!("cannot read `{path}`: {e}"),
+            ));
+        }
     }
     Ok(())
 }
@@ -861,7 +1181,13 @@ fn create_error(error: KafkaError) -> SinkError {
     match error {
         KafkaError::ClientConfig(_, description, property, value) => {
             let reason = if is_sensitive_property(&property) {
-                "invalid value".to_owned()
+                // librdkafka's description may quote the value.
+                let description = if value.is_empty() {
+                    description
+                } else {
+                    description.replace(&value, REDACTED)
+                };
+                format!("invalid value: {description}")
             } else {
                 format!("{description} (value `{value}`)")
             };

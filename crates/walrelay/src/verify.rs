@@ -860,13 +860,14 @@ fn kafka_settings(options: &Options) -> anyhow::Result<KafkaConfig> {
     Ok(kafka)
 }
 
-fn consumer_config(kafka: &KafkaConfig) -> ClientConfig {
+fn consumer_config(kafka: &KafkaConfig) -> anyhow::Result<ClientConfig> {
     let mut c = ClientConfig::new();
     // Overridable defaults.
     c.set("client.id", "walrelay-verify")
         .set("fetch.wait.max.ms", "100")
         .set("socket.connection.setup.timeout.ms", "10000");
-    for (k, v) in &kafka.properties {
+    // `env:`/`file:` secret references, as for the relay's producer.
+    for (k, v) in &crate::secrets::resolve_properties(&kafka.properties)? {
         c.set(k, v);
     }
     // What makes this a read-only, group-less reader.
@@ -877,7 +878,7 @@ fn consumer_config(kafka: &KafkaConfig) -> ClientConfig {
         .set("enable.partition.eof", "false")
         .set("auto.offset.reset", "earliest")
         .set("allow.auto.create.topics", "false");
-    c
+    Ok(c)
 }
 
 /// Some bits that differ between runs, for a unique group id.
@@ -950,7 +951,7 @@ fn read(
 ) -> anyhow::Result<ReadOutcome> {
     let deadline = args.timeout.map(|t| started + t);
     let remaining = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    let consumer: BaseConsumer = consumer_config(kafka)
+    let consumer: BaseConsumer = consumer_config(kafka)?
         .create()
         .context("creating the Kafka consumer")?;
     let metadata_timeout = remaining().map_or(METADATA_TIMEOUT, |r| r.min(METADATA_TIMEOUT));
