@@ -71,12 +71,23 @@ pub enum RelayError {
     },
     #[error("{problem}; {fix}")]
     Setup { problem: String, fix: String },
+    #[error(
+        "replication slot \"{slot}\" is active for PID {}: another walrelay or client streams from it, and a slot serves one connection at a time",
+        pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
+    )]
+    SlotInUse { slot: String, pid: Option<i32> },
 }
 
 impl RelayError {
     /// Another connection is streaming from the slot (SQLSTATE 55006).
     pub fn is_slot_in_use(&self) -> bool {
-        matches!(self, RelayError::Postgres(e) if e.code() == Some(walrelay_pg::error::sqlstate::OBJECT_IN_USE))
+        match self {
+            RelayError::SlotInUse { .. } => true,
+            RelayError::Postgres(e) => {
+                e.code() == Some(walrelay_pg::error::sqlstate::OBJECT_IN_USE)
+            }
+            _ => false,
+        }
     }
 
     /// Whether a new session may succeed without a change by the user.
@@ -86,6 +97,7 @@ impl RelayError {
         match self {
             RelayError::Postgres(e) => e.is_transient(),
             RelayError::Kafka(e) => e.restarts_pipeline(),
+            RelayError::SlotInUse { .. } => true,
             _ => false,
         }
     }
@@ -273,6 +285,12 @@ impl<'a> Session<'a> {
                     problem: format!("slot \"{slot}\" uses plugin {:?}, not pgoutput", info.plugin),
                     fix: "use a pgoutput slot: `walrelay setup` with another slot name creates one".into(),
                 });
+            }
+            // A standby polls often: when another walsender holds the slot,
+            // stop here, before a Kafka producer is created for nothing.
+            // (If the slot frees up in between, START_REPLICATION decides.)
+            if info.active {
+                return Err(RelayError::SlotInUse { slot: slot.clone(), pid: info.active_pid });
             }
             let confirmed = info.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
             let source = config.relay.source_id.clone().unwrap_or_else(|| {

@@ -4,39 +4,16 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use support::{apply_high_water_marks, Env, WAIT};
+use support::{apply_high_water_marks, spawn_relay, Env, WAIT};
 use walrelay_testkit::{await_condition, read_until_quiet};
 
-fn spawn_relay(env: &Env, bootstrap: &str, log: &Path) -> Result<Child> {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)?;
-    Ok(Command::new(env!("CARGO_BIN_EXE_walrelay"))
-        .args([
-            "--postgres-url",
-            &format!(
-                "{}?sslmode=disable",
-                env.cluster.url("postgres", "postgres")
-            ),
-            "--bootstrap-servers",
-            bootstrap,
-            "--status-interval",
-            "5s",
-            "--log",
-            "info",
-            "run",
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()?)
-}
+/// A slow status interval (unconfirmed events at the kill) and info logs
+/// (the test waits for the "standing by" line).
+const STANDBY_ARGS: &[&str] = &["--status-interval", "5s", "--log", "info"];
 
 async fn active_pid(env: &Env) -> Result<Option<i32>> {
     Ok(env
@@ -68,13 +45,13 @@ async fn a_standby_relay_takes_over_within_seconds_without_loss() -> Result<()> 
     let dir = tempfile::tempdir()?;
     let (log_a, log_b) = (dir.path().join("a.log"), dir.path().join("b.log"));
 
-    let mut a = spawn_relay(&env, &bootstrap, &log_a)?;
+    let mut a = spawn_relay(&env, &bootstrap, &log_a, STANDBY_ARGS)?;
     await_condition(WAIT, Duration::from_millis(50), || async {
         Ok(active_pid(&env).await?.is_some())
     })
     .await?;
     let first = active_pid(&env).await?;
-    let mut b = spawn_relay(&env, &bootstrap, &log_b)?;
+    let mut b = spawn_relay(&env, &bootstrap, &log_b, STANDBY_ARGS)?;
     await_condition(WAIT, Duration::from_millis(50), || async {
         Ok(std::fs::read_to_string(&log_b)?.contains("standing by"))
     })

@@ -6,48 +6,30 @@
 mod support;
 
 use std::collections::HashSet;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-use support::{apply_high_water_marks, check_confirmations_follow_acks, key_of, Env, WAIT};
+use support::{
+    apply_high_water_marks, check_confirmations_follow_acks, key_of, spawn_relay, Env, WAIT,
+};
 use tokio::sync::{mpsc, watch};
 use walrelay::pipeline::{self, Trace};
 use walrelay_testkit::{await_condition, read_until_quiet};
 
-/// The real `walrelay run`, configured by flags.
-fn spawn_relay(env: &Env, bootstrap: &str, log: &Path) -> Result<Child> {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)?;
-    Ok(Command::new(env!("CARGO_BIN_EXE_walrelay"))
-        .args([
-            "--postgres-url",
-            &format!(
-                "{}?sslmode=disable",
-                env.cluster.url("postgres", "postgres")
-            ),
-            "--bootstrap-servers",
-            bootstrap,
-            "--outbox-table",
-            "public.outbox",
-            "--route",
-            "orders=orders",
-            "--status-interval",
-            "200ms",
-            "--log",
-            "warn",
-            "run",
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()?)
-}
+/// The outbox table, a raw route, fast status updates.
+const FAULT_ARGS: &[&str] = &[
+    "--outbox-table",
+    "public.outbox",
+    "--route",
+    "orders=orders",
+    "--status-interval",
+    "200ms",
+    "--log",
+    "warn",
+];
 
 async fn emit_batches(env: &Env, from: usize, batches: usize, per_batch: usize) -> Result<()> {
     for b in from..from + batches {
@@ -84,7 +66,7 @@ async fn kill_9_mid_stream_loses_nothing_and_duplicates_stay_below_the_high_wate
     let mut kills = Vec::new();
     for quarter in 1..=3u64 {
         let mark = walrelay_pgoutput::Lsn(start.0 + (backlog_end.0 - start.0) * quarter / 4);
-        let mut relay = spawn_relay(&env, &bootstrap, &log)?;
+        let mut relay = spawn_relay(&env, &bootstrap, &log, FAULT_ARGS)?;
         await_condition(WAIT, Duration::from_millis(10), || async {
             Ok(env.confirmed_flush_lsn("walrelay").await? >= mark)
         })
@@ -102,7 +84,7 @@ async fn kill_9_mid_stream_loses_nothing_and_duplicates_stay_below_the_high_wate
     // More events while it is down, then a restart that finishes the job.
     emit_batches(&env, batches, 20, per_batch).await?;
     let end = env.current_wal_lsn().await?;
-    let mut relay = spawn_relay(&env, &bootstrap, &log)?;
+    let mut relay = spawn_relay(&env, &bootstrap, &log, FAULT_ARGS)?;
     await_condition(WAIT, Duration::from_millis(100), || async {
         Ok(env.confirmed_flush_lsn("walrelay").await? >= end)
     })
@@ -271,7 +253,7 @@ async fn a_1m_event_transaction_passes_with_bounded_memory() -> Result<()> {
         .await?;
     let end = env.current_wal_lsn().await?;
     let started = std::time::Instant::now();
-    let mut relay = spawn_relay(&env, &bootstrap, &log)?;
+    let mut relay = spawn_relay(&env, &bootstrap, &log, FAULT_ARGS)?;
     let pid = relay.id();
     // VmHWM is the kernel's own high-water mark of the resident set, so
     // sampling it now and then loses no peak.

@@ -207,3 +207,33 @@ pub fn check_confirmations_follow_acks(trace: &[Trace]) -> Result<usize> {
     }
     Ok(confirmations)
 }
+
+/// The real `walrelay run` against this environment, configured by flags:
+/// the PostgreSQL URL and bootstrap servers, then `extra` (before `run`).
+/// Output goes to `log` (appended, so restarts share one file).
+pub fn spawn_relay(
+    env: &Env,
+    bootstrap: &str,
+    log: &std::path::Path,
+    extra: &[&str],
+) -> Result<std::process::Child> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    Ok(std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args([
+            "--postgres-url",
+            &format!(
+                "{}?sslmode=disable",
+                env.cluster.url("postgres", "postgres")
+            ),
+        ])
+        .args(["--bootstrap-servers", bootstrap])
+        .args(extra)
+        .arg("run")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?)
+}
