@@ -25,7 +25,9 @@
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
-pub mod envelope;
+/// The `walrelay.v1` envelope format lives in its own crate (fuzzable, no
+/// librdkafka); re-exported here because the router is its main user.
+pub use walrelay_envelope as envelope;
 pub mod http;
 pub mod key;
 pub mod metrics;
