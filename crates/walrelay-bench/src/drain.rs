@@ -1,0 +1,203 @@
+//! Draining a committed backlog from a slot: the `walrelay` binary as a
+//! subprocess (so its CPU and RSS are its own), and `pg_recvlogical`
+//! streaming the same pgoutput stream to a file (the decode limit).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::env::BenchEnv;
+use crate::procstat;
+use crate::workload::{OUTBOX_TABLE, PREFIX, PUBLICATION};
+
+/// How often the bench looks at the slot's confirmed position, and the
+/// status interval walrelay runs with in the drain (it reports its
+/// confirmed position that often: the drain's end is seen at most this
+/// late).
+pub const STATUS_INTERVAL: Duration = Duration::from_millis(100);
+const POLL: Duration = Duration::from_millis(20);
+
+/// What one drain measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DrainRun {
+    pub seconds: f64,
+    /// CPU seconds of the tool itself.
+    pub cpu_seconds: f64,
+    /// CPU seconds of the whole PostgreSQL server during the drain (the
+    /// walsender, plus background processes).
+    pub db_cpu_seconds: f64,
+    /// Peak RSS of the tool, when measured.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// A configuration file for `walrelay run` against the bench: the slot,
+/// the bench publication, the raw route `bench` → `msg_topic`, and the
+/// outbox table → `outbox_topic`.
+pub fn write_walrelay_config(
+    path: &Path,
+    env: &BenchEnv,
+    slot: &str,
+    msg_topic: &str,
+    outbox_topic: &str,
+    kafka_properties: &[(String, String)],
+) -> Result<()> {
+    let mut props = String::new();
+    for (k, v) in kafka_properties {
+        props.push_str(&format!("{k:?} = {v:?}\n"));
+    }
+    let text = format!(
+        r#"[postgres]
+url = "{url}"
+slot = "{slot}"
+publication = "{PUBLICATION}"
+status_interval = "{status}ms"
+
+[kafka]
+bootstrap_servers = "{bootstrap}"
+
+[kafka.properties]
+{props}
+[[messages]]
+prefix = "{PREFIX}"
+topic = "{msg_topic}"
+
+[[outbox]]
+table = "{OUTBOX_TABLE}"
+topic = "{outbox_topic}"
+"#,
+        url = env.url(),
+        status = STATUS_INTERVAL.as_millis(),
+        bootstrap = env.bootstrap(),
+    );
+    std::fs::write(path, text).with_context(|| format!("writing {path:?}"))
+}
+
+/// Runs `walrelay --config CONFIG run` until the slot's confirmed flush
+/// LSN reaches `end`, samples its CPU and peak RSS, then stops it with
+/// SIGTERM (it must exit 0).
+pub async fn walrelay(
+    env: &BenchEnv,
+    bin: &Path,
+    config: &Path,
+    slot: &str,
+    end: u64,
+    log: &Path,
+    timeout: Duration,
+) -> Result<DrainRun> {
+    let logf = std::fs::File::create(log)?;
+    let db = env.db_cpu_window()?;
+    let t0 = Instant::now();
+    let mut child = Command::new(bin)
+        .arg("--config")
+        .arg(config)
+        .args(["--log", "warn", "run"])
+        .stdin(Stdio::null())
+        .stdout(logf.try_clone()?)
+        .stderr(logf)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let pid = child.id();
+    let result = async {
+        loop {
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "walrelay exited early ({status}): {}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+            if env.confirmed_flush(slot).await? >= end {
+                break;
+            }
+            if t0.elapsed() > timeout {
+                bail!("walrelay did not drain the slot within {timeout:?}");
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        let seconds = t0.elapsed().as_secs_f64();
+        let db_cpu_seconds = db.finish().await?;
+        let cpu_seconds = procstat::cpu_seconds(pid)?;
+        let peak = procstat::peak_rss_bytes(pid)?;
+        Ok(DrainRun {
+            seconds,
+            cpu_seconds,
+            db_cpu_seconds,
+            peak_rss_bytes: Some(peak),
+        })
+    }
+    .await;
+    let term = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()?;
+    let status = tokio::task::spawn_blocking(move || child.wait()).await??;
+    let run = result?;
+    if !term.success() || !status.success() {
+        bail!(
+            "walrelay did not stop cleanly ({status}): {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+    Ok(run)
+}
+
+/// Streams the slot with `pg_recvlogical` and pgoutput options identical
+/// to walrelay's (`proto_version=1`, the bench publication,
+/// `messages=true`) into `file` until `end_lsn`, where it exits by itself.
+pub async fn pg_recvlogical(
+    env: &BenchEnv,
+    slot: &str,
+    end_lsn: &str,
+    file: &Path,
+    timeout: Duration,
+) -> Result<DrainRun> {
+    let mut cmd = Command::new(env.pg_tool("pg_recvlogical"));
+    cmd.args(["-h", env.cluster.host()])
+        .args(["-p", &env.cluster.port().to_string()])
+        .args(["-U", walrelay_testkit::SUPERUSER, "-d", "postgres"])
+        .args(["--slot", slot, "--start", "--no-loop"])
+        .args(["--endpos", end_lsn])
+        .args(["-o", "proto_version=1"])
+        .args(["-o", &format!("publication_names={PUBLICATION}")])
+        .args(["-o", "messages=true"])
+        .arg("-f")
+        .arg(file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let db = env.db_cpu_window()?;
+    let children0 = procstat::reaped_children_cpu_seconds()?;
+    let t0 = Instant::now();
+    let child = cmd.spawn().context("starting pg_recvlogical")?;
+    let out = tokio::time::timeout(
+        timeout,
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await
+    .context("pg_recvlogical did not reach the end position in time")???;
+    let seconds = t0.elapsed().as_secs_f64();
+    let db_cpu_seconds = db.finish().await?;
+    let cpu_seconds = procstat::reaped_children_cpu_seconds()? - children0;
+    if !out.status.success() {
+        bail!(
+            "pg_recvlogical failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(DrainRun {
+        seconds,
+        cpu_seconds,
+        db_cpu_seconds,
+        peak_rss_bytes: None,
+    })
+}
+
+/// A scratch file path under `dir` that is removed when dropped.
+pub struct ScratchFile(pub PathBuf);
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

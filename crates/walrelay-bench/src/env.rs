@@ -1,0 +1,182 @@
+//! The bench's own PostgreSQL cluster and Tansu broker, and the SQL it
+//! needs around them (slots, positions, the database's CPU).
+
+use anyhow::{Context, Result};
+use tokio_postgres::Client;
+use walrelay_testkit::{ClusterOptions, PgCluster, TansuBroker};
+
+use crate::procstat;
+use crate::workload::SCHEMA;
+
+/// Topics get this many partitions (Tansu's auto-create default, stated).
+pub const PARTITIONS: i32 = 4;
+
+pub struct BenchEnv {
+    pub cluster: PgCluster,
+    pub client: Client,
+    broker: Option<TansuBroker>,
+}
+
+impl BenchEnv {
+    /// A fresh cluster (room for many slots, a large `max_wal_size` so
+    /// generation does not checkpoint constantly) with the bench schema,
+    /// and a fresh broker.
+    pub async fn start() -> Result<BenchEnv> {
+        let opts = ClusterOptions::default()
+            .conf("max_replication_slots", "32")
+            .conf("max_wal_senders", "32")
+            .conf("max_wal_size", "8GB")
+            .conf("shared_buffers", "256MB");
+        let cluster = tokio::task::spawn_blocking(move || PgCluster::start(opts))
+            .await?
+            .context("starting PostgreSQL")?;
+        let client = cluster.client().await?;
+        client.batch_execute(SCHEMA).await.context("bench schema")?;
+        let broker = tokio::task::spawn_blocking(TansuBroker::start)
+            .await?
+            .context("starting Tansu")?;
+        Ok(BenchEnv {
+            cluster,
+            client,
+            broker: Some(broker),
+        })
+    }
+
+    pub fn bootstrap(&self) -> String {
+        self.broker
+            .as_ref()
+            .expect("a broker runs")
+            .bootstrap_servers()
+    }
+
+    /// Replaces the broker by a new, empty one (Tansu's memory storage
+    /// only grows).
+    pub async fn fresh_broker(&mut self) -> Result<()> {
+        drop(self.broker.take());
+        self.broker = Some(
+            tokio::task::spawn_blocking(TansuBroker::start)
+                .await?
+                .context("restarting Tansu")?,
+        );
+        Ok(())
+    }
+
+    /// Creates `topic` with [`PARTITIONS`] partitions (blocks this worker
+    /// thread for the admin request; needs the multi-thread runtime).
+    pub fn create_topic(&self, topic: &str) -> Result<()> {
+        let broker = self.broker.as_ref().expect("a broker runs");
+        tokio::task::block_in_place(|| broker.create_topic(topic, PARTITIONS))
+    }
+
+    /// `postgresql://...` for walrelay and the bench's own clients.
+    pub fn url(&self) -> String {
+        format!(
+            "{}?sslmode=disable",
+            self.cluster.url(walrelay_testkit::SUPERUSER, "postgres")
+        )
+    }
+
+    pub async fn new_client(&self) -> Result<Client> {
+        self.cluster.client().await
+    }
+
+    pub async fn create_slot(&self, slot: &str) -> Result<()> {
+        self.client
+            .execute(
+                "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&slot],
+            )
+            .await
+            .with_context(|| format!("creating slot {slot}"))?;
+        Ok(())
+    }
+
+    pub async fn drop_slot(&self, slot: &str) -> Result<()> {
+        self.client
+            .execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                 WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The slot's confirmed flush LSN as a number.
+    pub async fn confirmed_flush(&self, slot: &str) -> Result<u64> {
+        let v: Option<i64> = self
+            .client
+            .query_one(
+                "SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots \
+                 WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await?
+            .get(0);
+        Ok(u64::try_from(
+            v.context("slot has no confirmed_flush_lsn")?,
+        )?)
+    }
+
+    /// `pg_current_wal_lsn()` as a number and as text.
+    pub async fn current_lsn(&self) -> Result<(u64, String)> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT (pg_current_wal_lsn() - '0/0')::bigint, pg_current_wal_lsn()::text",
+                &[],
+            )
+            .await?;
+        Ok((u64::try_from(row.get::<_, i64>(0))?, row.get(1)))
+    }
+
+    /// The postmaster's pid (first line of `postmaster.pid`).
+    pub fn postmaster_pid(&self) -> Result<u32> {
+        let path = self.cluster.data_dir().join("postmaster.pid");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path:?}"))?;
+        text.lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .context("no pid in postmaster.pid")
+    }
+
+    /// Measures the whole server's CPU (postmaster, backends, walsenders,
+    /// background processes) from now until the returned guard is
+    /// finished; it samples every 25 ms on a background task.
+    pub fn db_cpu_window(&self) -> Result<DbCpuWindow> {
+        let mut meter = procstat::TreeCpuMeter::start(self.postmaster_pid()?)?;
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(25)) => {}
+                }
+                if let Err(e) = meter.sample() {
+                    tracing::debug!("db cpu sample: {e:#}");
+                }
+            }
+            meter.sample().ok();
+            meter.seconds()
+        });
+        Ok(DbCpuWindow { stop, task })
+    }
+
+    pub fn pg_tool(&self, name: &str) -> std::path::PathBuf {
+        self.cluster.pg_bin().tool(name)
+    }
+}
+
+/// An open measurement of the server's CPU ([`BenchEnv::db_cpu_window`]).
+pub struct DbCpuWindow {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<f64>,
+}
+
+impl DbCpuWindow {
+    /// Ends the window: CPU seconds the server used in it.
+    pub async fn finish(self) -> Result<f64> {
+        let _ = self.stop.send(());
+        Ok(self.task.await?)
+    }
+}

@@ -1,0 +1,425 @@
+//! `walrelay-bench`: walrelay end to end against its limits.
+//!
+//! It starts its own PostgreSQL and Tansu broker and, per workload,
+//! creates one slot per tool and repeat, writes one committed backlog, and
+//! drains it with walrelay (the release binary, a subprocess),
+//! `pg_recvlogical` (the decode limit), a plain rdkafka producer (the
+//! produce limit) and, for outbox workloads, a polling outbox relay. Then
+//! it measures latency under live load. Results go to
+//! `bench/results/<time>/` (`results.md`, `results.svg`, `results.json`)
+//! and `bench/results/latest.md`. See `docs/benchmarks.md`.
+
+mod drain;
+mod env;
+mod kafka;
+mod latency;
+mod polling;
+mod procstat;
+mod report;
+mod svg;
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+
+use crate::drain::ScratchFile;
+use crate::env::BenchEnv;
+use crate::latency::Mode;
+use crate::polling::{PollingOptions, PollingRelay};
+use crate::report::{Machine, Results, Tool, ToolRun};
+use crate::workload::{Kind, Workload};
+
+const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "walrelay-bench",
+    about = "End-to-end benchmark: walrelay against the decode limit (pg_recvlogical), the produce limit (rdkafka) and a polling outbox relay; drain, latency, cost"
+)]
+struct Cli {
+    /// Small counts, one repeat, short latency phases (a CI smoke test,
+    /// well under a minute).
+    #[arg(long)]
+    quick: bool,
+    /// Backlog size of the 200-byte workloads [default: 1000000; quick: 5000].
+    #[arg(long)]
+    events: Option<u64>,
+    /// Backlog size of the 4 KB workloads [default: 250000; quick: 2000].
+    #[arg(long)]
+    large_events: Option<u64>,
+    /// Repeats of every measurement [default: 3; quick: 1].
+    #[arg(long)]
+    repeats: Option<u32>,
+    /// Seconds of live load per rate [default: 10; quick: 1].
+    #[arg(long)]
+    latency_seconds: Option<f64>,
+    /// Rates for the latency runs, events/s; "max" is as fast as the
+    /// generator can.
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000,max")]
+    rates: Vec<String>,
+    /// Only these workloads (ids such as msg-100tx-200b; default all).
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Skip the drain runs.
+    #[arg(long)]
+    no_drain: bool,
+    /// Skip the latency runs.
+    #[arg(long)]
+    no_latency: bool,
+    /// Where results go: a new folder per run, and `latest.md`.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/results"))]
+    out: PathBuf,
+    /// The walrelay binary to drain with [default: target/release/walrelay].
+    #[arg(long, env = "WALRELAY_BENCH_BIN")]
+    walrelay_bin: Option<PathBuf>,
+    /// Extra librdkafka property for walrelay's producer, NAME=VALUE
+    /// (repeatable; for tuning experiments).
+    #[arg(long = "kafka-property", value_name = "NAME=VALUE")]
+    kafka_properties: Vec<String>,
+    /// Rows per poll of the polling relay.
+    #[arg(long, default_value_t = 1000)]
+    poll_batch: i64,
+    /// Sleep of the polling relay after a poll that found fewer rows than
+    /// the batch.
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    poll_interval: Duration,
+    /// A note for the report (repeatable), e.g. what else ran.
+    #[arg(long)]
+    note: Vec<String>,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WALRELAY_BENCH_LOG")
+                .unwrap_or_else(|_| "walrelay_bench=info,warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let quick = cli.quick;
+    let events = cli.events.unwrap_or(if quick { 5_000 } else { 1_000_000 });
+    let large = cli
+        .large_events
+        .unwrap_or(if quick { 2_000 } else { 250_000 });
+    let repeats = cli.repeats.unwrap_or(if quick { 1 } else { 3 }).max(1);
+    let latency_secs = cli
+        .latency_seconds
+        .unwrap_or(if quick { 1.0 } else { 10.0 });
+    let rates = cli
+        .rates
+        .iter()
+        .map(|r| match r.trim() {
+            "max" => Ok(None),
+            n => n
+                .parse::<u64>()
+                .map(Some)
+                .with_context(|| format!("rate {n:?}")),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut workloads = workload::standard(events, large);
+    if !cli.workloads.is_empty() {
+        workloads.retain(|w| cli.workloads.contains(&w.id));
+        if workloads.is_empty() {
+            bail!("no workload matches {:?}", cli.workloads);
+        }
+    }
+    let walrelay_bin = cli
+        .walrelay_bin
+        .clone()
+        .unwrap_or_else(|| Path::new(WORKSPACE).join("target/release/walrelay"));
+    if !cli.no_drain && !walrelay_bin.is_file() {
+        bail!(
+            "{} not found: build it first (cargo build --release -p walrelay) or pass --walrelay-bin",
+            walrelay_bin.display()
+        );
+    }
+    let kafka_properties = cli
+        .kafka_properties
+        .iter()
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .with_context(|| format!("--kafka-property {p:?}: expected NAME=VALUE"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let polling = PollingOptions {
+        batch: cli.poll_batch,
+        interval: cli.poll_interval,
+    };
+
+    let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
+        .replace(':', "-");
+    let run_dir = cli.out.join(&stamp);
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {run_dir:?}"))?;
+    // Scratch space (pg_recvlogical output, walrelay config and logs).
+    let scratch_dir = tempfile::Builder::new()
+        .prefix("walrelay-bench-")
+        .tempdir()?;
+    let scratch = scratch_dir.path().to_path_buf();
+
+    tracing::info!("starting PostgreSQL and Tansu");
+    let mut env = BenchEnv::start().await?;
+    let mut results = Results {
+        command: command_line(),
+        mode: if quick { "quick" } else { "full" }.into(),
+        started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        finished: None,
+        machine: Machine::detect(env.cluster.version()),
+        repeats,
+        latency_seconds: latency_secs,
+        polling_batch: polling.batch,
+        polling_interval_ms: polling.interval.as_millis() as u64,
+        workloads: workloads.clone(),
+        drain: Vec::new(),
+        latency: Vec::new(),
+        notes: cli.note.clone(),
+    };
+    results.notes.push(format!(
+        "walrelay drains with `--status-interval {}ms`; the drain ends when the slot's confirmed_flush_lsn reaches the backlog's end",
+        drain::STATUS_INTERVAL.as_millis()
+    ));
+    if !kafka_properties.is_empty() {
+        results.notes.push(format!(
+            "walrelay producer properties added: {kafka_properties:?}"
+        ));
+    }
+
+    let mut first_seq = 1u64;
+    if !cli.no_drain {
+        for w in &workloads {
+            drain_workload(
+                &mut env,
+                w,
+                repeats,
+                first_seq,
+                &walrelay_bin,
+                &kafka_properties,
+                polling,
+                &scratch,
+                &mut results,
+            )
+            .await
+            .with_context(|| format!("workload {}", w.id))?;
+            first_seq += w.events;
+            write_outputs(&run_dir, &cli.out, &results)?;
+        }
+    }
+    if !cli.no_latency {
+        env.fresh_broker().await?;
+        let duration = Duration::from_secs_f64(latency_secs);
+        for r in 0..repeats {
+            for mode in Mode::ALL {
+                let runs = latency::run_mode(&env, mode, &rates, duration, r, polling, 200)
+                    .await
+                    .with_context(|| format!("latency, {}", mode.label()))?;
+                results.latency.extend(runs);
+                write_outputs(&run_dir, &cli.out, &results)?;
+            }
+        }
+    }
+    results.finished = Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string());
+    write_outputs(&run_dir, &cli.out, &results)?;
+    println!("{}", results.markdown(None));
+    println!("results: {}", run_dir.display());
+    Ok(())
+}
+
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!(
+        "cargo run --release -p walrelay-bench -- {}",
+        args.join(" ")
+    )
+    .trim_end()
+    .to_owned()
+}
+
+fn write_outputs(run_dir: &Path, out: &Path, results: &Results) -> Result<()> {
+    std::fs::write(
+        run_dir.join("results.json"),
+        serde_json::to_string_pretty(results)?,
+    )?;
+    std::fs::write(run_dir.join("results.svg"), svg::drain_chart(results))?;
+    std::fs::write(
+        run_dir.join("results.md"),
+        results.markdown(Some("results.svg")),
+    )?;
+    let folder = run_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    std::fs::write(
+        out.join("latest.md"),
+        results.markdown(Some(&format!("{folder}/results.svg"))),
+    )?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drain_workload(
+    env: &mut BenchEnv,
+    w: &Workload,
+    repeats: u32,
+    first_seq: u64,
+    walrelay_bin: &Path,
+    kafka_properties: &[(String, String)],
+    polling: PollingOptions,
+    scratch: &Path,
+    results: &mut Results,
+) -> Result<()> {
+    tracing::info!("workload {} ({} events)", w.id, w.events);
+    env.fresh_broker().await?;
+    env.client
+        .batch_execute("TRUNCATE bench_outbox, bench_outbox_copy")
+        .await?;
+    let slot = |tool: &str, r: u32| format!("{tool}_{}_{r}", w.id.replace('-', "_"));
+    for r in 0..repeats {
+        env.create_slot(&slot("wr", r)).await?;
+        env.create_slot(&slot("rl", r)).await?;
+    }
+    let took = workload::generate_backlog(&env.client, w, first_seq).await?;
+    let (end, end_text) = env.current_lsn().await?;
+    tracing::info!(
+        "  backlog written in {:.1} s, ends at {end_text}",
+        took.as_secs_f64()
+    );
+    if w.kind == Kind::Outbox {
+        env.client
+            .batch_execute("INSERT INTO bench_outbox_copy SELECT * FROM bench_outbox")
+            .await?;
+    }
+    let timeout = Duration::from_secs(900);
+    let bootstrap = env.bootstrap();
+    let push = |results: &mut Results, tool, r, d: drain::DrainRun, n: Option<u64>| {
+        results.drain.push(ToolRun {
+            tool,
+            workload: w.id.clone(),
+            repeat: r,
+            events: w.events,
+            seconds: d.seconds,
+            events_per_s: w.events as f64 / d.seconds,
+            cpu_seconds: d.cpu_seconds,
+            db_cpu_seconds: Some(d.db_cpu_seconds),
+            peak_rss_bytes: d.peak_rss_bytes,
+            records_in_broker: n,
+        });
+        tracing::info!(
+            "  {} #{r}: {:.0} events/s, cpu {:.2} s, db cpu {:.2} s{}",
+            tool_name(tool),
+            w.events as f64 / d.seconds,
+            d.cpu_seconds,
+            d.db_cpu_seconds,
+            d.peak_rss_bytes
+                .map(|b| format!(", peak rss {:.1} MB", b as f64 / 1e6))
+                .unwrap_or_default()
+        );
+    };
+    for r in 0..repeats {
+        // walrelay.
+        let topic = format!("bench.{}.wr{r}", w.id);
+        env.create_topic(&topic)?;
+        let config = scratch.join("walrelay.toml");
+        drain::write_walrelay_config(
+            &config,
+            env,
+            &slot("wr", r),
+            &topic,
+            &topic,
+            kafka_properties,
+        )?;
+        let log = scratch.join(format!("walrelay-{}-{r}.log", w.id));
+        let d = drain::walrelay(
+            env,
+            walrelay_bin,
+            &config,
+            &slot("wr", r),
+            end,
+            &log,
+            timeout,
+        )
+        .await?;
+        let (b, t, n) = (bootstrap.clone(), topic.clone(), w.events);
+        let counted = tokio::task::spawn_blocking(move || {
+            kafka::count_records(&b, &t, n, Duration::from_secs(5), Duration::from_secs(300))
+        })
+        .await??;
+        if counted != w.events {
+            bail!(
+                "walrelay: {counted} records in {topic}, {} expected",
+                w.events
+            );
+        }
+        push(results, Tool::Walrelay, r, d, Some(counted));
+
+        // pg_recvlogical.
+        let file = ScratchFile(scratch.join(format!("recv-{}-{r}.out", w.id)));
+        let d = drain::pg_recvlogical(env, &slot("rl", r), &end_text, &file.0, timeout).await?;
+        drop(file);
+        push(results, Tool::PgRecvlogical, r, d, None);
+
+        // The produce limit.
+        let topic = format!("bench.{}.producer{r}", w.id);
+        env.create_topic(&topic)?;
+        let (b, t, wl) = (bootstrap.clone(), topic.clone(), w.clone());
+        let db = env.db_cpu_window()?;
+        let p = tokio::task::spawn_blocking(move || kafka::produce_limit(&b, &t, &wl)).await??;
+        let d = drain::DrainRun {
+            seconds: p.seconds,
+            cpu_seconds: p.cpu_seconds,
+            db_cpu_seconds: db.finish().await?,
+            peak_rss_bytes: None,
+        };
+        push(results, Tool::Producer, r, d, None);
+    }
+    for r in 0..repeats {
+        env.drop_slot(&slot("wr", r)).await?;
+        env.drop_slot(&slot("rl", r)).await?;
+    }
+    if w.kind == Kind::Outbox {
+        for r in 0..repeats {
+            if r > 0 {
+                env.client
+                    .batch_execute("INSERT INTO bench_outbox SELECT * FROM bench_outbox_copy")
+                    .await?;
+            }
+            env.client
+                .batch_execute("VACUUM ANALYZE bench_outbox")
+                .await?;
+            let topic = format!("bench.{}.poll{r}", w.id);
+            env.create_topic(&topic)?;
+            let mut relay =
+                PollingRelay::new(env.new_client().await?, &bootstrap, &topic, polling)?;
+            let db = env.db_cpu_window()?;
+            let cpu0 = procstat::self_cpu_seconds()?;
+            let t0 = std::time::Instant::now();
+            let n = relay.drain().await?;
+            let seconds = t0.elapsed().as_secs_f64();
+            if n != w.events {
+                bail!("polling relay relayed {n} rows, {} expected", w.events);
+            }
+            let d = drain::DrainRun {
+                seconds,
+                cpu_seconds: procstat::self_cpu_seconds()? - cpu0,
+                db_cpu_seconds: db.finish().await?,
+                peak_rss_bytes: None,
+            };
+            push(results, Tool::Polling, r, d, None);
+        }
+    }
+    Ok(())
+}
+
+fn tool_name(t: Tool) -> &'static str {
+    match t {
+        Tool::Walrelay => "walrelay",
+        Tool::PgRecvlogical => "pg_recvlogical",
+        Tool::Producer => "rdkafka producer",
+        Tool::Polling => "polling relay",
+    }
+}

@@ -1,0 +1,70 @@
+//! CI smoke test of the end-to-end bench: `walrelay-bench --quick` with the
+//! debug `walrelay` binary (built by `scripts/test.sh` before the tests)
+//! writes a report in which every tool relayed something.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn walrelay_binary() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    target.join("debug/walrelay")
+}
+
+#[test]
+fn quick_mode_writes_a_report_with_every_tool() {
+    let walrelay = walrelay_binary();
+    assert!(
+        walrelay.is_file(),
+        "{} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)",
+        walrelay.display()
+    );
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_walrelay-bench"))
+        .arg("--quick")
+        .arg("--out")
+        .arg(out.path())
+        .arg("--walrelay-bin")
+        .arg(&walrelay)
+        // Two rates keep the smoke test short; the full bench runs four.
+        .args(["--rates", "1000,max"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "walrelay-bench --quick failed: {status}");
+
+    let latest = std::fs::read_to_string(out.path().join("latest.md")).unwrap();
+    assert!(latest.contains("## Targets"), "{latest}");
+    let run = std::fs::read_dir(out.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().is_dir())
+        .expect("a run folder")
+        .path();
+    for f in ["results.md", "results.svg", "results.json"] {
+        assert!(run.join(f).is_file(), "{f} missing in {}", run.display());
+    }
+    let svg = std::fs::read_to_string(run.join("results.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    let drain = json["drain"].as_array().unwrap();
+    for tool in ["walrelay", "pg_recvlogical", "producer", "polling"] {
+        let runs: Vec<_> = drain.iter().filter(|r| r["tool"] == tool).collect();
+        assert!(!runs.is_empty(), "no {tool} runs");
+        for r in runs {
+            assert!(
+                r["events_per_s"].as_f64().unwrap() > 0.0,
+                "{tool} had no throughput: {r}"
+            );
+        }
+    }
+    assert_eq!(drain.iter().filter(|r| r["tool"] == "walrelay").count(), 7);
+    let latency = json["latency"].as_array().unwrap();
+    assert_eq!(latency.len(), 3 * 2, "three modes at two rates");
+    for l in latency {
+        assert!(l["events"].as_u64().unwrap() > 0, "{l}");
+        assert!(l["commit_to_ack"]["p50"].as_f64().unwrap() >= 0.0);
+    }
+}
