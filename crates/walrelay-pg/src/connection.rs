@@ -239,7 +239,11 @@ impl ReplicationConnection {
                 BackendMessage::ReadyForQuery { .. } => break,
                 BackendMessage::ErrorResponse(e) => {
                     return Err(Error::server(
-                        format!("starting a session on {}", conn.peer),
+                        format!(
+                            "starting a session on {} as user \"{}\"",
+                            conn.peer,
+                            config.get_user()
+                        ),
                         e,
                     ))
                 }

@@ -92,15 +92,19 @@ impl DbError {
                 if m.contains("invalidated") || m.contains("can no longer") =>
             {
                 "the slot was invalidated (its WAL was removed, e.g. by max_slot_wal_keep_size): \
-                 events in the lost WAL cannot be recovered; drop and recreate the slot, and \
-                 tell consumers that keys restart from the new slot's position"
+                 events in the lost WAL cannot be recovered; drop the slot \
+                 (pg_drop_replication_slot) and recreate it (`walrelay setup`), tell consumers \
+                 that keys restart from the new slot's position, backfill or reconcile the lost \
+                 events, and raise max_slot_wal_keep_size"
             }
             UNDEFINED_OBJECT if m.contains("publication") => {
                 "create the publication in this database (`walrelay setup` does it, or CREATE \
                  PUBLICATION <name> FOR TABLE <outbox table>) or fix publication_names"
             }
             UNDEFINED_OBJECT if m.contains("replication slot") => {
-                "create the slot (`walrelay setup` does it) or fix the slot name"
+                "create the slot (`walrelay setup` does it) or fix the slot name; if the slot \
+                 existed before, it was dropped and the events committed since its confirmed \
+                 position may be missing: create a new one, backfill or reconcile them"
             }
             CONFIGURATION_LIMIT_EXCEEDED if m.contains("replication slot") => {
                 "all replication slots are in use: raise max_replication_slots (restart needed) \

@@ -76,6 +76,39 @@ pub enum RelayError {
         pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
     )]
     SlotInUse { slot: String, pid: Option<i32> },
+    /// `wal_status = lost` (SQLSTATE 55000 "can no longer get changes"):
+    /// the server removed WAL the slot still needed. Reconnecting cannot
+    /// help, and the events in that WAL are gone from the stream.
+    #[error(
+        "replication slot \"{slot}\" is invalidated (wal_status = lost): PostgreSQL removed WAL \
+         the slot still needed (it held more than max_slot_wal_keep_size, or on PostgreSQL 18 \
+         stayed idle longer than idle_replication_slot_timeout), so events committed after its \
+         confirmed position {} cannot be relayed from it; fix: drop the slot (SELECT \
+         pg_drop_replication_slot('{slot}')) and create a new one with `walrelay setup`, under \
+         a new relay.source_id; backfill or reconcile the events committed since that position \
+         from the application's data; then raise max_slot_wal_keep_size and alert when \
+         `walrelay status` reports wal_status 'unreserved' (exit code 4), before the slot is lost \
+         (docs/operations.md, \"The slot was invalidated or dropped\")",
+        confirmed.map_or_else(|| "(unknown)".to_owned(), |l| l.to_string())
+    )]
+    SlotInvalidated {
+        slot: String,
+        confirmed: Option<Lsn>,
+    },
+    /// The slot existed earlier in this process and is gone now. walrelay
+    /// does not create a new one by itself: it would start at the current
+    /// WAL position and skip what was committed in between.
+    #[error(
+        "replication slot \"{slot}\" disappeared while walrelay was running (it had confirmed up \
+         to {confirmed}): someone dropped it (pg_drop_replication_slot, after terminating its \
+         walsender), or PostgreSQL failed over to a server without it; events committed after \
+         {confirmed} may be missing from Kafka, and walrelay does not create a new slot by itself \
+         because a new slot starts at the current WAL position and would skip them; fix: find out \
+         what dropped it, create a new slot with `walrelay setup` under a new relay.source_id, and \
+         backfill or reconcile the events committed after {confirmed} (docs/operations.md, \"The \
+         slot was invalidated or dropped\")"
+    )]
+    SlotDropped { slot: String, confirmed: Lsn },
 }
 
 impl RelayError {
@@ -99,6 +132,40 @@ impl RelayError {
             RelayError::Kafka(e) => e.restarts_pipeline(),
             RelayError::SlotInUse { .. } => true,
             _ => false,
+        }
+    }
+
+    /// Server errors about the slot itself, told as what they mean for
+    /// this relay: START_REPLICATION on an invalidated slot (55000), or on
+    /// a slot that was dropped after this process had used it (42704, a
+    /// drop between the check and START_REPLICATION). `known` is the
+    /// highest confirmed position this process saw for the slot.
+    fn about_slot(self, slot: &str, known: Option<Lsn>) -> RelayError {
+        use walrelay_pg::error::sqlstate;
+        let RelayError::Postgres(e) = &self else {
+            return self;
+        };
+        let Some(db) = e.db_error() else {
+            return self;
+        };
+        let names_slot = db.message.contains("replication slot");
+        if db.code == sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE
+            && names_slot
+            && db.message.contains("can no longer")
+        {
+            return RelayError::SlotInvalidated {
+                slot: slot.to_owned(),
+                confirmed: known,
+            };
+        }
+        match known {
+            Some(confirmed) if db.code == sqlstate::UNDEFINED_OBJECT && names_slot => {
+                RelayError::SlotDropped {
+                    slot: slot.to_owned(),
+                    confirmed,
+                }
+            }
+            _ => self,
         }
     }
 }
@@ -165,9 +232,14 @@ async fn relay_sessions(
 ) -> Result<(), RelayError> {
     let mut backoff = Duration::from_millis(100);
     let mut standing_by = false;
+    // The highest confirmed position seen for the slot in this process:
+    // once set, the slot existed, and a missing slot means it was dropped.
+    let mut known: Option<Lsn> = None;
     loop {
         let started = tokio::time::Instant::now();
-        let result = Session::run(&config, &mut shutdown, trace.as_ref(), metrics).await;
+        let result = Session::run(&config, &mut shutdown, trace.as_ref(), metrics, &mut known)
+            .await
+            .map_err(|e| e.about_slot(&config.postgres.slot, known));
         if let Some(t) = &trace {
             let _ = t.send(Trace::SessionEnded {
                 error: result.as_ref().err().map(ToString::to_string),
@@ -266,6 +338,7 @@ impl<'a> Session<'a> {
         shutdown: &mut watch::Receiver<bool>,
         trace: Option<&'a TraceSender>,
         metrics: Option<&'a Metrics>,
+        known: &mut Option<Lsn>,
     ) -> Result<(), RelayError> {
         let pg =
             PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
@@ -276,10 +349,23 @@ impl<'a> Session<'a> {
             let system = conn.identify_system().await?;
             conn.check_wal_level().await?;
             conn.check_publications(std::slice::from_ref(&config.postgres.publication)).await?;
-            let info = conn.slot_info(&slot).await?.ok_or_else(|| RelayError::Setup {
-                problem: format!("replication slot \"{slot}\" does not exist"),
-                fix: "run `walrelay setup` first (it creates the publication, the slot and the SQL helpers)".into(),
-            })?;
+            let Some(info) = conn.slot_info(&slot).await? else {
+                // Never create the slot here: a new slot starts at the
+                // current WAL position and would skip what was committed
+                // since the old one's confirmed position.
+                return Err(match *known {
+                    Some(confirmed) => RelayError::SlotDropped { slot: slot.clone(), confirmed },
+                    None => RelayError::Setup {
+                        problem: format!("replication slot \"{slot}\" does not exist"),
+                        fix: "run `walrelay setup` first (it creates the publication, the slot and the SQL helpers); if walrelay used this slot before, it was dropped and events may be missing: see \"The slot was invalidated or dropped\" in docs/operations.md".into(),
+                    },
+                });
+            };
+            let confirmed = info.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+            *known = Some(known.map_or(confirmed, |k| k.max(confirmed)));
+            if info.wal_status.as_deref() == Some("lost") {
+                return Err(RelayError::SlotInvalidated { slot: slot.clone(), confirmed: info.confirmed_flush_lsn });
+            }
             if info.plugin.as_deref() != Some("pgoutput") {
                 return Err(RelayError::Setup {
                     problem: format!("slot \"{slot}\" uses plugin {:?}, not pgoutput", info.plugin),
@@ -292,7 +378,6 @@ impl<'a> Session<'a> {
             if info.active {
                 return Err(RelayError::SlotInUse { slot: slot.clone(), pid: info.active_pid });
             }
-            let confirmed = info.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
             let source = config.relay.source_id.clone().unwrap_or_else(|| {
                 default_source_id(&system.system_id, system.dbname.as_deref().unwrap_or(pg.get_dbname()), &slot)
             });
@@ -331,7 +416,9 @@ impl<'a> Session<'a> {
                 metric_events: HashMap::new(),
                 topic_counters: HashMap::new(),
             };
-            session.relay(shutdown).await
+            let result = session.relay(shutdown).await;
+            *known = Some(known.map_or(session.confirmed, |k| k.max(session.confirmed)));
+            result
         }
         .instrument(span.clone())
         .await;

@@ -191,9 +191,12 @@ pub fn render(s: &Status) -> String {
         out.push_str(&format!("wal_status           {}\n", opt(&s.wal_status)));
         out.push_str(&format!(
             "safe_wal_size        {}\n",
-            s.safe_wal_size
-                .map(|b| format!("{b} bytes"))
-                .unwrap_or_else(|| "unlimited (max_slot_wal_keep_size = -1)".into())
+            match (s.safe_wal_size, s.wal_status.as_deref()) {
+                (Some(b), _) => format!("{b} bytes"),
+                // PostgreSQL reports NULL for a lost slot too.
+                (None, Some("lost")) => "- (the slot is lost)".into(),
+                (None, _) => "unlimited (max_slot_wal_keep_size = -1)".into(),
+            }
         ));
     } else {
         out.push_str(&format!(
@@ -222,8 +225,8 @@ pub fn render(s: &Status) -> String {
         match s.health {
             Health::Ok => "ok",
             Health::Missing => "MISSING: the slot or publication is missing or not pgoutput (exit 2)",
-            Health::Lost => "LOST: the slot was invalidated; WAL it needed is gone (exit 3)",
-            Health::AtRisk => "AT RISK: WAL may be removed before walrelay confirms it, or lag is over the limit (exit 4)",
+            Health::Lost => "LOST: the slot was invalidated; WAL it needed is gone, and the events committed after confirmed_flush_lsn cannot be relayed: drop the slot, recreate it with `walrelay setup` under a new relay.source_id, backfill or reconcile the lost events, raise max_slot_wal_keep_size (docs/operations.md) (exit 3)",
+            Health::AtRisk => "AT RISK: WAL may be removed before walrelay confirms it, or lag is over the limit: find out why walrelay is not confirming before the slot is lost (exit 4)",
         }
     ));
     out
@@ -265,6 +268,15 @@ mod tests {
             ..healthy()
         };
         assert_eq!(assess(&lost, None).exit_code(), 3);
+        let rendered = render(&Status {
+            health: Health::Lost,
+            safe_wal_size: None,
+            ..lost.clone()
+        });
+        assert!(
+            rendered.contains("the slot is lost") && rendered.contains("walrelay setup"),
+            "{rendered}"
+        );
         let unreserved = Status {
             wal_status: Some("unreserved".into()),
             ..healthy()
