@@ -250,6 +250,67 @@ async fn wal_level_replica_names_the_fix() -> Result<()> {
     Ok(())
 }
 
+/// A slot invalidated by `max_slot_wal_keep_size`: `ensure_slot` refuses
+/// it, and START_REPLICATION's own error (55000) gets walrelay's advice and
+/// is not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidated_slot_is_refused_with_the_fix() -> Result<()> {
+    let db = TestDb::start_with(
+        ClusterOptions::default()
+            .conf("max_slot_wal_keep_size", "1MB")
+            .conf("wal_keep_size", "0"),
+    )
+    .await?;
+    let mut conn = ReplicationConnection::connect(&db.config()).await?;
+    conn.ensure_slot("doomed").await?;
+    walrelay_testkit::await_condition(WAIT, std::time::Duration::from_millis(10), || async {
+        db.client
+            .batch_execute(
+                "SELECT pg_logical_emit_message(true, 'p', 'x'); SELECT pg_switch_wal(); CHECKPOINT;",
+            )
+            .await?;
+        let status: Option<String> = db
+            .client
+            .query_one(
+                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'doomed'",
+                &[],
+            )
+            .await?
+            .get(0);
+        Ok(status.as_deref() == Some("lost"))
+    })
+    .await?;
+
+    let err = conn.ensure_slot("doomed").await.unwrap_err().to_string();
+    assert!(
+        err.contains("is invalidated (wal_status = lost)")
+            && err.contains("events in the lost WAL cannot be recovered"),
+        "{err}"
+    );
+    let err = conn
+        .start_replication(
+            "doomed",
+            Lsn::ZERO,
+            &PgOutputOptions::new([PUBLICATION]),
+            StreamOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("55000"), "{err}");
+    assert!(!err.is_transient(), "{err}");
+    let text = err.to_string();
+    for part in [
+        "replication slot \"doomed\"",
+        "invalidated",
+        "fix: the slot was invalidated",
+        "`walrelay setup`",
+        "max_slot_wal_keep_size",
+    ] {
+        assert!(text.contains(part), "missing {part:?}: {text}");
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_publication_is_explained_before_and_while_streaming() -> Result<()> {
     let db = TestDb::start().await?;

@@ -54,6 +54,21 @@ pub mod sqlstate {
 }
 
 impl DbError {
+    /// Whether this error says that a replication slot was invalidated
+    /// (its WAL removed): PostgreSQL 15 says "cannot read from logical
+    /// replication slot" with the reason in the detail, 16 and 17 "can no
+    /// longer get changes from replication slot", 18 "can no longer access
+    /// replication slot".
+    pub fn is_slot_invalidated(&self) -> bool {
+        self.code == sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE
+            && (self.message.contains("can no longer")
+                || self.message.contains("invalidated")
+                || self
+                    .detail
+                    .as_deref()
+                    .is_some_and(|d| d.contains("invalidated")))
+    }
+
     /// walrelay's advice for this server error, if it knows one.
     pub fn advice(&self) -> Option<&'static str> {
         use sqlstate::*;
@@ -88,9 +103,7 @@ impl DbError {
                 "set wal_level=logical in postgresql.conf (or ALTER SYSTEM SET wal_level = \
                  logical) and restart PostgreSQL"
             }
-            OBJECT_NOT_IN_PREREQUISITE_STATE
-                if m.contains("invalidated") || m.contains("can no longer") =>
-            {
+            OBJECT_NOT_IN_PREREQUISITE_STATE if self.is_slot_invalidated() => {
                 "the slot was invalidated (its WAL was removed, e.g. by max_slot_wal_keep_size): \
                  events in the lost WAL cannot be recovered; drop the slot \
                  (pg_drop_replication_slot) and recreate it (`walrelay setup`), tell consumers \
@@ -302,6 +315,32 @@ mod tests {
             sslmode: crate::config::SslMode::Require
         })
         .is_transient());
+    }
+
+    #[test]
+    fn invalidated_slots_are_recognized_in_every_wording() {
+        let pg15 = DbError {
+            detail: Some(
+                "This slot has been invalidated because it exceeded the maximum reserved size."
+                    .into(),
+            ),
+            ..db("55000", "cannot read from logical replication slot \"s\"")
+        };
+        for e in [
+            pg15,
+            db(
+                "55000",
+                "can no longer get changes from replication slot \"s\"",
+            ),
+            db("55000", "can no longer access replication slot \"s\""),
+        ] {
+            assert!(e.is_slot_invalidated(), "{e}");
+            let text = Error::server("START_REPLICATION", e).to_string();
+            assert!(text.contains("fix: the slot was invalidated"), "{text}");
+        }
+        assert!(
+            !db("55000", "logical decoding requires wal_level >= logical").is_slot_invalidated()
+        );
     }
 
     #[test]

@@ -149,10 +149,7 @@ impl RelayError {
             return self;
         };
         let names_slot = db.message.contains("replication slot");
-        if db.code == sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE
-            && names_slot
-            && db.message.contains("can no longer")
-        {
+        if names_slot && db.is_slot_invalidated() {
             return RelayError::SlotInvalidated {
                 slot: slot.to_owned(),
                 confirmed: known,
