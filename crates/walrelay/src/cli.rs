@@ -130,6 +130,18 @@ pub struct Options {
     #[arg(long, env = "WALRELAY_SOURCE_ID", global = true)]
     pub source_id: Option<String>,
 
+    /// Topic for events that cannot be routed (malformed envelope, unknown
+    /// prefix, NULL outbox key, outbox UPDATE, ...): they become
+    /// dead-letter records there and the relay keeps going, instead of
+    /// stopping at them [default: none: stop].
+    #[arg(
+        long,
+        env = "WALRELAY_DEAD_LETTER_TOPIC",
+        global = true,
+        value_name = "TOPIC"
+    )]
+    pub dead_letter_topic: Option<String>,
+
     /// Most events sent to Kafka but not yet acknowledged [default: 100000].
     #[arg(long, env = "WALRELAY_MAX_IN_FLIGHT_EVENTS", global = true)]
     pub max_in_flight_events: Option<usize>,
@@ -236,6 +248,9 @@ impl Options {
         if let Some(v) = self.max_in_flight_events {
             c.relay.max_in_flight_events = v;
         }
+        if let Some(v) = &self.dead_letter_topic {
+            c.dead_letter.topic = Some(v.clone());
+        }
         if let Some(v) = self.max_in_flight_bytes {
             c.relay.max_in_flight_bytes = v;
         }
@@ -291,6 +306,9 @@ pub fn render(config: &Config) -> String {
     for o in &config.outbox {
         render_outbox(&mut out, o);
     }
+    if let Some(topic) = &config.dead_letter.topic {
+        out.push_str(&format!("\n[dead_letter]\ntopic = {topic:?}\n"));
+    }
     out
 }
 
@@ -336,6 +354,8 @@ mod tests {
             "orders=orders-topic",
             "--outbox-table",
             "app.outbox",
+            "--dead-letter-topic",
+            "dlq",
             "config",
         ])
         .unwrap();
@@ -366,6 +386,7 @@ mod tests {
         let again = Config::from_toml(&text, "rendered").unwrap();
         assert_eq!(again.outbox, c.outbox);
         assert_eq!(again.messages, c.messages);
+        assert_eq!(again.dead_letter.topic.as_deref(), Some("dlq"));
     }
 
     #[test]

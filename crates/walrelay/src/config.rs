@@ -51,6 +51,23 @@ pub struct Config {
     pub messages: Vec<MessageRoute>,
     /// Outbox tables.
     pub outbox: Vec<OutboxConfig>,
+    /// Where events that cannot be routed go instead of stopping the relay.
+    pub dead_letter: DeadLetterConfig,
+}
+
+/// `[dead_letter]`: a topic for events that cannot be routed (malformed
+/// envelope, unknown prefix, NULL outbox key, outbox UPDATE, ...).
+///
+/// Unset (the default), such an event stops the relay with an error that
+/// names the fix, and nothing after it is confirmed: the operator decides.
+/// Set, the event becomes a dead-letter record in this topic (original
+/// bytes, its idempotency key, the reason; docs/relay.md) and the relay
+/// keeps going: availability for the other events, at the price of having
+/// to watch the dead-letter topic.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeadLetterConfig {
+    pub topic: Option<String>,
 }
 
 /// `Debug` shows `url` without its password.
@@ -335,7 +352,59 @@ impl Config {
                 ));
             }
         }
+        self.validate_dead_letter()
+    }
+
+    /// The dead-letter topic must be a valid name and must not be a topic
+    /// that routed events can go to: a consumer of either topic would then
+    /// have to tell dead letters from events.
+    fn validate_dead_letter(&self) -> Result<(), ConfigError> {
+        let Some(topic) = &self.dead_letter.topic else {
+            return Ok(());
+        };
+        if !is_valid_topic(topic) {
+            return Err(invalid(
+                "dead_letter.topic",
+                format!("{topic:?} is not a valid Kafka topic name (1 to 249 characters of a-zA-Z0-9._-)"),
+            ));
+        }
+        if let Some(i) = self.messages.iter().position(|m| &m.topic == topic) {
+            return Err(invalid(
+                "dead_letter.topic",
+                format!("{topic:?} is also the topic of messages[{i}] (prefix {:?}); use a topic of its own for dead letters", self.messages[i].prefix),
+            ));
+        }
+        for (i, o) in self.outbox.iter().enumerate() {
+            let (schema, table) = o.qualified_name();
+            let template = o
+                .topic
+                .replace("{schema}", &schema)
+                .replace("{table}", &table);
+            if template_matches(&template, topic) {
+                return Err(invalid(
+                    "dead_letter.topic",
+                    format!("{topic:?} can be a topic of outbox[{i}] (template {:?}); use a topic of its own for dead letters", o.topic),
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+/// Whether `topic` can come out of an outbox topic `template` whose
+/// `{aggregatetype}` placeholders stand for any non-empty text.
+fn template_matches(template: &str, topic: &str) -> bool {
+    match template.split_once("{aggregatetype}") {
+        None => template == topic,
+        Some((literal, rest)) => {
+            let Some(after) = topic.strip_prefix(literal) else {
+                return false;
+            };
+            // The placeholder takes 1 or more bytes, then the rest matches.
+            (1..=after.len())
+                .filter(|&n| after.is_char_boundary(n))
+                .any(|n| template_matches(rest, &after[n..]))
+        }
     }
 }
 
@@ -363,6 +432,49 @@ mod tests {
         );
         assert_eq!(c.outbox[0].columns.aggregateid, "aggregateid");
         assert_eq!(c.postgres.status_interval, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_example_dead_letter_topic_is_valid() {
+        // The example shows the option commented out (it is off by
+        // default); uncommented, it must still parse and validate.
+        let text = include_str!("../../../walrelay.example.toml");
+        let line = "# topic = \"walrelay.dead-letter\"";
+        assert!(text.contains(line), "walrelay.example.toml shows {line}");
+        let text = text.replace(line, "topic = \"walrelay.dead-letter\"");
+        let c = Config::from_toml(&text, "walrelay.example.toml").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.dead_letter.topic.as_deref(), Some("walrelay.dead-letter"));
+    }
+
+    #[test]
+    fn the_dead_letter_topic_is_checked() {
+        let check = |extra: &str| {
+            let text = format!(
+                "[[messages]]\nprefix = \"orders\"\ntopic = \"orders\"\n\
+                 [[outbox]]\ntable = \"outbox\"\n{extra}"
+            );
+            Config::from_toml(&text, "t")
+                .unwrap()
+                .validate()
+                .map_err(|e| e.to_string())
+        };
+        check("[dead_letter]\ntopic = \"dlq\"\n").unwrap();
+        check("[dead_letter]\n").unwrap();
+        for (topic, expected) in [
+            ("bad topic", "not a valid Kafka topic name"),
+            ("orders", "messages[0]"),
+            ("outbox.event.x", "outbox[0]"),
+        ] {
+            let err = check(&format!("[dead_letter]\ntopic = {topic:?}\n")).unwrap_err();
+            assert!(
+                err.starts_with("dead_letter.topic: ") && err.contains(expected),
+                "{err}"
+            );
+        }
+        assert!(template_matches("a.{aggregatetype}.b", "a.x.y.b"));
+        assert!(!template_matches("a.{aggregatetype}.b", "a..b"));
+        assert!(!template_matches("a.{aggregatetype}", "b.x"));
     }
 
     #[test]

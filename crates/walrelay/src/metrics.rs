@@ -41,6 +41,11 @@ struct TopicLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeadLetterLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KafkaErrorLabels {
     kind: String,
     code: String,
@@ -113,7 +118,7 @@ struct Inner {
     reconnects: Counter,
     sessions: Counter,
     kafka_errors: Family<KafkaErrorLabels, Counter>,
-    dead_letter_records: Counter,
+    dead_letter_records: Family<DeadLetterLabels, Counter>,
     ready: Gauge,
     streaming: AtomicBool,
     health: Health,
@@ -152,7 +157,14 @@ impl Metrics {
         let reconnects = Counter::default();
         let sessions = Counter::default();
         let kafka_errors = Family::<KafkaErrorLabels, Counter>::default();
-        let dead_letter_records = Counter::default();
+        let dead_letter_records = Family::<DeadLetterLabels, Counter>::default();
+        // Every kind from the start, so that a rate over it is defined
+        // before the first dead letter.
+        for kind in crate::route::DEAD_LETTER_KINDS {
+            drop(dead_letter_records.get_or_create(&DeadLetterLabels {
+                kind: (*kind).to_owned(),
+            }));
+        }
         let up = Gauge::<i64>::default();
         up.set(1);
         let ready = Gauge::<i64>::default();
@@ -218,7 +230,7 @@ impl Metrics {
         );
         registry.register(
             "dead_letter_records",
-            "Records sent to a dead-letter topic (always 0: walrelay has no dead-lettering yet)",
+            "Events diverted to the dead-letter topic, by kind of problem (counted when sent; a replay after a restart counts again)",
             dead_letter_records.clone(),
         );
         registry.register("up", "1 while the walrelay process runs", up);
@@ -430,10 +442,15 @@ impl Metrics {
         Ok(())
     }
 
-    /// `walrelay_dead_letter_records_total`, for the day dead-lettering
-    /// exists.
-    pub fn dead_letter_record(&self) {
-        self.inner.dead_letter_records.inc();
+    /// One event of `kind` ([`crate::route::RouteError::kind`]) diverted
+    /// to the dead-letter topic.
+    pub fn dead_letter_record(&self, kind: &str) {
+        self.inner
+            .dead_letter_records
+            .get_or_create(&DeadLetterLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 }
 
@@ -446,6 +463,7 @@ fn kafka_error_labels(error: &SinkError) -> (String, String) {
         SinkError::QueueFull => "queue_full",
         SinkError::Produce { .. } => "produce",
         SinkError::Delivery { .. } => "delivery",
+        SinkError::RecordTooLarge { .. } => "record_too_large",
         SinkError::Metadata { .. } => "metadata",
         SinkError::TopicMissing { .. } => "topic_missing",
         SinkError::FlushTimeout { .. } => "flush_timeout",
@@ -511,7 +529,8 @@ mod tests {
         for zero in [
             "walrelay_reconnects_total",
             "walrelay_sessions_total",
-            "walrelay_dead_letter_records_total",
+            "walrelay_dead_letter_records_total{kind=\"unknown-prefix\"}",
+            "walrelay_dead_letter_records_total{kind=\"outbox-update\"}",
             "walrelay_ready",
         ] {
             assert_eq!(sample(&text, zero), Some(0.0), "{zero}: {text}");

@@ -43,7 +43,7 @@ use crate::key::{EventKey, KeyAssigner, KeyError};
 use crate::metrics::{Metrics, TopicCounters};
 use crate::partition::{partition_for_key, partition_for_keyless};
 use crate::record::{header, Record};
-use crate::route::{MessageRoute, RouteError, Router, TxInfo};
+use crate::route::{BadEvent, MessageRoute, RouteError, Router, TxInfo};
 use crate::sink::{Delivery, KafkaSink, SinkConfig, SinkError};
 
 /// Why a session ended.
@@ -59,7 +59,9 @@ pub enum RelayError {
     Row { lsn: Lsn, error: RowError },
     #[error("idempotency key invariant broken: {0}; stopping rather than publishing a wrong key")]
     Key(#[from] KeyError),
-    #[error("{0}")]
+    /// An event that cannot be routed, with no dead-letter topic to take
+    /// it (or one that is not about a single event).
+    #[error("{0}{hint}", hint = if .0.dead_letterable() { DEAD_LETTER_HINT } else { "" })]
     Route(#[from] RouteError),
     #[error("delivery report inconsistent with what was sent: {0}")]
     Checkpoint(#[from] AckError),
@@ -166,6 +168,10 @@ impl RelayError {
         }
     }
 }
+
+/// The second fix every per-event routing error offers.
+pub const DEAD_LETTER_HINT: &str =
+    "; or configure [dead_letter] topic to divert such events to a dead-letter topic and keep relaying";
 
 /// What the relay did, for tests and audits: every produced record, every
 /// acknowledgement and every position confirmed to PostgreSQL, in order.
@@ -589,43 +595,90 @@ impl<'a> Session<'a> {
                     .row(i.relation_id, &i.new)
                     .map_err(|error| RelayError::Row { lsn, error })?;
                 let key = self.keys.event(lsn)?;
-                let record = self.router.outbox_record(&tx, key, lsn, &row)?;
+                let record = match self.router.outbox_record(&tx, key, lsn, &row) {
+                    Ok(record) => record,
+                    Err(e) => {
+                        let record =
+                            self.router
+                                .dead_letter(e, key, lsn, Some(&tx), BadEvent::Row(&row))?;
+                        self.dead_lettered(&record);
+                        record
+                    }
+                };
                 self.send(record).await?;
             }
+            // Outbox rows are immutable events: an UPDATE would change an
+            // event that may already be published, and publishes nothing
+            // itself. It is bad input like any other, not something to skip
+            // with a warning that nobody reads. It gets a key like an
+            // INSERT, so that as a dead letter it sits in stream order.
             PgOutputMessage::Update(u) => {
-                let table = self
+                let tx = self.tx.clone().ok_or_else(|| outside_tx("UPDATE", lsn))?;
+                let row = self
                     .relations
-                    .get(u.relation_id)
-                    .map(|r| r.name.clone())
-                    .unwrap_or_default();
-                warn!(%table, %lsn, "UPDATE of an outbox row ignored: outbox events are published when inserted; updating a row publishes nothing");
+                    .row(u.relation_id, &u.new)
+                    .map_err(|error| RelayError::Row { lsn, error })?;
+                let key = self.keys.event(lsn)?;
+                let relation = row.relation();
+                let error = RouteError::OutboxUpdate {
+                    table: format!("{}.{}", relation.namespace, relation.name),
+                    lsn,
+                };
+                let record =
+                    self.router
+                        .dead_letter(error, key, lsn, Some(&tx), BadEvent::Row(&row))?;
+                self.dead_lettered(&record);
+                self.send(record).await?;
             }
+            // Deleting published outbox rows is how applications keep the
+            // table small (often in the same transaction as the INSERT).
             PgOutputMessage::Delete(_) => debug!(%lsn, "DELETE from an outbox table ignored"),
             PgOutputMessage::Truncate(_) => info!(%lsn, "TRUNCATE of an outbox table ignored"),
             PgOutputMessage::Message(m) => {
-                let route = self.router.classify_message(&m)?;
-                if route == MessageRoute::Ignore {
+                // An ignored prefix gets no key; anything else gets its key
+                // before routing, so that a dead letter has the key the
+                // event would have had.
+                let route = self.router.classify_message(&m);
+                if route == Ok(MessageRoute::Ignore) {
                     return Ok(());
                 }
-                if m.transactional() {
-                    let tx = self
-                        .tx
-                        .clone()
-                        .ok_or_else(|| outside_tx("transactional message", lsn))?;
-                    let key = self.keys.event(m.lsn)?;
-                    let record = self.router.message_record(&route, Some(&tx), key, &m)?;
-                    self.send(record).await?;
+                let tx = if m.transactional() {
+                    Some(
+                        self.tx
+                            .clone()
+                            .ok_or_else(|| outside_tx("transactional message", lsn))?,
+                    )
+                } else if self.tx.is_some() {
+                    return Err(RelayError::Protocol {
+                        what: "non-transactional message",
+                        lsn,
+                        detail: "inside a transaction".into(),
+                    });
                 } else {
-                    if self.tx.is_some() {
-                        return Err(RelayError::Protocol {
-                            what: "non-transactional message",
-                            lsn,
-                            detail: "inside a transaction".into(),
-                        });
+                    None
+                };
+                let key = match &tx {
+                    Some(_) => self.keys.event(m.lsn)?,
+                    None => self.keys.non_transactional(m.lsn)?,
+                };
+                let record = match route
+                    .and_then(|route| self.router.message_record(&route, tx.as_ref(), key, &m))
+                {
+                    Ok(record) => record,
+                    Err(e) => {
+                        let record = self.router.dead_letter(
+                            e,
+                            key,
+                            m.lsn,
+                            tx.as_ref(),
+                            BadEvent::Message(&m),
+                        )?;
+                        self.dead_lettered(&record);
+                        record
                     }
-                    let key = self.keys.non_transactional(m.lsn)?;
-                    let record = self.router.message_record(&route, None, key, &m)?;
-                    self.send(record).await?;
+                };
+                self.send(record).await?;
+                if tx.is_none() {
                     self.tracker.standalone(m.lsn);
                 }
             }
@@ -645,6 +698,8 @@ impl<'a> Session<'a> {
     }
 
     /// Partition deterministically and hand the record to the producer.
+    /// A dead-letter record takes exactly the same way: it is confirmed
+    /// only after Kafka acknowledged it and everything before it.
     async fn send(&mut self, mut record: Record) -> Result<(), RelayError> {
         let partitions = self.sink.partitions(&record.topic).await?;
         let partition = match &record.key {
@@ -707,6 +762,35 @@ impl<'a> Session<'a> {
     }
 }
 
+impl Session<'_> {
+    /// Log and count a dead-letter record as it is sent: the operator must
+    /// learn about it without reading the dead-letter topic.
+    fn dead_lettered(&self, record: &Record) {
+        let find = |name: &str| {
+            record
+                .headers
+                .iter()
+                .find(|(k, _)| &**k == name)
+                .map(|(_, v)| String::from_utf8_lossy(v))
+                .unwrap_or_default()
+        };
+        let kind = find(header::DEAD_LETTER_KIND);
+        let lsn = find(header::LSN);
+        warn!(
+            slot = %self.config.postgres.slot,
+            %lsn,
+            key = %record.event_key,
+            %kind,
+            topic = %record.topic,
+            reason = %find(header::DEAD_LETTER_REASON),
+            "event diverted to the dead-letter topic"
+        );
+        if let Some(m) = self.metrics {
+            m.dead_letter_record(&kind);
+        }
+    }
+}
+
 /// The structured fields of a Kafka error that ends a session (the
 /// message names them too, this makes them searchable).
 fn log_kafka_error(e: &SinkError) {
@@ -715,6 +799,9 @@ fn log_kafka_error(e: &SinkError) {
             topic, partition, ..
         }
         | SinkError::Delivery {
+            topic, partition, ..
+        }
+        | SinkError::RecordTooLarge {
             topic, partition, ..
         } => (Some(topic.as_str()), Some(*partition)),
         SinkError::Metadata { topic, .. } | SinkError::TopicMissing { topic, .. } => {

@@ -34,6 +34,18 @@ pub mod header {
     /// detection). Unlike everything else in a record it depends on the
     /// session, not only on the WAL.
     pub const PREV_KEY: &str = "walrelay-prev-key";
+
+    /// On a dead-letter record: why the event could not be routed (the
+    /// error's text, which names the fix).
+    pub const DEAD_LETTER_REASON: &str = "walrelay-dead-letter-reason";
+    /// On a dead-letter record: a stable, machine-readable kind of problem
+    /// (`malformed-envelope`, `missing-topic`, `unknown-prefix`, ...; see
+    /// [`crate::route::RouteError::kind`]), for filtering and alerting.
+    pub const DEAD_LETTER_KIND: &str = "walrelay-dead-letter-kind";
+    /// On a dead-letter record of a logical message: its prefix.
+    pub const DEAD_LETTER_PREFIX: &str = "walrelay-dead-letter-prefix";
+    /// On a dead-letter record of an outbox row: `schema.table`.
+    pub const DEAD_LETTER_TABLE: &str = "walrelay-dead-letter-table";
 }
 
 /// One record to produce.

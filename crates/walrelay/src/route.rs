@@ -9,21 +9,25 @@
 //! Routing is a pure function of the event, its key and the configuration,
 //! so a replayed event becomes the same record. Anything that cannot be
 //! routed is a [`RouteError`] that names the event and the fix; nothing is
-//! dropped silently. Events skipped on purpose (configured ignore prefixes,
-//! outbox UPDATE/DELETE) are skipped *before* a key is assigned.
+//! dropped silently. With a dead-letter topic configured, such an event
+//! becomes a dead-letter record instead ([`Router::dead_letter`]), under
+//! the key it would have had anyway. Events skipped on purpose (configured
+//! ignore prefixes, outbox DELETE and TRUNCATE) are skipped *before* a key
+//! is assigned.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use walrelay_pgoutput::{Lsn, Message, PgTimestamp, Relation, Row};
+use walrelay_pgoutput::{ColumnError, ColumnValue, Lsn, Message, PgTimestamp, Relation, Row};
 
 use crate::config::{Config, OutboxColumns};
 use crate::envelope::{self, is_valid_topic};
 use crate::key::EventKey;
 use crate::record::{header, Record};
 
-/// Why an event cannot become a record.
+/// Why an event cannot become a record. Each message names the event and
+/// what to change; [`RouteError::kind`] is the stable name of the problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
     #[error(
@@ -31,9 +35,16 @@ pub enum RouteError {
          for it, list it in relay.ignore_prefixes if another tool writes it, or use walrelay.emit()"
     )]
     UnknownPrefix { prefix: String, lsn: Lsn },
-    #[error("logical message at {lsn} has a prefix that is not valid UTF-8")]
+    #[error(
+        "logical message at {lsn} has a prefix that is not valid UTF-8; fix the application \
+         that writes it (walrelay routes messages by their prefix)"
+    )]
     PrefixNotUtf8 { lsn: Lsn },
-    #[error("malformed walrelay.emit envelope at {lsn}: {error}")]
+    #[error(
+        "malformed walrelay.emit envelope at {lsn}: {error}; publish envelope messages with \
+         walrelay.emit(...) or walrelay::envelope::encode, never by hand with the reserved \
+         prefix walrelay.v1"
+    )]
     Envelope {
         lsn: Lsn,
         error: envelope::EnvelopeError,
@@ -43,14 +54,20 @@ pub enum RouteError {
          the publication or add an [[outbox]] entry for it"
     )]
     NotAnOutbox { table: String, lsn: Lsn },
-    #[error("outbox table {table} has no column {column:?} (configured as outbox.columns.{option}); fix the column mapping or the table")]
+    #[error(
+        "outbox table {table} has no column {column:?} (configured as outbox.columns.{option}), \
+         seen at {lsn}; fix the column mapping or the table (add the column back, or map \
+         outbox.columns.{option} to an existing column)"
+    )]
     MissingColumn {
         table: String,
         column: String,
         option: &'static str,
+        lsn: Lsn,
     },
     #[error(
-        "outbox row at {lsn} in {table}: column {column:?} is NULL, but it is required ({why})"
+        "outbox row at {lsn} in {table}: column {column:?} is NULL, but it is required ({why}); \
+         declare the column NOT NULL so that the application's transaction fails instead"
     )]
     NullColumn {
         table: String,
@@ -58,25 +75,99 @@ pub enum RouteError {
         lsn: Lsn,
         why: &'static str,
     },
-    #[error("outbox row at {lsn} in {table}: column {column:?} cannot be read: {error}")]
+    #[error(
+        "outbox row at {lsn} in {table}: column {column:?} cannot be read: {error}; walrelay \
+         reads the outbox columns as text values of the row"
+    )]
     BadColumn {
         table: String,
         column: String,
         lsn: Lsn,
         error: String,
     },
-    #[error("outbox row at {lsn} in {table}: topic {topic:?} from the template is not a valid Kafka topic name")]
+    #[error(
+        "outbox row at {lsn} in {table}: topic {topic:?} from the template is not a valid Kafka \
+         topic name; keep the values the template uses to 1-249 characters of a-zA-Z0-9._- \
+         in total, or change outbox[].topic"
+    )]
     InvalidTopic {
         table: String,
         topic: String,
         lsn: Lsn,
     },
-    #[error("outbox row at {lsn} in {table}: headers column is not a JSON object: {error}")]
+    #[error(
+        "outbox row at {lsn} in {table}: headers column is not a JSON object: {error}; store a \
+         JSON object of header names and values there, or NULL"
+    )]
     BadHeaders {
         table: String,
         lsn: Lsn,
         error: String,
     },
+    #[error(
+        "UPDATE of an outbox row at {lsn} in {table}: outbox rows are immutable events and an \
+         UPDATE publishes nothing; insert a new row for a new event instead of updating one \
+         (deleting published rows is fine)"
+    )]
+    OutboxUpdate { table: String, lsn: Lsn },
+}
+
+/// Every [`RouteError::kind`], for metrics that list each kind from the
+/// start.
+pub const DEAD_LETTER_KINDS: &[&str] = &[
+    "unknown-prefix",
+    "prefix-not-utf8",
+    "malformed-envelope",
+    "missing-topic",
+    "invalid-topic",
+    "missing-column",
+    "null-column",
+    "bad-column",
+    "bad-headers",
+    "outbox-update",
+];
+
+impl RouteError {
+    /// A stable, machine-readable name of the problem: the
+    /// `walrelay-dead-letter-kind` header and the `kind` label of
+    /// `walrelay_dead_letter_records_total`. One of [`DEAD_LETTER_KINDS`],
+    /// or `not-an-outbox`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RouteError::UnknownPrefix { .. } => "unknown-prefix",
+            RouteError::PrefixNotUtf8 { .. } => "prefix-not-utf8",
+            RouteError::Envelope { error, .. } => match error {
+                envelope::EnvelopeError::MissingTopic => "missing-topic",
+                envelope::EnvelopeError::InvalidTopic(_) => "invalid-topic",
+                _ => "malformed-envelope",
+            },
+            RouteError::NotAnOutbox { .. } => "not-an-outbox",
+            RouteError::MissingColumn { .. } => "missing-column",
+            RouteError::NullColumn { .. } => "null-column",
+            RouteError::BadColumn { .. } => "bad-column",
+            RouteError::InvalidTopic { .. } => "invalid-topic",
+            RouteError::BadHeaders { .. } => "bad-headers",
+            RouteError::OutboxUpdate { .. } => "outbox-update",
+        }
+    }
+
+    /// Whether one event is bad, so that a dead-letter record can stand in
+    /// for it. A change to a table that is not an outbox is not: it means
+    /// the publication and the configuration disagree, and dead-lettering
+    /// every change to such a table (possibly a busy one) would hide that.
+    pub fn dead_letterable(&self) -> bool {
+        !matches!(self, RouteError::NotAnOutbox { .. })
+    }
+}
+
+/// The original event behind a dead-letter record.
+#[derive(Debug, Clone, Copy)]
+pub enum BadEvent<'a, 'r> {
+    /// A logical message: the record's value is its content.
+    Message(&'a Message),
+    /// An outbox row (INSERT or the new row of an UPDATE): the record's
+    /// value is the row as a JSON object (see [`row_json`]).
+    Row(&'a Row<'r>),
 }
 
 /// How a logical message is routed, decided from its prefix alone.
@@ -137,6 +228,10 @@ struct Names {
     commit_time: Arc<str>,
     id: Arc<str>,
     event_type: Arc<str>,
+    reason: Arc<str>,
+    kind: Arc<str>,
+    prefix: Arc<str>,
+    table: Arc<str>,
 }
 
 /// Routes decoded events to records.
@@ -148,6 +243,9 @@ pub struct Router {
     outbox: Vec<OutboxRoute>,
     topics: HashMap<String, Arc<str>>,
     names: Names,
+    /// `dead_letter.topic`: where events that cannot be routed go; `None`
+    /// stops the relay at them instead.
+    dead_letter: Option<Arc<str>>,
 }
 
 impl Router {
@@ -184,8 +282,83 @@ impl Router {
                 commit_time: header::COMMIT_TIME.into(),
                 id: "id".into(),
                 event_type: "type".into(),
+                reason: header::DEAD_LETTER_REASON.into(),
+                kind: header::DEAD_LETTER_KIND.into(),
+                prefix: header::DEAD_LETTER_PREFIX.into(),
+                table: header::DEAD_LETTER_TABLE.into(),
             },
+            dead_letter: config.dead_letter.topic.as_deref().map(Arc::from),
         }
+    }
+
+    /// The configured dead-letter topic, if any.
+    pub fn dead_letter_topic(&self) -> Option<&str> {
+        self.dead_letter.as_deref()
+    }
+
+    /// The dead-letter record that stands in for an event that could not be
+    /// routed, or `error` back if there is no dead-letter topic or the error
+    /// is not about one event ([`RouteError::dead_letterable`]).
+    ///
+    /// `key` is the key the event was assigned like any other, so the keys
+    /// of all other events are the same with or without a dead-letter topic,
+    /// and a replay gives the dead-letter record the same key too.
+    ///
+    /// - value: the original bytes: a message's content, or an outbox row as
+    ///   a JSON object ([`row_json`]);
+    /// - Kafka key: the idempotency key's 32 hex digits. Unique, so a
+    ///   compacted dead-letter topic keeps every record (it would reject
+    ///   keyless ones), and deterministic, so a replayed dead letter lands in
+    ///   the same partition; per partition, keys still increase;
+    /// - headers: walrelay's usual ones, then `walrelay-dead-letter-reason`
+    ///   (the error's text), `walrelay-dead-letter-kind`
+    ///   ([`RouteError::kind`]) and `walrelay-dead-letter-prefix` or
+    ///   `walrelay-dead-letter-table`;
+    /// - timestamp: the commit time, as for any record.
+    pub fn dead_letter(
+        &mut self,
+        error: RouteError,
+        key: EventKey,
+        lsn: Lsn,
+        tx: Option<&TxInfo>,
+        event: BadEvent<'_, '_>,
+    ) -> Result<Record, RouteError> {
+        let Some(topic) = self.dead_letter.clone() else {
+            return Err(error);
+        };
+        if !error.dead_letterable() {
+            return Err(error);
+        }
+        let mut headers = self.base_headers(key, lsn, tx, 3);
+        headers.push((self.names.reason.clone(), Bytes::from(error.to_string())));
+        headers.push((
+            self.names.kind.clone(),
+            Bytes::from_static(error.kind().as_bytes()),
+        ));
+        let value = match event {
+            BadEvent::Message(m) => {
+                headers.push((self.names.prefix.clone(), m.prefix.clone()));
+                m.content.clone()
+            }
+            BadEvent::Row(row) => {
+                let r = row.relation();
+                headers.push((
+                    self.names.table.clone(),
+                    Bytes::from(format!("{}.{}", r.namespace, r.name)),
+                ));
+                Bytes::from(row_json(row))
+            }
+        };
+        let mut hex = [0u8; 32];
+        key.write_hex(&mut hex);
+        Ok(Record {
+            topic,
+            key: Some(Bytes::copy_from_slice(&hex)),
+            value: Some(value),
+            headers,
+            event_key: key,
+            timestamp_ms: tx.and_then(|t| t.timestamp_ms),
+        })
     }
 
     fn intern(&mut self, topic: &str) -> Arc<str> {
@@ -292,6 +465,13 @@ impl Router {
 
     /// Whether changes to this relation are outbox events; an error for a
     /// table that is not configured (its events would otherwise vanish).
+    ///
+    /// A Relation also arrives in the middle of the stream after an ALTER
+    /// TABLE. Without a dead-letter topic, a configured column that is
+    /// missing stops the relay here, before any row of the new shape. With
+    /// one, the Relation is accepted and each such row becomes a dead
+    /// letter ([`RouteError::MissingColumn`] from [`Self::outbox_record`]):
+    /// the column may come back, and rows are what carry the data.
     pub fn check_relation(&self, relation: &Relation, lsn: Lsn) -> Result<(), RouteError> {
         let Some(i) = self.outbox_index(relation) else {
             return Err(RouteError::NotAnOutbox {
@@ -299,6 +479,9 @@ impl Router {
                 lsn,
             });
         };
+        if self.dead_letter.is_some() {
+            return Ok(());
+        }
         let o = &self.outbox[i];
         let has = |c: &str| relation.columns.iter().any(|rc| rc.name == c);
         let required: [(&str, &'static str); 5] = [
@@ -314,6 +497,7 @@ impl Router {
                     table: format!("{}.{}", o.schema, o.table),
                     column: column.to_owned(),
                     option,
+                    lsn,
                 });
             }
         }
@@ -338,23 +522,37 @@ impl Router {
             })?;
         let o = &self.outbox[i];
         let table = || format!("{}.{}", o.schema, o.table);
-        let read = |column: &str| -> Result<Option<&Bytes>, RouteError> {
-            row.bytes(column).map_err(|e| RouteError::BadColumn {
-                table: table(),
-                column: column.to_owned(),
-                lsn,
-                error: e.to_string(),
+        // `option`: the column's name in [outbox.columns], for the error.
+        let read = |column: &str, option: &'static str| -> Result<Option<&Bytes>, RouteError> {
+            row.bytes(column).map_err(|e| match e {
+                ColumnError::NoSuchColumn(_) => RouteError::MissingColumn {
+                    table: table(),
+                    column: column.to_owned(),
+                    option,
+                    lsn,
+                },
+                e => RouteError::BadColumn {
+                    table: table(),
+                    column: column.to_owned(),
+                    lsn,
+                    error: e.to_string(),
+                },
             })
         };
-        let required = |column: &str, why: &'static str| -> Result<&Bytes, RouteError> {
-            read(column)?.ok_or_else(|| RouteError::NullColumn {
-                table: table(),
-                column: column.to_owned(),
-                lsn,
-                why,
-            })
-        };
-        let aggregatetype = required(&o.columns.aggregatetype, "it picks the topic")?;
+        let required =
+            |column: &str, option: &'static str, why: &'static str| -> Result<&Bytes, RouteError> {
+                read(column, option)?.ok_or_else(|| RouteError::NullColumn {
+                    table: table(),
+                    column: column.to_owned(),
+                    lsn,
+                    why,
+                })
+            };
+        let aggregatetype = required(
+            &o.columns.aggregatetype,
+            "aggregatetype",
+            "it picks the topic",
+        )?;
         let aggregatetype =
             std::str::from_utf8(aggregatetype).map_err(|e| RouteError::BadColumn {
                 table: table(),
@@ -374,13 +572,18 @@ impl Router {
                 lsn,
             });
         }
-        let record_key = required(&o.columns.aggregateid, "it is the record key")?.clone();
-        let value = read(&o.columns.payload)?.cloned();
-        let id = read(&o.columns.id)?.cloned();
-        let event_type = read(&o.columns.event_type)?.cloned();
+        let record_key = required(
+            &o.columns.aggregateid,
+            "aggregateid",
+            "it is the record key",
+        )?
+        .clone();
+        let value = read(&o.columns.payload, "payload")?.cloned();
+        let id = read(&o.columns.id, "id")?.cloned();
+        let event_type = read(&o.columns.event_type, "type")?.cloned();
         let app_headers: Vec<(String, String)> = match row.get(&o.columns.headers) {
             None => Vec::new(),
-            Some(_) => match read(&o.columns.headers)? {
+            Some(_) => match read(&o.columns.headers, "headers")? {
                 None => Vec::new(),
                 Some(json) => parse_headers(json).map_err(|error| RouteError::BadHeaders {
                     table: table(),
@@ -409,6 +612,35 @@ impl Router {
             timestamp_ms: tx.timestamp_ms,
         })
     }
+}
+
+/// An outbox row as the value of its dead-letter record: a JSON object of
+/// column name → the column's text value (a string, as PostgreSQL sends
+/// it: `jsonb` columns as JSON text, numbers and booleans as text) or
+/// `null`, in the table's column order. A value PostgreSQL did not send
+/// (an unchanged TOAST value in an UPDATE) is left out. Bytes that are not
+/// UTF-8 (a database encoding other than UTF8) are replaced by U+FFFD.
+pub fn row_json(row: &Row<'_>) -> String {
+    let mut out = String::from("{");
+    for (column, value) in row.iter() {
+        let text = match value {
+            ColumnValue::UnchangedToast => continue,
+            ColumnValue::Null => None,
+            ColumnValue::Text(b) | ColumnValue::Binary(b) => Some(String::from_utf8_lossy(b)),
+        };
+        if out.len() > 1 {
+            out.push(',');
+        }
+        // Serializing a string cannot fail.
+        out.push_str(&serde_json::to_string(&column.name).unwrap_or_default());
+        out.push(':');
+        match text {
+            Some(t) => out.push_str(&serde_json::to_string(&t).unwrap_or_default()),
+            None => out.push_str("null"),
+        }
+    }
+    out.push('}');
+    out
 }
 
 fn parse_headers(json: &[u8]) -> Result<Vec<(String, String)>, String> {
@@ -602,6 +834,139 @@ mod tests {
         assert_eq!(header(&r, "type"), Some(&b"created"[..]));
         assert_eq!(header(&r, "trace"), Some(&b"t1"[..]));
         assert_eq!(header(&r, "n"), Some(&b"2"[..]));
+    }
+
+    #[test]
+    fn dead_letters_carry_the_original_bytes_key_and_reason() {
+        let mut c = config();
+        // Without a dead-letter topic, the error comes back.
+        let mut router = Router::new(&c, "src");
+        let msg = message("mystery", b"\x00raw".to_vec());
+        let err = router.classify_message(&msg).unwrap_err();
+        let key = EventKey::new(0x16_B374_D848, 0x100);
+        let back = router
+            .dead_letter(
+                err.clone(),
+                key,
+                msg.lsn,
+                Some(&tx()),
+                BadEvent::Message(&msg),
+            )
+            .unwrap_err();
+        assert_eq!(back, err);
+
+        c.dead_letter.topic = Some("dlq".into());
+        let mut router = Router::new(&c, "src");
+        let r = router
+            .dead_letter(
+                err.clone(),
+                key,
+                msg.lsn,
+                Some(&tx()),
+                BadEvent::Message(&msg),
+            )
+            .unwrap();
+        assert_eq!(&*r.topic, "dlq");
+        assert_eq!(
+            r.key.as_deref(),
+            Some(&b"00000016b374d8480000000000000100"[..])
+        );
+        assert_eq!(r.value.as_deref(), Some(&b"\x00raw"[..]));
+        assert_eq!(r.event_key, key);
+        assert_eq!(
+            header(&r, "idempotency-key"),
+            Some(&b"00000016b374d8480000000000000100"[..])
+        );
+        assert_eq!(header(&r, "walrelay-xid"), Some(&b"42"[..]));
+        assert_eq!(
+            header(&r, "walrelay-dead-letter-reason"),
+            Some(err.to_string().as_bytes())
+        );
+        assert_eq!(
+            header(&r, "walrelay-dead-letter-kind"),
+            Some(&b"unknown-prefix"[..])
+        );
+        assert_eq!(
+            header(&r, "walrelay-dead-letter-prefix"),
+            Some(&b"mystery"[..])
+        );
+        assert_eq!(r.timestamp_ms, Some(946_684_800_000));
+
+        // Kinds of malformed envelopes.
+        for (content, kind) in [
+            (b"\0\0\0\x05{bad}".to_vec(), "malformed-envelope"),
+            (b"\0\0\0\x02{}".to_vec(), "missing-topic"),
+            (b"\0\0\0\x0f{\"topic\":\"a b\"}".to_vec(), "invalid-topic"),
+            (b"\0\0".to_vec(), "malformed-envelope"),
+        ] {
+            let msg = message(envelope::PREFIX, content);
+            let err = router
+                .message_record(&MessageRoute::Envelope, None, key, &msg)
+                .unwrap_err();
+            assert_eq!(err.kind(), kind, "{err}");
+            assert!(DEAD_LETTER_KINDS.contains(&err.kind()));
+        }
+
+        // An outbox row: the row as JSON, in column order, NULL as null.
+        let cols = ["id", "aggregatetype", "aggregateid", "type", "payload"];
+        let mut cache = RelationCache::new();
+        cache.insert(outbox_relation(&cols));
+        let tuple = TupleData {
+            columns: vec![
+                text("e\"1"),
+                text("order"),
+                ColumnValue::Null,
+                text("t"),
+                text("{\"a\": 1}"),
+            ],
+        };
+        let row = cache.row(1, &tuple).unwrap();
+        let err = router.outbox_record(&tx(), key, Lsn(2), &row).unwrap_err();
+        assert_eq!(err.kind(), "null-column");
+        let r = router
+            .dead_letter(err, key, Lsn(2), Some(&tx()), BadEvent::Row(&row))
+            .unwrap();
+        assert_eq!(
+            r.value.as_deref(),
+            Some(&br#"{"id":"e\"1","aggregatetype":"order","aggregateid":null,"type":"t","payload":"{\"a\": 1}"}"#[..])
+        );
+        assert_eq!(
+            header(&r, "walrelay-dead-letter-table"),
+            Some(&b"public.outbox"[..])
+        );
+        assert_eq!(header(&r, "walrelay-dead-letter-prefix"), None);
+
+        // Not about one event: never dead-lettered.
+        let not_outbox = RouteError::NotAnOutbox {
+            table: "public.orders".into(),
+            lsn: Lsn(2),
+        };
+        assert!(router
+            .dead_letter(not_outbox, key, Lsn(2), Some(&tx()), BadEvent::Row(&row))
+            .is_err());
+    }
+
+    #[test]
+    fn with_a_dead_letter_topic_a_missing_column_fails_rows_not_the_relation() {
+        let mut c = config();
+        c.dead_letter.topic = Some("dlq".into());
+        let mut router = Router::new(&c, "src");
+        let rel = outbox_relation(&["id", "aggregatetype", "type", "payload"]);
+        router.check_relation(&rel, Lsn(1)).unwrap();
+        let mut cache = RelationCache::new();
+        cache.insert(rel);
+        let tuple = TupleData {
+            columns: vec![text("e"), text("order"), text("t"), text("{}")],
+        };
+        let row = cache.row(1, &tuple).unwrap();
+        let err = router
+            .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row)
+            .unwrap_err();
+        assert!(
+            matches!(&err, RouteError::MissingColumn { column, option: "aggregateid", .. } if column == "aggregateid"),
+            "{err}"
+        );
+        assert_eq!(err.kind(), "missing-column");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
 };
@@ -753,6 +753,33 @@ pub enum SinkError {
         /// librdkafka's description, with context.
         message: String,
     },
+    /// A record larger than the producer (`message.max.bytes`, checked
+    /// when it is enqueued) or the broker (the topic's
+    /// `max.message.bytes`, in the delivery report) accepts. Not retried:
+    /// a replay would fail at the same record. A dead-letter record cannot
+    /// stand in for it either, since it would carry the same bytes.
+    #[error(
+        "record {key} for {topic} partition {partition} is {bytes} bytes (key, value and \
+         headers), more than Kafka accepts: {message} ({code:?}); fix: raise the topic's \
+         max.message.bytes and the producer's message.max.bytes (kafka.properties, e.g. \
+         \"message.max.bytes\" = \"10485760\") together with the consumers' fetch sizes, or keep \
+         events smaller (store large payloads elsewhere and publish a reference); nothing from \
+         this event on was confirmed to PostgreSQL, so it is replayed when walrelay starts again"
+    )]
+    RecordTooLarge {
+        /// The record's idempotency key (32 hex digits), or `?` if unknown.
+        key: String,
+        /// Target topic.
+        topic: String,
+        /// Target partition.
+        partition: i32,
+        /// Key, value and header bytes.
+        bytes: usize,
+        /// librdkafka's error code (`MessageSizeTooLarge`).
+        code: RDKafkaErrorCode,
+        /// librdkafka's description.
+        message: String,
+    },
     /// Kafka did not acknowledge a record.
     #[error("delivery to {topic} partition {partition} failed: {message} ({code:?})")]
     Delivery {
@@ -822,7 +849,9 @@ impl SinkError {
     pub fn recovery(&self) -> Recovery {
         match self {
             SinkError::QueueFull => Recovery::RetryAfterDeliveries,
-            SinkError::Config { .. } | SinkError::Create(_) => Recovery::Fatal,
+            SinkError::Config { .. } | SinkError::Create(_) | SinkError::RecordTooLarge { .. } => {
+                Recovery::Fatal
+            }
             // A record too large for librdkafka is too large on replay too.
             SinkError::Produce {
                 code: RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidArgument,
@@ -849,7 +878,9 @@ impl SinkError {
     /// librdkafka's error code, if the error has one.
     pub fn code(&self) -> Option<RDKafkaErrorCode> {
         match self {
-            SinkError::Produce { code, .. } | SinkError::Delivery { code, .. } => Some(*code),
+            SinkError::Produce { code, .. }
+            | SinkError::Delivery { code, .. }
+            | SinkError::RecordTooLarge { code, .. } => Some(*code),
             SinkError::Metadata { code, .. } => *code,
             SinkError::Flush(code) => Some(*code),
             SinkError::QueueFull => Some(RDKafkaErrorCode::QueueFull),
@@ -915,6 +946,33 @@ impl ProducerContext for SinkContext {
     fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
         let result = match result {
             Ok(message) => Ok((message.partition(), message.offset())),
+            Err((error, message)) if is_too_large(error.rdkafka_error_code()) => {
+                let code = error.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+                let headers = message.headers();
+                let key = headers
+                    .and_then(|h| {
+                        h.iter()
+                            .find(|h| h.key == crate::record::header::IDEMPOTENCY_KEY)
+                            .and_then(|h| h.value)
+                            .map(|v| String::from_utf8_lossy(v).into_owned())
+                    })
+                    .unwrap_or_else(|| "?".to_owned());
+                let header_bytes: usize = headers.map_or(0, |h| {
+                    h.iter()
+                        .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len))
+                        .sum()
+                });
+                Err(SinkError::RecordTooLarge {
+                    key,
+                    topic: message.topic().to_owned(),
+                    partition: message.partition(),
+                    bytes: message.key().map_or(0, <[u8]>::len)
+                        + message.payload().map_or(0, <[u8]>::len)
+                        + header_bytes,
+                    code,
+                    message: self.describe(code),
+                })
+            }
             Err((error, message)) => {
                 let code = error.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
                 Err(SinkError::Delivery {
@@ -1086,6 +1144,16 @@ impl KafkaSink {
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                 Err(SinkError::QueueFull)
             }
+            Err((error, _)) if is_too_large(error.rdkafka_error_code()) => {
+                Err(SinkError::RecordTooLarge {
+                    key: record.event_key.to_hex(),
+                    topic: record.topic.to_string(),
+                    partition: kafka_partition,
+                    bytes: record.size() - record.topic.len(),
+                    code: RDKafkaErrorCode::MessageSizeTooLarge,
+                    message: error.to_string(),
+                })
+            }
             Err((error, _)) => {
                 let code = error
                     .rdkafka_error_code()
@@ -1175,6 +1243,12 @@ impl Drop for KafkaSink {
         self.producer
             .purge(PurgeConfig::default().queue().inflight().non_blocking());
     }
+}
+
+/// librdkafka's answer to a record above `message.max.bytes` (at enqueue)
+/// or the broker's limit (in a delivery report).
+fn is_too_large(code: Option<RDKafkaErrorCode>) -> bool {
+    code == Some(RDKafkaErrorCode::MessageSizeTooLarge)
 }
 
 fn create_error(error: KafkaError) -> SinkError {
