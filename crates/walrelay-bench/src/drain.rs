@@ -74,12 +74,14 @@ topic = "{outbox_topic}"
     std::fs::write(path, text).with_context(|| format!("writing {path:?}"))
 }
 
-/// Runs `walrelay --config CONFIG run` until the slot's confirmed flush
+/// Runs `walrelay --config CONFIG [EXTRA...] run` until the slot's confirmed flush
 /// LSN reaches `end`, samples its CPU and peak RSS, then stops it with
 /// SIGTERM (it must exit 0).
+#[allow(clippy::too_many_arguments)]
 pub async fn walrelay(
     env: &BenchEnv,
     bin: &Path,
+    extra_args: &[String],
     config: &Path,
     slot: &str,
     end: u64,
@@ -92,7 +94,9 @@ pub async fn walrelay(
     let mut child = Command::new(bin)
         .arg("--config")
         .arg(config)
-        .args(["--log", "warn", "run"])
+        .args(["--log", "warn"])
+        .args(extra_args)
+        .arg("run")
         .stdin(Stdio::null())
         .stdout(logf.try_clone()?)
         .stderr(logf)

@@ -79,6 +79,10 @@ struct Cli {
     /// (repeatable; for tuning experiments).
     #[arg(long = "kafka-property", value_name = "NAME=VALUE")]
     kafka_properties: Vec<String>,
+    /// Extra argument for the drained `walrelay` binary, given before
+    /// `run` (repeatable), e.g. `--walrelay-arg=--max-in-flight-bytes=16777216`.
+    #[arg(long = "walrelay-arg", value_name = "ARG", allow_hyphen_values = true)]
+    walrelay_args: Vec<String>,
     /// Rows per poll of the polling relay.
     #[arg(long, default_value_t = 1000)]
     poll_batch: i64,
@@ -184,6 +188,12 @@ async fn main() -> Result<()> {
         "walrelay drains with `--status-interval {}ms`; the drain ends when the slot's confirmed_flush_lsn reaches the backlog's end",
         drain::STATUS_INTERVAL.as_millis()
     ));
+    if !cli.walrelay_args.is_empty() {
+        results.notes.push(format!(
+            "walrelay drained with extra arguments {:?}",
+            cli.walrelay_args
+        ));
+    }
     if !kafka_properties.is_empty() {
         results.notes.push(format!(
             "walrelay producer properties added: {kafka_properties:?}"
@@ -199,6 +209,7 @@ async fn main() -> Result<()> {
                 repeats,
                 first_seq,
                 &walrelay_bin,
+                &cli.walrelay_args,
                 &kafka_properties,
                 polling,
                 &scratch,
@@ -268,6 +279,7 @@ async fn drain_workload(
     repeats: u32,
     first_seq: u64,
     walrelay_bin: &Path,
+    walrelay_args: &[String],
     kafka_properties: &[(String, String)],
     polling: PollingOptions,
     scratch: &Path,
@@ -337,6 +349,7 @@ async fn drain_workload(
         let d = drain::walrelay(
             env,
             walrelay_bin,
+            walrelay_args,
             &config,
             &slot("wr", r),
             end,
