@@ -161,6 +161,13 @@ pub struct Options {
     )]
     pub metrics_addr: Option<std::net::SocketAddr>,
 
+    /// Append the relay's audit trace (sessions, every produced record,
+    /// every acknowledgement, every position confirmed to PostgreSQL) to
+    /// this file as JSON lines, for fault-injection tests
+    /// (crates/walrelay-chaos). Not for production use.
+    #[arg(long, global = true, hide = true, value_name = "PATH")]
+    pub trace_file: Option<PathBuf>,
+
     /// Log format.
     #[arg(long, env = "WALRELAY_LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

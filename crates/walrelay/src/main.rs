@@ -12,6 +12,8 @@ use walrelay::cli::{self, Cli, Command, LogFormat};
 use walrelay::http::HttpServer;
 use walrelay::metrics::Metrics;
 
+mod trace_file;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -67,9 +69,20 @@ async fn main() -> anyhow::Result<()> {
             // Every log line of the relay names its slot, also those
             // outside a session (restarts, the final error).
             let span = tracing::info_span!("relay", slot = %config.postgres.slot);
-            let result = walrelay::pipeline::run_with(config, stop_rx, None, metrics)
+            let (trace, trace_writer) = match &cli.options.trace_file {
+                Some(path) => {
+                    let (tx, writer) = trace_file::spawn(path)?;
+                    (Some(tx), Some(writer))
+                }
+                None => (None, None),
+            };
+            let result = walrelay::pipeline::run_with(config, stop_rx, trace, metrics)
                 .instrument(span)
                 .await;
+            if let Some(w) = trace_writer {
+                // The relay dropped its sender: the writer drains and ends.
+                let _ = w.join();
+            }
             if let Some(s) = server {
                 s.shutdown().await;
             }
