@@ -85,6 +85,9 @@ pub struct TansuBroker {
     cluster_id: String,
     child: Option<Child>,
     starts: u32,
+    /// The address clients are told to connect to, when it is not the
+    /// listener's own (e.g. a fault-injecting proxy in front of it).
+    advertised: Option<String>,
 }
 
 impl fmt::Debug for TansuBroker {
@@ -115,7 +118,20 @@ impl TansuBroker {
 
     /// Like [`TansuBroker::start`], with an explicit `tansu` binary.
     pub fn start_with_binary(bin: impl Into<PathBuf>) -> anyhow::Result<TansuBroker> {
-        let bin = bin.into();
+        Self::start_inner(bin.into(), None)
+    }
+
+    /// Like [`TansuBroker::start`], but the broker tells clients (in its
+    /// metadata) to connect to `advertised` (`HOST:PORT`) instead of its
+    /// own listener: after bootstrapping, every client talks to that
+    /// address. Used to put a fault-injecting TCP proxy in front of the
+    /// broker that forwards `advertised` to [`TansuBroker::port`]; the
+    /// proxy must run before topics are created.
+    pub fn start_advertising(advertised: &str) -> anyhow::Result<TansuBroker> {
+        Self::start_inner(Self::find_binary()?, Some(advertised.to_owned()))
+    }
+
+    fn start_inner(bin: PathBuf, advertised: Option<String>) -> anyhow::Result<TansuBroker> {
         let dir = tempfile::Builder::new()
             .prefix("walrelay-tansu-")
             .tempdir()
@@ -131,6 +147,7 @@ impl TansuBroker {
             cluster_id: format!("walrelay-testkit-{}-{n}", std::process::id()),
             child: None,
             starts: 0,
+            advertised,
         };
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
@@ -400,11 +417,15 @@ impl TansuBroker {
             self.starts, self.port
         )?;
         let url = format!("tcp://{HOST}:{}", self.port);
+        let advertised = match &self.advertised {
+            Some(a) => format!("tcp://{a}"),
+            None => url.clone(),
+        };
         let mut cmd = Command::new(&self.bin);
         cmd.arg("broker")
             .args(["--cluster-id", &self.cluster_id])
             .args(["--listener-url", &url])
-            .args(["--advertised-listener-url", &url])
+            .args(["--advertised-listener-url", &advertised])
             .args(["--storage-engine", "memory://tansu/"])
             .env("RUST_LOG", "warn")
             .current_dir(&self.dir)
