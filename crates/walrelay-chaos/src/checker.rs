@@ -1,0 +1,369 @@
+//! The verdict over the whole history (see [`crate::history`]).
+//!
+//! * **Expected** events: every event of every unit in `chaos_ledger`
+//!   (committed), and every non-transactional message PostgreSQL decoded.
+//! * **Lost**: expected, never applied by the consumer.
+//! * **Double-processed**: applied more than once (extra applications).
+//! * **Rolled back but applied**: an event of a transaction that did not
+//!   commit reached the consumer's table.
+//! * **Order**: in each partition, the consumer applied events in commit
+//!   order (event ids strictly increase in application order); with
+//!   nothing lost, each partition's applications *equal* its events in
+//!   commit order. Keys sorted numerically also follow commit order
+//!   across all partitions and topics.
+//! * **Wire**: per partition in offset order, every record is either a
+//!   new key above all before it, or a repeat of a key seen before (a
+//!   replay) — never a late new key, which a high-water-mark consumer
+//!   would drop. Duplicates on the wire = records − distinct keys.
+//! * **Confirmed before acknowledged**: [`crate::history::check_trace`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::event::EventId;
+use crate::history::{Applied, TraceSummary, WireRecord};
+use crate::workload::{ClientOutcome, Unit};
+
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub units: usize,
+    pub tx_units_committed: usize,
+    pub tx_units_rolled_back: usize,
+    pub tx_units_failed: usize,
+    pub expected_tx_events: usize,
+    pub expected_non_tx: usize,
+    pub rolled_back_events: usize,
+    pub applications: usize,
+    pub lost: usize,
+    pub double_processed: usize,
+    pub rolled_back_applied: usize,
+    pub unexpected_applied: usize,
+    pub order_violations: usize,
+    pub key_order_violations: usize,
+    pub wire_records: usize,
+    pub wire_distinct_keys: usize,
+    pub wire_duplicates: usize,
+    pub wire_late_keys: usize,
+    pub wire_order_violations: usize,
+    pub wire_missing: usize,
+    pub wire_rolled_back: usize,
+    pub key_conflicts: usize,
+    pub ledger_anomalies: Vec<String>,
+    pub examples: Vec<String>,
+}
+
+impl Verdict {
+    fn example(&mut self, s: String) {
+        if self.examples.len() < 20 {
+            self.examples.push(s);
+        }
+    }
+
+    /// Whether every check passed (the trace is judged separately).
+    pub fn passed(&self) -> bool {
+        self.lost == 0
+            && self.double_processed == 0
+            && self.rolled_back_applied == 0
+            && self.unexpected_applied == 0
+            && self.order_violations == 0
+            && self.key_order_violations == 0
+            && self.wire_late_keys == 0
+            && self.wire_order_violations == 0
+            && self.wire_missing == 0
+            && self.wire_rolled_back == 0
+            && self.key_conflicts == 0
+            && self.ledger_anomalies.is_empty()
+    }
+}
+
+pub fn check(
+    units: &[Unit],
+    ledger: &HashMap<u64, u32>,
+    non_tx: &HashSet<EventId>,
+    applied: &[Applied],
+    wire: &[WireRecord],
+) -> Verdict {
+    let mut v = Verdict {
+        units: units.len(),
+        ..Verdict::default()
+    };
+    let by_unit: HashMap<u64, &Unit> = units.iter().map(|u| (u.unit, u)).collect();
+
+    // What committed, per PostgreSQL.
+    let mut expected: HashSet<EventId> = HashSet::new();
+    let mut rolled_back: HashSet<u64> = HashSet::new();
+    for u in units.iter().filter(|u| u.is_transaction()) {
+        match (ledger.get(&u.unit), u.outcome) {
+            (Some(&n), outcome) => {
+                v.tx_units_committed += 1;
+                if outcome == ClientOutcome::RolledBack {
+                    v.ledger_anomalies.push(format!(
+                        "unit {} was rolled back but is in the ledger",
+                        u.unit
+                    ));
+                }
+                if n != u.tx_events() {
+                    v.ledger_anomalies.push(format!(
+                        "unit {}: ledger says {n} events, the plan {}",
+                        u.unit,
+                        u.tx_events()
+                    ));
+                }
+                expected.extend((0..u.tx_events()).map(|i| EventId::tx(u.unit, i)));
+            }
+            (None, ClientOutcome::Committed) => v.ledger_anomalies.push(format!(
+                "unit {}: COMMIT succeeded but the ledger lacks it",
+                u.unit
+            )),
+            (None, ClientOutcome::RolledBack) => {
+                v.tx_units_rolled_back += 1;
+                rolled_back.insert(u.unit);
+                v.rolled_back_events += u.tx_events() as usize;
+            }
+            (None, ClientOutcome::Unknown) => {
+                v.tx_units_failed += 1;
+                rolled_back.insert(u.unit);
+                v.rolled_back_events += u.tx_events() as usize;
+            }
+        }
+    }
+    for unit in ledger.keys() {
+        if !by_unit.contains_key(unit) {
+            v.ledger_anomalies
+                .push(format!("the ledger holds unit {unit}, which was never run"));
+        }
+    }
+    v.expected_tx_events = expected.len();
+    for id in non_tx {
+        match by_unit.get(&id.unit) {
+            Some(u) if id.index < u.non_tx => {
+                expected.insert(*id);
+            }
+            _ => v
+                .ledger_anomalies
+                .push(format!("PostgreSQL decoded a message {id} nobody wrote")),
+        }
+    }
+    v.expected_non_tx = non_tx.len();
+    let is_rolled_back = |id: &EventId| id.transactional && rolled_back.contains(&id.unit);
+
+    // The consumer's applications.
+    v.applications = applied.len();
+    let mut counts: HashMap<EventId, u32> = HashMap::new();
+    for a in applied {
+        match a.event {
+            Some(id) => *counts.entry(id).or_default() += 1,
+            None => {
+                v.unexpected_applied += 1;
+                v.example(format!("applied an unknown payload {:?}", a.raw));
+            }
+        }
+    }
+    for (id, n) in &counts {
+        if *n > 1 {
+            v.double_processed += (*n - 1) as usize;
+            v.example(format!("{id} applied {n} times"));
+        }
+        if is_rolled_back(id) {
+            v.rolled_back_applied += 1;
+            v.example(format!("{id} of a rolled-back transaction was applied"));
+        } else if !expected.contains(id) {
+            v.unexpected_applied += 1;
+            v.example(format!("{id} applied but never committed"));
+        }
+    }
+    let mut lost: Vec<&EventId> = expected
+        .iter()
+        .filter(|id| !counts.contains_key(id))
+        .collect();
+    lost.sort();
+    v.lost = lost.len();
+    for id in lost.iter().take(5) {
+        v.example(format!("{id} committed but never applied"));
+    }
+
+    // Order of application per partition, and keys against commit order.
+    let mut last: HashMap<(&str, i32), (EventId, u128)> = HashMap::new();
+    for a in applied {
+        let Some(id) = a.event else { continue };
+        if let Some((prev, prev_key)) = last.insert((a.topic.as_str(), a.partition), (id, a.key)) {
+            if id <= prev || a.key <= prev_key {
+                v.order_violations += 1;
+                v.example(format!(
+                    "{}/{}: {id} (key {:032x}) applied after {prev} (key {prev_key:032x})",
+                    a.topic, a.partition, a.key
+                ));
+            }
+        }
+    }
+    let mut by_key: Vec<(u128, EventId)> = applied
+        .iter()
+        .filter_map(|a| a.event.map(|e| (a.key, e)))
+        .collect();
+    by_key.sort();
+    by_key.dedup();
+    for w in by_key.windows(2) {
+        if w[1].1 <= w[0].1 {
+            v.key_order_violations += 1;
+            v.example(format!(
+                "key {:032x} ({}) < key {:032x} ({}) but commit order is the reverse",
+                w[0].0, w[0].1, w[1].0, w[1].1
+            ));
+        }
+    }
+
+    // The wire.
+    v.wire_records = wire.len();
+    let mut partitions: BTreeMap<(u8, i32), Vec<&WireRecord>> = BTreeMap::new();
+    for r in wire {
+        partitions
+            .entry((r.topic_index, r.partition))
+            .or_default()
+            .push(r);
+    }
+    let mut key_of: HashMap<EventId, u128> = HashMap::new();
+    let mut on_wire: HashSet<EventId> = HashSet::new();
+    let mut distinct: HashSet<u128> = HashSet::new();
+    for ((t, p), mut records) in partitions {
+        records.sort_by_key(|r| r.offset);
+        let mut seen: HashSet<u128> = HashSet::new();
+        let mut hwm: Option<(u128, Option<EventId>)> = None;
+        for r in records {
+            let Some(k) = r.key else {
+                v.wire_late_keys += 1;
+                v.example(format!("topic #{t}/{p} offset {}: no key", r.offset));
+                continue;
+            };
+            distinct.insert(k);
+            if let Some(id) = r.event {
+                on_wire.insert(id);
+                if *key_of.entry(id).or_insert(k) != k {
+                    v.key_conflicts += 1;
+                    v.example(format!("{id} was sent with two different keys"));
+                }
+                if is_rolled_back(&id) {
+                    v.wire_rolled_back += 1;
+                }
+            }
+            match hwm {
+                Some((h, _)) if k <= h => {
+                    if !seen.contains(&k) {
+                        v.wire_late_keys += 1;
+                        v.example(format!(
+                            "topic #{t}/{p} offset {}: new key {k:032x} below the mark",
+                            r.offset
+                        ));
+                    }
+                }
+                _ => {
+                    if let (Some((_, Some(prev))), Some(id)) = (hwm, r.event) {
+                        if id <= prev {
+                            v.wire_order_violations += 1;
+                            v.example(format!("topic #{t}/{p}: {id} after {prev} on the wire"));
+                        }
+                    }
+                    seen.insert(k);
+                    hwm = Some((k, r.event.or(hwm.and_then(|h| h.1))));
+                }
+            }
+        }
+    }
+    v.wire_distinct_keys = distinct.len();
+    v.wire_duplicates = wire.len().saturating_sub(distinct.len());
+    v.wire_missing = expected.iter().filter(|id| !on_wire.contains(id)).count();
+    v
+}
+
+/// The result table, in Markdown.
+pub fn table(
+    v: &Verdict,
+    trace: &TraceSummary,
+    faults: &crate::faults::FaultLog,
+    extra: &[(String, String)],
+) -> String {
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let mut row = |k: &str, val: String| rows.push((k.to_owned(), val));
+    row(
+        "events committed (expected exactly once)",
+        (v.expected_tx_events + v.expected_non_tx).to_string(),
+    );
+    row("  transactional events", v.expected_tx_events.to_string());
+    row(
+        "  non-transactional messages",
+        v.expected_non_tx.to_string(),
+    );
+    row(
+        "units: transactions committed / rolled back / failed by faults / total units",
+        format!(
+            "{} / {} / {} / {}",
+            v.tx_units_committed, v.tx_units_rolled_back, v.tx_units_failed, v.units
+        ),
+    );
+    row(
+        "events of rolled-back or failed transactions",
+        v.rolled_back_events.to_string(),
+    );
+    for k in crate::faults::FaultKind::ALL {
+        row(&format!("fault: {k}"), faults.count(k).to_string());
+    }
+    row(
+        "  consumer kills with applied-but-uncommitted offsets (checked)",
+        faults.consumer_in_window.to_string(),
+    );
+    for (k, val) in extra {
+        row(k, val.clone());
+    }
+    row(
+        "relay sessions / failed sessions (trace)",
+        format!("{} / {}", trace.sessions, trace.failed_sessions),
+    );
+    row(
+        "records produced / acknowledged (trace)",
+        format!("{} / {}", trace.produced, trace.acked),
+    );
+    row(
+        "confirmations checked / confirmed before acknowledged",
+        format!("{} / {}", trace.confirmations, trace.violation_count),
+    );
+    row("consumer applications", v.applications.to_string());
+    row("**lost**", v.lost.to_string());
+    row("**double-processed**", v.double_processed.to_string());
+    row(
+        "**rolled-back events applied**",
+        v.rolled_back_applied.to_string(),
+    );
+    row(
+        "unexpected events applied",
+        v.unexpected_applied.to_string(),
+    );
+    row(
+        "per-partition order violations (consumer / wire)",
+        format!("{} / {}", v.order_violations, v.wire_order_violations),
+    );
+    row(
+        "keys out of commit order",
+        v.key_order_violations.to_string(),
+    );
+    row(
+        "records on the wire / distinct keys",
+        format!("{} / {}", v.wire_records, v.wire_distinct_keys),
+    );
+    row("**duplicates on the wire**", v.wire_duplicates.to_string());
+    row(
+        "new keys below a partition's mark on the wire",
+        v.wire_late_keys.to_string(),
+    );
+    row(
+        "committed events missing on the wire",
+        v.wire_missing.to_string(),
+    );
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(10);
+    let mut out = format!(
+        "| {:width$} | value |\n|{}|-------|\n",
+        "",
+        "-".repeat(width + 2)
+    );
+    for (k, val) in rows {
+        out.push_str(&format!("| {k:width$} | {val} |\n"));
+    }
+    out
+}

@@ -1,0 +1,137 @@
+//! The harness's consumer: `walrelay-chaos consumer`, a
+//! [`walrelay_consumer::ConsumerLoop`] that applies every record to
+//! `chaos_applied` in the service database, exactly once by its
+//! high-water mark.
+//!
+//! `chaos_applied` has no unique constraint and a `bigserial` column, so
+//! a record applied twice shows up as two rows, and the rows' order is
+//! the order of application.
+//!
+//! The fault hook: on SIGUSR1 the consumer arms itself and, when the loop
+//! hands it the next new record, kills itself with SIGKILL. That moment
+//! is after the previous record's database transaction committed and
+//! (offsets are committed every [`COMMIT_INTERVAL`], asynchronously)
+//! almost always before its Kafka offset was committed: the window the
+//! high-water mark exists for. The harness checks afterwards that the
+//! group's committed offsets were behind the applied records.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use rdkafka::ClientConfig;
+use tokio::sync::watch;
+use walrelay_consumer::{ConsumerLoop, Delivery, PgHwmStore};
+
+use crate::event::EventId;
+
+/// Offsets are committed this often: a long window between the database
+/// commit and the offset commit, on purpose.
+pub const COMMIT_INTERVAL: Duration = Duration::from_secs(2);
+
+pub const APPLIED_SCHEMA: &str = "
+    CREATE TABLE IF NOT EXISTS chaos_applied (
+        seq bigserial PRIMARY KEY,
+        event text NOT NULL,
+        topic text NOT NULL,
+        kafka_partition int NOT NULL,
+        kafka_offset bigint NOT NULL,
+        idempotency_key text NOT NULL
+    );";
+
+#[derive(Debug, Args)]
+pub struct ConsumerArgs {
+    #[arg(long)]
+    pub bootstrap: String,
+    #[arg(long)]
+    pub dsn: String,
+    #[arg(long)]
+    pub group: String,
+    #[arg(long = "topic", required = true)]
+    pub topics: Vec<String>,
+}
+
+pub async fn run(args: ConsumerArgs) -> Result<()> {
+    let (client, connection) = tokio_postgres::connect(&args.dsn, tokio_postgres::NoTls)
+        .await
+        .context("connecting to the service database")?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::error!("service database connection lost: {e}");
+        }
+    });
+    walrelay_consumer::migrate(&client).await?;
+    client.batch_execute(APPLIED_SCHEMA).await?;
+
+    let mut kafka = ClientConfig::new();
+    kafka
+        .set("bootstrap.servers", &args.bootstrap)
+        .set("group.id", &args.group)
+        // Tansu joins groups in about half the session timeout.
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "1000")
+        .set("reconnect.backoff.max.ms", "500");
+    let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
+    let consumer = ConsumerLoop::new(kafka, &topics, PgHwmStore::new(), client)?
+        .with_commit_interval(COMMIT_INTERVAL);
+
+    let armed = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    {
+        let armed = Arc::clone(&armed);
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+            let mut usr1 = signal(SignalKind::user_defined1()).expect("SIGUSR1 handler");
+            loop {
+                tokio::select! {
+                    _ = term.recv() => {
+                        let _ = stop_tx.send(true);
+                        return;
+                    }
+                    _ = usr1.recv() => armed.store(true, Ordering::SeqCst),
+                }
+            }
+        });
+    }
+
+    consumer
+        .run(
+            async |tx: &tokio_postgres::Transaction<'_>, d: &Delivery<'_>| {
+                if armed.load(Ordering::SeqCst) {
+                    // The previous record's transaction has committed; its
+                    // offset is stored but (most likely) not committed.
+                    eprintln!("chaos consumer: SIGKILL between a database commit and the offset commit");
+                    let _ = std::process::Command::new("kill")
+                        .args(["-KILL", &std::process::id().to_string()])
+                        .status();
+                    std::future::pending::<()>().await;
+                }
+                let event = d
+                    .payload()
+                    .and_then(EventId::from_payload)
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| {
+                        format!("?{}", String::from_utf8_lossy(d.payload().unwrap_or_default()))
+                    });
+                tx.execute(
+                    "INSERT INTO chaos_applied (event, topic, kafka_partition, kafka_offset, idempotency_key)
+                     VALUES ($1, $2, $3, $4, $5)",
+                    &[
+                        &event,
+                        &d.position.topic,
+                        &d.position.partition,
+                        &d.offset(),
+                        &d.meta.key.to_hex(),
+                    ],
+                )
+                .await
+                .map(|_| ())
+            },
+            stop_rx,
+        )
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,300 @@
+//! Fault injection: what can go wrong, when it goes wrong (a seeded
+//! schedule), and how each fault is applied to the running system.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::proxy::ProxyMode;
+use crate::services::{Services, Supervised, GROUP, MESSAGE_TIMEOUT, SLOT, TOPICS};
+use crate::workload::connect;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// `kill -9` of the relay, restarted at once.
+    RelayKill9,
+    /// SIGTERM: the relay drains and must exit 0; restarted.
+    RelaySigterm,
+    /// `pg_terminate_backend` of the slot's walsender.
+    TerminateWalsender,
+    /// `pg_ctl stop -m immediate`, then start: crash recovery.
+    PgImmediateRestart,
+    /// The proxy closes every connection and refuses new ones for longer
+    /// than the producer's `message.timeout.ms`.
+    BrokerRefuse,
+    /// The proxy stalls every connection for longer than the timeout.
+    BrokerStall,
+    /// The consumer kills itself right after a database commit, before
+    /// the offset commit.
+    ConsumerKill,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::RelayKill9,
+        FaultKind::RelaySigterm,
+        FaultKind::TerminateWalsender,
+        FaultKind::PgImmediateRestart,
+        FaultKind::BrokerRefuse,
+        FaultKind::BrokerStall,
+        FaultKind::ConsumerKill,
+    ];
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            FaultKind::RelayKill9 => "relay kill -9",
+            FaultKind::RelaySigterm => "relay SIGTERM (graceful)",
+            FaultKind::TerminateWalsender => "walsender pg_terminate_backend",
+            FaultKind::PgImmediateRestart => "PostgreSQL immediate restart",
+            FaultKind::BrokerRefuse => "broker outage: connections refused",
+            FaultKind::BrokerStall => "broker outage: connections stalled",
+            FaultKind::ConsumerKill => "consumer killed after DB commit",
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// When faults happen and which.
+pub struct Schedule {
+    rng: StdRng,
+    /// Short mode: a fixed multiset of faults in random order.
+    queue: Vec<FaultKind>,
+    /// Long mode: draw by weight until the relay was killed enough.
+    weights: Vec<(FaultKind, u32)>,
+    pub min_relay_kills: u32,
+    pub gap: (Duration, Duration),
+}
+
+impl Schedule {
+    /// Every kind `counts` times, shuffled.
+    pub fn fixed(seed: u64, counts: &[(FaultKind, u32)], gap: (Duration, Duration)) -> Schedule {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x0046_4155_4c54);
+        let mut queue: Vec<FaultKind> = counts
+            .iter()
+            .flat_map(|(k, n)| std::iter::repeat_n(*k, *n as usize))
+            .collect();
+        queue.shuffle(&mut rng);
+        Schedule {
+            rng,
+            queue,
+            weights: Vec::new(),
+            min_relay_kills: 0,
+            gap,
+        }
+    }
+
+    /// Weighted random faults until at least `min_relay_kills` kill -9.
+    pub fn weighted(
+        seed: u64,
+        weights: &[(FaultKind, u32)],
+        min_relay_kills: u32,
+        gap: (Duration, Duration),
+    ) -> Schedule {
+        Schedule {
+            rng: StdRng::seed_from_u64(seed ^ 0x0046_4155_4c54),
+            queue: Vec::new(),
+            weights: weights.to_vec(),
+            min_relay_kills,
+            gap,
+        }
+    }
+
+    /// The pause before the next fault.
+    pub fn next_gap(&mut self) -> Duration {
+        let (lo, hi) = self.gap;
+        Duration::from_millis(
+            self.rng
+                .random_range(lo.as_millis() as u64..=hi.as_millis() as u64),
+        )
+    }
+
+    /// The next fault, or `None` when the schedule is done.
+    pub fn next(&mut self, done: &FaultLog) -> Option<FaultKind> {
+        if self.weights.is_empty() {
+            return self.queue.pop();
+        }
+        if done.count(FaultKind::RelayKill9) >= self.min_relay_kills {
+            return None;
+        }
+        let total: u32 = self.weights.iter().map(|(_, w)| w).sum();
+        let mut pick = self.rng.random_range(0..total);
+        for (k, w) in &self.weights {
+            if pick < *w {
+                return Some(*k);
+            }
+            pick -= w;
+        }
+        None
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
+    }
+}
+
+/// What was injected, and what it showed.
+#[derive(Debug, Default)]
+pub struct FaultLog {
+    pub counts: BTreeMap<FaultKind, u32>,
+    /// Graceful relay stops that did not exit 0.
+    pub sigterm_failures: Vec<String>,
+    /// Walsender terminations that found no walsender (relay reconnecting).
+    pub walsender_absent: u32,
+    /// Consumer kills shown to have happened with applied records whose
+    /// offsets were not committed.
+    pub consumer_in_window: u32,
+    /// Consumer kills where no new record came, so the harness used kill -9.
+    pub consumer_idle_kills: u32,
+}
+
+impl FaultLog {
+    pub fn count(&self, k: FaultKind) -> u32 {
+        self.counts.get(&k).copied().unwrap_or(0)
+    }
+
+    pub fn total(&self) -> u32 {
+        self.counts.values().sum()
+    }
+}
+
+/// Applies `kind`. Returns once the fault is over and the harness has
+/// started what it stopped (recovery itself is the system's job).
+pub async fn inject(
+    kind: FaultKind,
+    services: &Services,
+    relay: &mut Supervised,
+    consumer: &mut Supervised,
+    rng: &mut StdRng,
+    log: &mut FaultLog,
+) -> Result<()> {
+    tracing::info!("fault: {kind}");
+    match kind {
+        FaultKind::RelayKill9 => {
+            relay.kill9().await?;
+            relay.start()?;
+        }
+        FaultKind::RelaySigterm => {
+            match relay.signal_and_wait("TERM", Duration::from_secs(45)).await {
+                Ok(status) if status.success() => {}
+                Ok(status) => log.sigterm_failures.push(format!(
+                    "exit {status}:\n{}",
+                    crate::services::tail(relay.log_path(), 15)
+                )),
+                Err(e) => log.sigterm_failures.push(format!("{e:#}")),
+            }
+            relay.start()?;
+        }
+        FaultKind::TerminateWalsender => {
+            let client = connect(&services.source_url()).await?;
+            let row = client
+                .query_one(
+                    "SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots
+                     WHERE slot_name = $1 AND active_pid IS NOT NULL",
+                    &[&SLOT],
+                )
+                .await?;
+            if row.get::<_, i64>(0) == 0 {
+                log.walsender_absent += 1;
+            }
+        }
+        FaultKind::PgImmediateRestart => {
+            let source = std::sync::Arc::clone(&services.source);
+            let down = Duration::from_millis(rng.random_range(0..1500));
+            tokio::task::spawn_blocking(move || -> Result<()> {
+                source.stop_immediate()?;
+                std::thread::sleep(down);
+                source.start_stopped()
+            })
+            .await??;
+        }
+        FaultKind::BrokerRefuse | FaultKind::BrokerStall => {
+            let mode = if kind == FaultKind::BrokerRefuse {
+                ProxyMode::Refuse
+            } else {
+                ProxyMode::Stall
+            };
+            let extra = Duration::from_millis(rng.random_range(500..3000));
+            services.proxy.set_mode(mode);
+            tokio::time::sleep(MESSAGE_TIMEOUT + extra).await;
+            services.proxy.set_mode(ProxyMode::Up);
+        }
+        FaultKind::ConsumerKill => {
+            consumer.ensure_running()?;
+            let pid = consumer.pid().context("consumer pid")?;
+            crate::services::signal(pid, "USR1").await?;
+            if consumer.wait_exit(Duration::from_secs(8)).await?.is_none() {
+                // No new record arrived: kill it anyway.
+                log.consumer_idle_kills += 1;
+                consumer.kill9().await?;
+            } else if offsets_behind(services).await.unwrap_or(false) {
+                log.consumer_in_window += 1;
+            }
+            consumer.start()?;
+        }
+    }
+    *log.counts.entry(kind).or_default() += 1;
+    Ok(())
+}
+
+/// Whether, for some partition, the consumer applied a record at or
+/// beyond the group's committed offset: it died with a database commit
+/// that Kafka's offsets do not reflect.
+async fn offsets_behind(services: &Services) -> Result<bool> {
+    let applied: BTreeMap<(String, i32), i64> = connect(&services.service_dsn())
+        .await?
+        .query(
+            "SELECT topic, kafka_partition, max(kafka_offset) FROM chaos_applied GROUP BY 1, 2",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+        .collect();
+    let bootstrap = services.bootstrap();
+    let committed = tokio::task::spawn_blocking(move || -> Result<Vec<(String, i32, i64)>> {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", GROUP)
+            .create()?;
+        let mut tpl = TopicPartitionList::new();
+        for (t, n) in TOPICS {
+            for p in 0..n {
+                tpl.add_partition(t, p);
+            }
+        }
+        let got = c.committed_offsets(tpl, Duration::from_secs(5))?;
+        Ok(got
+            .elements()
+            .iter()
+            .map(|e| {
+                let o = match e.offset() {
+                    Offset::Offset(o) => o,
+                    _ => 0,
+                };
+                (e.topic().to_owned(), e.partition(), o)
+            })
+            .collect())
+    })
+    .await??;
+    Ok(committed.iter().any(|(t, p, o)| {
+        applied
+            .get(&(t.clone(), *p))
+            .is_some_and(|max_applied| max_applied >= o)
+    }))
+}

@@ -1,0 +1,268 @@
+//! The system under test and its surroundings: a source PostgreSQL (the
+//! one faults hit), a service PostgreSQL for the consumer's side effects
+//! (never crashed: its `synchronous_commit=off` is safe only without
+//! crashes), a Tansu broker behind a [`Proxy`], the `walrelay` binary and
+//! the harness's own consumer process.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use tokio::process::{Child, Command};
+use walrelay_testkit::{ClusterOptions, PgCluster, TansuBroker};
+
+use crate::proxy::Proxy;
+
+/// Topic of `walrelay.emit` events (keyed).
+pub const EMIT_TOPIC: &str = "chaos.emit";
+/// Prefix and topic of raw messages (keyless).
+pub const RAW_PREFIX: &str = "chaos";
+pub const RAW_TOPIC: &str = "chaos.raw";
+/// Topic of the outbox rows (`aggregatetype = 'chaos'`).
+pub const OUTBOX_TOPIC: &str = "outbox.event.chaos";
+pub const TOPICS: [(&str, i32); 3] = [(EMIT_TOPIC, 4), (RAW_TOPIC, 3), (OUTBOX_TOPIC, 4)];
+/// The consumer group of the harness's consumer.
+pub const GROUP: &str = "chaos";
+/// The relay's slot, and the harness's own audit slot (test_decoding).
+pub const SLOT: &str = "walrelay";
+pub const AUDIT_SLOT: &str = "chaos_audit";
+/// The producer's `message.timeout.ms`: broker outages last longer.
+pub const MESSAGE_TIMEOUT: Duration = Duration::from_millis(3000);
+
+const SOURCE_SCHEMA: &str = "
+    CREATE TABLE outbox (
+        id text PRIMARY KEY,
+        aggregatetype text NOT NULL,
+        aggregateid text NOT NULL,
+        type text NOT NULL,
+        payload jsonb,
+        headers jsonb
+    );
+    -- One row per committed workload unit, written in the unit's own
+    -- transaction: the ground truth of what committed.
+    CREATE TABLE chaos_ledger (unit bigint PRIMARY KEY, events int NOT NULL);
+";
+
+pub struct Services {
+    pub source: Arc<PgCluster>,
+    pub service: PgCluster,
+    pub broker: TansuBroker,
+    pub proxy: Proxy,
+    pub dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Services {
+    pub async fn start(keep: bool) -> Result<Services> {
+        let tmp = tempfile::Builder::new()
+            .prefix("walrelay-chaos-")
+            .tempdir()?;
+        let dir = tmp.path().to_path_buf();
+        let tmp = if keep {
+            let _ = tmp.keep();
+            None
+        } else {
+            Some(tmp)
+        };
+        let source = tokio::task::spawn_blocking(|| {
+            PgCluster::start(ClusterOptions::default().conf("max_wal_size", "1GB"))
+        })
+        .await??;
+        let service = tokio::task::spawn_blocking(|| {
+            PgCluster::start(
+                ClusterOptions::default()
+                    .fsync(false)
+                    .conf("synchronous_commit", "off"),
+            )
+        })
+        .await??;
+        let proxy = Proxy::bind().await?;
+        let advertised = proxy.addr().to_string();
+        let broker =
+            tokio::task::spawn_blocking(move || TansuBroker::start_advertising(&advertised))
+                .await??;
+        proxy.set_upstream(([127, 0, 0, 1], broker.port()).into());
+        let s = Services {
+            source: Arc::new(source),
+            service,
+            broker,
+            proxy,
+            dir,
+            _tmp: tmp,
+        };
+        for (topic, partitions) in TOPICS {
+            s.broker.create_topic(topic, partitions)?;
+        }
+        s.source
+            .client()
+            .await?
+            .batch_execute(SOURCE_SCHEMA)
+            .await?;
+        Ok(s)
+    }
+
+    pub fn source_url(&self) -> String {
+        format!(
+            "{}?sslmode=disable",
+            self.source.url("postgres", "postgres")
+        )
+    }
+
+    pub fn service_dsn(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.service.port()
+        )
+    }
+
+    /// Kafka clients go through the proxy (the broker advertises it).
+    pub fn bootstrap(&self) -> String {
+        self.proxy.addr().to_string()
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// Appends to `path`.
+fn log_file(path: &Path) -> Result<std::fs::File> {
+    Ok(std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?)
+}
+
+/// The last `n` lines of a file.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Sends `signal` (e.g. "TERM", "USR1") to `pid`.
+pub async fn signal(pid: u32, signal: &str) -> Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .await?;
+    ensure!(status.success(), "kill -{signal} {pid} failed");
+    Ok(())
+}
+
+/// A child process the harness restarts after faults: the relay, or the
+/// consumer.
+pub struct Supervised {
+    name: &'static str,
+    program: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+    /// Exits nobody asked for: (status, log tail).
+    pub unexpected_exits: Vec<String>,
+    pub starts: u32,
+}
+
+impl Supervised {
+    pub fn new(name: &'static str, program: PathBuf, args: Vec<String>, log: PathBuf) -> Self {
+        Supervised {
+            name,
+            program,
+            args,
+            log,
+            child: None,
+            starts: 0,
+            unexpected_exits: Vec::new(),
+        }
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    pub fn start(&mut self) -> Result<()> {
+        ensure!(self.child.is_none(), "{} is already running", self.name);
+        let log = log_file(&self.log)?;
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.program.display()))?;
+        self.child = Some(child);
+        self.starts += 1;
+        Ok(())
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
+    /// Restarts the process if it exited on its own, recording the exit.
+    pub fn ensure_running(&mut self) -> Result<()> {
+        if let Some(child) = &mut self.child {
+            if let Some(status) = child.try_wait()? {
+                let what = format!(
+                    "{} exited on its own ({status}):\n{}",
+                    self.name,
+                    tail(&self.log, 15)
+                );
+                tracing::warn!("{what}");
+                self.unexpected_exits.push(what);
+                self.child = None;
+            }
+        }
+        if self.child.is_none() {
+            self.start()?;
+        }
+        Ok(())
+    }
+
+    /// `kill -9` and reap.
+    pub async fn kill9(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await?;
+        }
+        Ok(())
+    }
+
+    /// Sends `sig` and waits up to `timeout` for the exit.
+    pub async fn signal_and_wait(&mut self, sig: &str, timeout: Duration) -> Result<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            bail!("{} is not running", self.name);
+        };
+        if let Some(pid) = child.id() {
+            signal(pid, sig).await?;
+        }
+        match tokio::time::timeout(timeout, child.wait()).await {
+            Ok(status) => Ok(status?),
+            Err(_) => {
+                child.kill().await?;
+                bail!(
+                    "{} did not exit within {timeout:?} of SIG{sig}: killed",
+                    self.name
+                )
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Result<Option<ExitStatus>> {
+        let Some(child) = &mut self.child else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(timeout, child.wait()).await {
+            Ok(status) => {
+                self.child = None;
+                Ok(Some(status?))
+            }
+            Err(_) => Ok(None),
+        }
+    }
+}
