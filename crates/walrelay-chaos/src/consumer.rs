@@ -54,6 +54,27 @@ pub struct ConsumerArgs {
 }
 
 pub async fn run(args: ConsumerArgs) -> Result<()> {
+    // Signal handlers first: the harness may signal a fresh process.
+    let armed = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut usr1 = signal(SignalKind::user_defined1())?;
+        let armed = Arc::clone(&armed);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = term.recv() => {
+                        let _ = stop_tx.send(true);
+                        return;
+                    }
+                    _ = usr1.recv() => armed.store(true, Ordering::SeqCst),
+                }
+            }
+        });
+    }
+
     let (client, connection) = tokio_postgres::connect(&args.dsn, tokio_postgres::NoTls)
         .await
         .context("connecting to the service database")?;
@@ -76,26 +97,6 @@ pub async fn run(args: ConsumerArgs) -> Result<()> {
     let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
     let consumer = ConsumerLoop::new(kafka, &topics, PgHwmStore::new(), client)?
         .with_commit_interval(COMMIT_INTERVAL);
-
-    let armed = Arc::new(AtomicBool::new(false));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    {
-        let armed = Arc::clone(&armed);
-        tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-            let mut usr1 = signal(SignalKind::user_defined1()).expect("SIGUSR1 handler");
-            loop {
-                tokio::select! {
-                    _ = term.recv() => {
-                        let _ = stop_tx.send(true);
-                        return;
-                    }
-                    _ = usr1.recv() => armed.store(true, Ordering::SeqCst),
-                }
-            }
-        });
-    }
 
     consumer
         .run(
