@@ -367,3 +367,128 @@ pub fn table(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Segment;
+
+    fn unit(n: u64, events: u32, outcome: ClientOutcome) -> Unit {
+        Unit {
+            unit: n,
+            segments: vec![Segment::Raw(events)],
+            non_tx: 0,
+            rollback: outcome == ClientOutcome::RolledBack,
+            outcome,
+        }
+    }
+
+    fn applied(id: EventId, partition: i32, key: u128) -> Applied {
+        Applied {
+            event: Some(id),
+            raw: id.to_string(),
+            topic: "t".into(),
+            partition,
+            offset: 0,
+            key,
+        }
+    }
+
+    fn wire(id: EventId, offset: i64, key: u128) -> WireRecord {
+        WireRecord {
+            topic_index: 0,
+            partition: 0,
+            offset,
+            key: Some(key),
+            event: Some(id),
+        }
+    }
+
+    /// Units 1 (committed, 2 events) and 2 (rolled back, 1 event).
+    fn history() -> (Vec<Unit>, HashMap<u64, u32>) {
+        (
+            vec![
+                unit(1, 2, ClientOutcome::Committed),
+                unit(2, 1, ClientOutcome::RolledBack),
+            ],
+            HashMap::from([(1, 2)]),
+        )
+    }
+
+    #[test]
+    fn a_clean_history_passes_and_every_kind_of_failure_is_caught() {
+        let (units, ledger) = history();
+        let (a, b) = (EventId::tx(1, 0), EventId::tx(1, 1));
+        let ok = [applied(a, 0, 10), applied(b, 0, 11)];
+        let on_wire = [
+            wire(a, 0, 10),
+            wire(b, 1, 11),
+            wire(a, 2, 10),
+            wire(b, 3, 11),
+        ];
+        let v = check(&units, &ledger, &HashSet::new(), &ok, &on_wire);
+        assert!(v.passed(), "{v:?}");
+        assert_eq!(v.wire_duplicates, 2);
+
+        let v = check(&units, &ledger, &HashSet::new(), &ok[..1], &on_wire);
+        assert_eq!(v.lost, 1);
+        assert!(!v.passed());
+
+        let twice = [ok[0].clone(), ok[1].clone(), ok[1].clone()];
+        let v = check(&units, &ledger, &HashSet::new(), &twice, &on_wire);
+        assert_eq!(v.double_processed, 1);
+        assert!(!v.passed());
+
+        let reversed = [applied(b, 0, 11), applied(a, 0, 10)];
+        let v = check(&units, &ledger, &HashSet::new(), &reversed, &on_wire);
+        assert_eq!(v.order_violations, 1);
+        assert!(!v.passed());
+
+        // Keys that contradict commit order, in different partitions.
+        let swapped = [applied(a, 0, 11), applied(b, 1, 10)];
+        let v = check(&units, &ledger, &HashSet::new(), &swapped, &on_wire);
+        assert_eq!(v.key_order_violations, 1);
+
+        let rolled_back = [
+            ok[0].clone(),
+            ok[1].clone(),
+            applied(EventId::tx(2, 0), 1, 20),
+        ];
+        let v = check(&units, &ledger, &HashSet::new(), &rolled_back, &on_wire);
+        assert_eq!(v.rolled_back_applied, 1);
+        assert!(!v.passed());
+
+        // A new key below the partition's mark on the wire.
+        let late = [wire(b, 0, 11), wire(a, 1, 10)];
+        let v = check(&units, &ledger, &HashSet::new(), &ok, &late);
+        assert_eq!(v.wire_late_keys, 1);
+        assert!(!v.passed());
+
+        // A COMMIT that succeeded but is not in the ledger.
+        let v = check(&units, &HashMap::new(), &HashSet::new(), &[], &[]);
+        assert_eq!(v.ledger_anomalies.len(), 1);
+    }
+
+    #[test]
+    fn decoded_non_transactional_messages_are_expected() {
+        let mut units = vec![unit(1, 1, ClientOutcome::Committed)];
+        units[0].non_tx = 1;
+        let ledger = HashMap::from([(1, 1)]);
+        let n = EventId::non_tx(1, 0);
+        let t = EventId::tx(1, 0);
+        let decoded = HashSet::from([n]);
+        let v = check(&units, &ledger, &decoded, &[applied(t, 0, 10)], &[]);
+        assert_eq!(v.lost, 1, "the decoded message was never applied");
+        let v = check(
+            &units,
+            &ledger,
+            &HashSet::new(),
+            &[applied(n, 0, 5), applied(t, 0, 10)],
+            &[],
+        );
+        assert_eq!(
+            v.unexpected_applied, 1,
+            "applied, but PostgreSQL never decoded it"
+        );
+    }
+}

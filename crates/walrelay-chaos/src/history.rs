@@ -317,3 +317,35 @@ pub fn check_trace(path: &Path) -> Result<TraceSummary> {
     }
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trace_check_catches_a_confirmation_ahead_of_an_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trace.jsonl");
+        let key =
+            |lsn: u64, pos: u64| format!("{:032x}", (u128::from(lsn) << 64) | u128::from(pos));
+        let good = format!(
+            "\n{{\"t\":\"start\",\"pid\":1}}\n{{\"t\":\"session_started\",\"confirmed\":0}}\n\
+             {{\"t\":\"produced\",\"seq\":0,\"key\":\"{}\",\"topic\":\"t\",\"partition\":0}}\n\
+             {{\"t\":\"produced\",\"seq\":1,\"key\":\"{}\",\"topic\":\"t\",\"partition\":0}}\n\
+             {{\"t\":\"acked\",\"seq\":0,\"key\":\"{}\",\"partition\":0,\"offset\":0}}\n\
+             {{\"t\":\"confirmed\",\"lsn\":150}}\n{{\"t\":\"produced\",\"seq\":2,\"key\":",
+            key(100, 1),
+            key(200, 2),
+            key(100, 1)
+        );
+        std::fs::write(&path, &good).unwrap();
+        let s = check_trace(&path).unwrap();
+        assert_eq!((s.confirmations, s.violation_count, s.malformed), (1, 0, 1));
+
+        // Confirming 250 while the record committed at 200 is unacknowledged.
+        let bad = good.replace("\"lsn\":150", "\"lsn\":250");
+        std::fs::write(&path, bad).unwrap();
+        let s = check_trace(&path).unwrap();
+        assert_eq!(s.violation_count, 1, "{:?}", s.violations);
+    }
+}
