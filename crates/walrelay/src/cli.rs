@@ -142,11 +142,11 @@ pub struct Options {
     )]
     pub dead_letter_topic: Option<String>,
 
-    /// Most events sent to Kafka but not yet acknowledged [default: 100000].
+    /// Most events sent to Kafka but not yet acknowledged [default: 20000].
     #[arg(long, env = "WALRELAY_MAX_IN_FLIGHT_EVENTS", global = true)]
     pub max_in_flight_events: Option<usize>,
 
-    /// Most bytes of such events [default: 67108864].
+    /// Most bytes of such events [default: 16777216].
     #[arg(long, env = "WALRELAY_MAX_IN_FLIGHT_BYTES", global = true)]
     pub max_in_flight_bytes: Option<usize>,
 
