@@ -54,8 +54,10 @@ fn assign_from_beginning(consumer: &BaseConsumer, topic: &str) -> Result<()> {
 }
 
 /// Counts the records in `topic` by reading it (Tansu's watermarks are
-/// wrong). Stops at `expect` records, after `quiet` without a record, or
-/// at `timeout`. Blocking.
+/// wrong). Stops at `expect` records, after `quiet` without a record once
+/// records have started to arrive (Tansu can take several seconds to
+/// answer the first fetch of a topic holding a million records), or at
+/// `timeout`. Blocking.
 pub fn count_records(
     bootstrap: &str,
     topic: &str,
@@ -68,7 +70,7 @@ pub fn count_records(
     let start = Instant::now();
     let mut last = start;
     let mut n = 0u64;
-    while n < expect && last.elapsed() < quiet && start.elapsed() < timeout {
+    while n < expect && (n == 0 || last.elapsed() < quiet) && start.elapsed() < timeout {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(_)) => {
                 n += 1;
