@@ -11,6 +11,7 @@
 //!   either direction (a partition or a hung broker: requests time out).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,13 +31,13 @@ pub enum ProxyMode {
 pub struct Proxy {
     addr: SocketAddr,
     mode: watch::Sender<ProxyMode>,
-    upstream: watch::Sender<Option<SocketAddr>>,
+    upstream: UpstreamSetter,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Proxy {
     /// Listens on a free port of 127.0.0.1. Connections accepted before
-    /// [`Proxy::set_upstream`] wait for it.
+    /// [`Proxy::upstream_setter`] sets the upstream wait for it.
     pub async fn bind() -> Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
@@ -48,7 +49,7 @@ impl Proxy {
         Ok(Proxy {
             addr,
             mode,
-            upstream,
+            upstream: UpstreamSetter(Arc::new(upstream)),
             task,
         })
     }
@@ -58,8 +59,10 @@ impl Proxy {
         self.addr
     }
 
-    pub fn set_upstream(&self, addr: SocketAddr) {
-        self.upstream.send_replace(Some(addr));
+    /// A handle that sets the upstream from another thread, e.g. from the
+    /// broker's start-up, which must be forwarded to before it is ready.
+    pub fn upstream_setter(&self) -> UpstreamSetter {
+        self.upstream.clone()
     }
 
     pub fn set_mode(&self, mode: ProxyMode) {
@@ -68,6 +71,17 @@ impl Proxy {
 
     pub fn mode(&self) -> ProxyMode {
         *self.mode.borrow()
+    }
+}
+
+/// Sets where a [`Proxy`] forwards to; connections accepted before the
+/// first call wait for it.
+#[derive(Clone)]
+pub struct UpstreamSetter(Arc<watch::Sender<Option<SocketAddr>>>);
+
+impl UpstreamSetter {
+    pub fn set(&self, addr: SocketAddr) {
+        self.0.send_replace(Some(addr));
     }
 }
 

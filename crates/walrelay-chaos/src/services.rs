@@ -80,10 +80,13 @@ impl Services {
         .await??;
         let proxy = Proxy::bind().await?;
         let advertised = proxy.addr().to_string();
-        let broker =
-            tokio::task::spawn_blocking(move || TansuBroker::start_advertising(&advertised))
-                .await??;
-        proxy.set_upstream(([127, 0, 0, 1], broker.port()).into());
+        let upstream = proxy.upstream_setter();
+        let broker = tokio::task::spawn_blocking(move || {
+            TansuBroker::start_advertising(&advertised, |port| {
+                upstream.set(([127, 0, 0, 1], port).into())
+            })
+        })
+        .await??;
         let s = Services {
             source: Arc::new(source),
             service,

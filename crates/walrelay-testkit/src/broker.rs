@@ -118,20 +118,35 @@ impl TansuBroker {
 
     /// Like [`TansuBroker::start`], with an explicit `tansu` binary.
     pub fn start_with_binary(bin: impl Into<PathBuf>) -> anyhow::Result<TansuBroker> {
-        Self::start_inner(bin.into(), None)
+        Self::start_inner(bin.into(), None, &mut |_| {})
     }
 
     /// Like [`TansuBroker::start`], but the broker tells clients (in its
     /// metadata) to connect to `advertised` (`HOST:PORT`) instead of its
     /// own listener: after bootstrapping, every client talks to that
     /// address. Used to put a fault-injecting TCP proxy in front of the
-    /// broker that forwards `advertised` to [`TansuBroker::port`]; the
-    /// proxy must run before topics are created.
-    pub fn start_advertising(advertised: &str) -> anyhow::Result<TansuBroker> {
-        Self::start_inner(Self::find_binary()?, Some(advertised.to_owned()))
+    /// broker that forwards `advertised` to [`TansuBroker::port`].
+    ///
+    /// `on_port` gets the broker's own port before the broker is checked
+    /// for readiness (and again if a taken port makes it retry another):
+    /// the readiness check's metadata request may already go through the
+    /// advertised address, so the proxy must forward by then.
+    pub fn start_advertising(
+        advertised: &str,
+        mut on_port: impl FnMut(u16),
+    ) -> anyhow::Result<TansuBroker> {
+        Self::start_inner(
+            Self::find_binary()?,
+            Some(advertised.to_owned()),
+            &mut on_port,
+        )
     }
 
-    fn start_inner(bin: PathBuf, advertised: Option<String>) -> anyhow::Result<TansuBroker> {
+    fn start_inner(
+        bin: PathBuf,
+        advertised: Option<String>,
+        on_port: &mut dyn FnMut(u16),
+    ) -> anyhow::Result<TansuBroker> {
         let dir = tempfile::Builder::new()
             .prefix("walrelay-tansu-")
             .tempdir()
@@ -152,6 +167,7 @@ impl TansuBroker {
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             broker.port = free_port()?;
+            on_port(broker.port);
             match broker.spawn_and_wait()? {
                 StartOutcome::Ready => return Ok(broker),
                 StartOutcome::PortTaken(e) => {
