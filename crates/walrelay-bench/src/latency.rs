@@ -131,8 +131,13 @@ pub async fn run_mode(
     repeat: u32,
     polling: PollingOptions,
     payload_size: usize,
+    kafka_properties: &[(String, String)],
 ) -> Result<Vec<LatencyRun>> {
-    env.client.batch_execute("TRUNCATE bench_outbox").await?;
+    // A checkpoint first, so that one started by the drains before does
+    // not land in the middle of a measurement.
+    env.client
+        .batch_execute("TRUNCATE bench_outbox; CHECKPOINT")
+        .await?;
     let tag = format!("{}_{repeat}", mode.tag());
     let topic = format!("lat.{tag}");
     env.create_topic(&topic)?;
@@ -153,6 +158,7 @@ pub async fn run_mode(
             c.postgres.publication = PUBLICATION.into();
             c.postgres.status_interval = Duration::from_millis(100);
             c.kafka.bootstrap_servers = bootstrap.clone();
+            c.kafka.properties.extend(kafka_properties.iter().cloned());
             c.messages.push(MessageRoute {
                 prefix: PREFIX.into(),
                 topic: topic.clone(),

@@ -222,13 +222,25 @@ async fn main() -> Result<()> {
         }
     }
     if !cli.no_latency {
-        env.fresh_broker().await?;
         let duration = Duration::from_secs_f64(latency_secs);
         for r in 0..repeats {
             for mode in Mode::ALL {
-                let runs = latency::run_mode(&env, mode, &rates, duration, r, polling, 200)
-                    .await
-                    .with_context(|| format!("latency, {}", mode.label()))?;
+                // A fresh broker per mode: Tansu's memory storage only
+                // grows, and a broker holding the previous runs' records
+                // answers measurably slower.
+                env.fresh_broker().await?;
+                let runs = latency::run_mode(
+                    &env,
+                    mode,
+                    &rates,
+                    duration,
+                    r,
+                    polling,
+                    200,
+                    &kafka_properties,
+                )
+                .await
+                .with_context(|| format!("latency, {}", mode.label()))?;
                 results.latency.extend(runs);
                 write_outputs(&run_dir, &cli.out, &results)?;
             }

@@ -141,6 +141,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    /// The next frame if it is already complete in the buffer, without
+    /// reading the socket. Lets a caller take everything one read brought
+    /// in one go instead of waking up once per frame.
+    pub fn try_frame(&mut self) -> Result<Option<RawFrame>, Error> {
+        split_frame(&mut self.buf, self.max_frame_len)
+    }
+
     /// Bytes already read but not yet returned as frames.
     pub fn buffered(&self) -> usize {
         self.buf.len()
@@ -246,6 +253,25 @@ mod tests {
         );
         assert_eq!(reader.read_frame().await.unwrap().unwrap().tag, b'c');
         assert_eq!(reader.read_frame().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn try_frame_takes_only_what_is_buffered() {
+        let mut bytes = frame(b'd', b"one");
+        bytes.extend(frame(b'd', b"two"));
+        bytes.extend(&frame(b'd', b"three")[..4]);
+        let mut reader = FrameReader::new(&bytes[..], 100);
+        assert_eq!(reader.try_frame().unwrap(), None, "nothing read yet");
+        assert_eq!(
+            reader.read_frame().await.unwrap().unwrap().body,
+            Bytes::from_static(b"one")
+        );
+        assert_eq!(
+            reader.try_frame().unwrap().unwrap().body,
+            Bytes::from_static(b"two")
+        );
+        assert_eq!(reader.try_frame().unwrap(), None, "third frame incomplete");
+        assert_eq!(reader.buffered(), 4);
     }
 
     #[tokio::test]
