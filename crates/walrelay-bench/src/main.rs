@@ -32,6 +32,13 @@ use crate::polling::{PollingOptions, PollingRelay};
 use crate::report::{Machine, Results, Tool, ToolRun};
 use crate::workload::{Kind, Workload};
 
+/// The allocator the `walrelay` binary uses (replacing `malloc` for
+/// librdkafka too), so that the in-process measurements (walrelay in the
+/// latency runs, the plain rdkafka producer, the polling relay) run on the
+/// same allocator as the drained binary.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 #[derive(Parser, Debug)]

@@ -146,7 +146,7 @@ pub struct Options {
     #[arg(long, env = "WALRELAY_MAX_IN_FLIGHT_EVENTS", global = true)]
     pub max_in_flight_events: Option<usize>,
 
-    /// Most bytes of such events [default: 16777216].
+    /// Most bytes of such events [default: 8388608].
     #[arg(long, env = "WALRELAY_MAX_IN_FLIGHT_BYTES", global = true)]
     pub max_in_flight_bytes: Option<usize>,
 

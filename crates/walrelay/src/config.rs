@@ -170,7 +170,7 @@ impl Default for RelayConfig {
         RelayConfig {
             source_id: None,
             max_in_flight_events: 20_000,
-            max_in_flight_bytes: 16 * 1024 * 1024,
+            max_in_flight_bytes: 8 * 1024 * 1024,
             ignore_prefixes: Vec::new(),
             max_backoff: Duration::from_secs(30),
             standby_poll: Duration::from_secs(1),
