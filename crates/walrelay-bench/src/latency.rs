@@ -121,18 +121,35 @@ pub struct LatencyRun {
 pub const CLIENTS: u64 = 4;
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// How the latency runs are done (the same for every mode).
+#[derive(Debug, Clone)]
+pub struct LatencyOptions {
+    /// Events/s; `None` is as fast as the generator can.
+    pub rates: Vec<Option<u64>>,
+    /// Live load per rate.
+    pub duration: Duration,
+    pub polling: PollingOptions,
+    pub payload_size: usize,
+    /// Extra librdkafka properties for walrelay's producer.
+    pub kafka_properties: Vec<(String, String)>,
+}
+
 /// Runs `mode` at each rate for `duration`, with a fresh slot (walrelay)
 /// or an empty table (polling) and a fresh topic.
 pub async fn run_mode(
     env: &BenchEnv,
     mode: Mode,
-    rates: &[Option<u64>],
-    duration: Duration,
     repeat: u32,
-    polling: PollingOptions,
-    payload_size: usize,
-    kafka_properties: &[(String, String)],
+    options: &LatencyOptions,
 ) -> Result<Vec<LatencyRun>> {
+    let LatencyOptions {
+        rates,
+        duration,
+        polling,
+        payload_size,
+        kafka_properties,
+    } = options;
+    let (duration, polling, payload_size) = (*duration, *polling, *payload_size);
     // A checkpoint first, so that one started by the drains before does
     // not land in the middle of a measurement.
     env.client

@@ -229,25 +229,22 @@ async fn main() -> Result<()> {
         }
     }
     if !cli.no_latency {
-        let duration = Duration::from_secs_f64(latency_secs);
+        let options = latency::LatencyOptions {
+            rates: rates.clone(),
+            duration: Duration::from_secs_f64(latency_secs),
+            polling,
+            payload_size: 200,
+            kafka_properties: kafka_properties.clone(),
+        };
         for r in 0..repeats {
             for mode in Mode::ALL {
                 // A fresh broker per mode: Tansu's memory storage only
                 // grows, and a broker holding the previous runs' records
                 // answers measurably slower.
                 env.fresh_broker().await?;
-                let runs = latency::run_mode(
-                    &env,
-                    mode,
-                    &rates,
-                    duration,
-                    r,
-                    polling,
-                    200,
-                    &kafka_properties,
-                )
-                .await
-                .with_context(|| format!("latency, {}", mode.label()))?;
+                let runs = latency::run_mode(&env, mode, r, &options)
+                    .await
+                    .with_context(|| format!("latency, {}", mode.label()))?;
                 results.latency.extend(runs);
                 write_outputs(&run_dir, &cli.out, &results)?;
             }
