@@ -44,14 +44,19 @@ pub enum Mode {
     WalrelayMessages,
     #[serde(rename = "walrelay, outbox")]
     WalrelayOutbox,
+    /// Messages with `linger.ms=20` instead of the default 5: fewer,
+    /// larger produce requests (see docs/benchmarks.md, latency).
+    #[serde(rename = "walrelay linger.ms=20, messages")]
+    WalrelayMessagesLinger20,
     #[serde(rename = "polling, outbox")]
     PollingOutbox,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 3] = [
+    pub const ALL: [Mode; 4] = [
         Mode::WalrelayMessages,
         Mode::WalrelayOutbox,
+        Mode::WalrelayMessagesLinger20,
         Mode::PollingOutbox,
     ];
 
@@ -59,14 +64,15 @@ impl Mode {
         match self {
             Mode::WalrelayMessages => "walrelay, messages",
             Mode::WalrelayOutbox => "walrelay, outbox",
+            Mode::WalrelayMessagesLinger20 => "walrelay linger.ms=20, messages",
             Mode::PollingOutbox => "polling relay, outbox",
         }
     }
 
     fn kind(self) -> Kind {
         match self {
-            Mode::WalrelayMessages => Kind::Messages,
-            _ => Kind::Outbox,
+            Mode::WalrelayMessages | Mode::WalrelayMessagesLinger20 => Kind::Messages,
+            Mode::WalrelayOutbox | Mode::PollingOutbox => Kind::Outbox,
         }
     }
 
@@ -74,6 +80,7 @@ impl Mode {
         match self {
             Mode::WalrelayMessages => "wr_msg",
             Mode::WalrelayOutbox => "wr_outbox",
+            Mode::WalrelayMessagesLinger20 => "wr_msg_l20",
             Mode::PollingOutbox => "poll_outbox",
         }
     }
@@ -167,7 +174,7 @@ pub async fn run_mode(
     let ack_count = Arc::new(AtomicU64::new(0));
     let slot = format!("lat_{tag}");
     let relay = match mode {
-        Mode::WalrelayMessages | Mode::WalrelayOutbox => {
+        Mode::WalrelayMessages | Mode::WalrelayOutbox | Mode::WalrelayMessagesLinger20 => {
             env.create_slot(&slot).await?;
             let mut c = Config::default();
             c.postgres.url = env.url();
@@ -176,6 +183,9 @@ pub async fn run_mode(
             c.postgres.status_interval = Duration::from_millis(100);
             c.kafka.bootstrap_servers = bootstrap.clone();
             c.kafka.properties.extend(kafka_properties.iter().cloned());
+            if mode == Mode::WalrelayMessagesLinger20 {
+                c.kafka.properties.insert("linger.ms".into(), "20".into());
+            }
             c.messages.push(MessageRoute {
                 prefix: PREFIX.into(),
                 topic: topic.clone(),

@@ -314,7 +314,12 @@ impl Results {
         let at5k: Vec<LatencySummary> = self
             .latency_summary()
             .into_iter()
-            .filter(|l| l.target_rate == Some(5000) && l.mode != Mode::PollingOutbox)
+            // The target is about the defaults: the linger.ms=20 row is
+            // reported, not judged.
+            .filter(|l| {
+                l.target_rate == Some(5000)
+                    && matches!(l.mode, Mode::WalrelayMessages | Mode::WalrelayOutbox)
+            })
             .collect();
         out.push(TargetCheck {
             target: "latency: walrelay commit-to-ack p99 <= 10 ms at 5k events/s".into(),

@@ -397,7 +397,8 @@ impl Router {
         tx: Option<&TxInfo>,
         extra: usize,
     ) -> Vec<(Arc<str>, Bytes)> {
-        let mut h = Vec::with_capacity(6 + extra);
+        // Room for the pipeline's prev-key header too.
+        let mut h = Vec::with_capacity(7 + extra);
         let mut hex = [0u8; 32];
         key.write_hex(&mut hex);
         h.push((self.names.key.clone(), Bytes::copy_from_slice(&hex)));
@@ -405,7 +406,9 @@ impl Router {
         if let Some(tx) = tx {
             h.push((self.names.commit_lsn.clone(), tx.commit_lsn_text.clone()));
         }
-        h.push((self.names.lsn.clone(), Bytes::from(lsn.to_string())));
+        let mut text = [0u8; Lsn::MAX_TEXT_LEN];
+        let n = lsn.write_text(&mut text);
+        h.push((self.names.lsn.clone(), Bytes::copy_from_slice(&text[..n])));
         if let Some(tx) = tx {
             h.push((self.names.xid.clone(), tx.xid_text.clone()));
             h.push((self.names.commit_time.clone(), tx.commit_time_text.clone()));
