@@ -229,6 +229,16 @@ async fn main() -> Result<()> {
         }
     }
     if !cli.no_latency {
+        if !cli.no_drain {
+            // A fresh PostgreSQL for the live load: after the drains the
+            // cluster holds gigabytes of WAL and tables with millions of
+            // dead rows, which autovacuum and checkpoints work through on
+            // the same two cores while the latency is measured.
+            drop(env);
+            env = BenchEnv::start()
+                .await
+                .context("starting PostgreSQL and Tansu for the latency runs")?;
+        }
         let options = latency::LatencyOptions {
             rates: rates.clone(),
             duration: Duration::from_secs_f64(latency_secs),

@@ -468,7 +468,14 @@ impl<'a> Session<'a> {
             };
             match action {
                 Action::Shutdown => return self.drain().await,
-                Action::Delivery(d) => self.on_delivery(d)?,
+                Action::Delivery(d) => {
+                    self.on_delivery(d)?;
+                    // Reports come in bursts (one per produce request):
+                    // take the rest of the burst before confirming once.
+                    while let Some(d) = self.sink.try_next_delivery() {
+                        self.on_delivery(Some(d))?;
+                    }
+                }
                 Action::Message(None) => return Err(walrelay_pg::Error::StreamStopped.into()),
                 Action::Message(Some(m)) => self.on_message(m?).await?,
             }

@@ -12,9 +12,9 @@
 //! as-is.
 //!
 //! Delivery reports are produced by librdkafka on the producer's own polling
-//! thread ([`ThreadedProducer`]) and forwarded into a channel, so they keep
-//! flowing while the async side is busy; [`KafkaSink::next_delivery`] reads
-//! them. Any delivery error means: stop forwarding, drop the sink, restart
+//! thread ([`ThreadedProducer`]) and collected in a [`DeliveryQueue`], so
+//! they keep flowing while the async side is busy; [`KafkaSink::next_delivery`]
+//! reads them. Any delivery error means: stop forwarding, drop the sink, restart
 //! from the slot's confirmed LSN ([`SinkError::restarts_pipeline`]).
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +29,7 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
 };
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 use crate::record::Record;
 
@@ -889,12 +889,44 @@ impl SinkError {
     }
 }
 
+/// Delivery reports on their way from librdkafka's polling thread to the
+/// relay: a vector under a mutex, taken whole, with one wake-up when it
+/// turns non-empty. librdkafka reports deliveries in bursts (one per
+/// produce request); a channel send and a wake-up per report cost the
+/// relay more than the reports themselves.
+///
+/// Unbounded: the relay bounds the number of records in flight (and
+/// librdkafka's queue bounds them too), so at most that many reports wait
+/// here. A bounded queue would block librdkafka's polling thread.
+#[derive(Default)]
+struct DeliveryQueue {
+    reports: Mutex<Vec<Delivery>>,
+    /// Signalled when `reports` turns non-empty. `Notify` keeps the signal
+    /// if nobody waits yet, so a report pushed between the reader's check
+    /// and its wait is not missed.
+    ready: Notify,
+}
+
+impl DeliveryQueue {
+    fn push(&self, delivery: Delivery) {
+        let mut reports = self.reports.lock().unwrap_or_else(PoisonError::into_inner);
+        let first = reports.is_empty();
+        reports.push(delivery);
+        drop(reports);
+        if first {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Every report queued so far, in order.
+    fn take(&self) -> Vec<Delivery> {
+        std::mem::take(&mut *self.reports.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
 /// Receives librdkafka's callbacks on the producer's polling thread.
 struct SinkContext {
-    /// Unbounded: the relay bounds the number of records in flight (and
-    /// librdkafka's queue bounds them too), so at most that many reports
-    /// wait here. A bounded channel would block librdkafka's polling thread.
-    deliveries: mpsc::UnboundedSender<Delivery>,
+    deliveries: Arc<DeliveryQueue>,
     /// The producer's fatal error (e.g. a gapless-guarantee violation), to
     /// explain the purge errors that follow it.
     fatal: Mutex<Option<String>>,
@@ -983,8 +1015,7 @@ impl ProducerContext for SinkContext {
                 })
             }
         };
-        // The receiver is gone only when the sink is being dropped.
-        let _ = self.deliveries.send(Delivery {
+        self.deliveries.push(Delivery {
             seq: seq as u64,
             result,
         });
@@ -1014,7 +1045,9 @@ type Inner = ThreadedProducer<SinkContext>;
 /// librdkafka to wind down; it blocks the current thread for that long.
 pub struct KafkaSink {
     producer: Arc<Inner>,
-    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    deliveries: Arc<DeliveryQueue>,
+    /// Reports taken from `deliveries` and not yet returned.
+    taken: std::vec::IntoIter<Delivery>,
     partition_counts: Mutex<HashMap<String, u32>>,
     metadata_timeout: Duration,
 }
@@ -1050,9 +1083,9 @@ impl KafkaSink {
         );
         tracing::debug!(properties = ?redact(&props), "creating the Kafka producer");
 
-        let (tx, rx) = mpsc::unbounded_channel();
+        let deliveries = Arc::new(DeliveryQueue::default());
         let context = SinkContext {
-            deliveries: tx,
+            deliveries: Arc::clone(&deliveries),
             fatal: Mutex::new(None),
         };
         let producer: Inner = client_config
@@ -1060,7 +1093,8 @@ impl KafkaSink {
             .map_err(create_error)?;
         Ok(KafkaSink {
             producer: Arc::new(producer),
-            deliveries: rx,
+            deliveries,
+            taken: Vec::new().into_iter(),
             partition_counts: Mutex::new(HashMap::new()),
             metadata_timeout: config.metadata_timeout,
         })
@@ -1168,16 +1202,29 @@ impl KafkaSink {
     }
 
     /// The next delivery report, in the order librdkafka reports them
-    /// (per partition that is send order). Cancel-safe. Pends while nothing
-    /// is in flight; `None` only if the producer is gone.
+    /// (per partition that is send order). Cancel-safe: the only await is
+    /// the wake-up, and reports already taken stay in the sink. Pends
+    /// while nothing is in flight. Always `Some` (the producer lives as
+    /// long as the sink); the `Option` is kept so callers treat a closed
+    /// sink as an error should that ever change.
     pub async fn next_delivery(&mut self) -> Option<Delivery> {
-        let delivery = self.deliveries.recv().await?;
-        Some(self.explain(delivery))
+        loop {
+            if let Some(delivery) = self.try_next_delivery() {
+                return Some(delivery);
+            }
+            self.deliveries.ready.notified().await;
+        }
     }
 
     /// A delivery report that is already available, without waiting.
     pub fn try_next_delivery(&mut self) -> Option<Delivery> {
-        let delivery = self.deliveries.try_recv().ok()?;
+        let delivery = match self.taken.next() {
+            Some(d) => d,
+            None => {
+                self.taken = self.deliveries.take().into_iter();
+                self.taken.next()?
+            }
+        };
         Some(self.explain(delivery))
     }
 
