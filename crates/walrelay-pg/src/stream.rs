@@ -4,18 +4,18 @@
 //! One I/O task owns the socket. It reads XLogData and keepalives and hands
 //! them to the consumer over a channel bounded both in batches and in
 //! bytes, and it sends standby status updates on a timer, at once when a
-//! keepalive asks for one, and on request.
+//! keepalive asks for one, and on request. Because the timer lives in that
+//! task and not in the consumer's `recv` calls, status updates keep flowing
+//! while the consumer is slow (e.g. waiting for Kafka): otherwise
+//! `wal_sender_timeout` would kill the connection exactly when the sink is
+//! struggling.
 //!
 //! Messages cross the channel in batches: everything one socket read
 //! brought in (up to [`MAX_BATCH_MESSAGES`] and an eighth of the byte
 //! budget). The walsender sends one CopyData per change, three for a
 //! one-event transaction (BEGIN, the event, COMMIT); handing them over one
 //! by one cost two task wake-ups each, a large part of the relay's CPU.
-//! A batch never waits for more data: a lone message goes at once. Because the timer lives in that
-//! task and not in the consumer's `recv` calls, status updates keep flowing
-//! while the consumer is slow (e.g. waiting for Kafka): otherwise
-//! `wal_sender_timeout` would kill the connection exactly when the sink is
-//! struggling.
+//! A batch never waits for more data: a lone message goes at once.
 //!
 //! ```text
 //!                    ┌──────────────── I/O task ─────────────────┐
