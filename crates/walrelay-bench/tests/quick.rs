@@ -62,7 +62,7 @@ fn quick_mode_writes_a_report_with_every_tool() {
     }
     assert_eq!(drain.iter().filter(|r| r["tool"] == "walrelay").count(), 7);
     let latency = json["latency"].as_array().unwrap();
-    assert_eq!(latency.len(), 3 * 2, "three modes at two rates");
+    assert_eq!(latency.len(), 4 * 2, "four modes at two rates");
     for l in latency {
         assert!(l["events"].as_u64().unwrap() > 0, "{l}");
         assert!(l["commit_to_ack"]["p50"].as_f64().unwrap() >= 0.0);
