@@ -7,15 +7,19 @@
 //! a record applied twice shows up as two rows, and the rows' order is
 //! the order of application.
 //!
-//! The fault hook: on SIGUSR1 the consumer arms itself and, when the loop
-//! hands it the next new record, kills itself with SIGKILL. That moment
-//! is after the previous record's database transaction committed and
-//! (offsets are committed every [`COMMIT_INTERVAL`], asynchronously)
-//! almost always before its Kafka offset was committed: the window the
-//! high-water mark exists for. The harness checks afterwards that the
-//! group's committed offsets were behind the applied records.
+//! The fault hook: on SIGUSR1 the consumer arms itself, applies the next
+//! new record as usual and, when the loop hands it the one after, kills
+//! itself with SIGKILL. That moment is right after the previous record's
+//! database transaction committed and (offsets are committed every
+//! [`COMMIT_INTERVAL`], asynchronously) almost always before its Kafka
+//! offset was committed: the window the high-water mark exists for.
+//! Killing on the first record after arming instead would miss the window
+//! whenever the stream had been idle for longer than the commit interval
+//! (e.g. after a relay fault), because the offsets had caught up by then.
+//! The harness checks afterwards that the group's committed offsets were
+//! behind the applied records.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +30,10 @@ use tokio::sync::watch;
 use walrelay_consumer::{ConsumerLoop, Delivery, PgHwmStore};
 
 use crate::event::EventId;
+
+/// Consumer fault states (see the module docs).
+const ARMED: u8 = 1;
+const KILL_NEXT: u8 = 2;
 
 /// Offsets are committed this often: a long window between the database
 /// commit and the offset commit, on purpose.
@@ -55,7 +63,9 @@ pub struct ConsumerArgs {
 
 pub async fn run(args: ConsumerArgs) -> Result<()> {
     // Signal handlers first: the harness may signal a fresh process.
-    let armed = Arc::new(AtomicBool::new(false));
+    // 0: normal; ARMED: apply the next record, then KILL_NEXT; KILL_NEXT:
+    // die on the next record.
+    let armed = Arc::new(AtomicU8::new(0));
     let (stop_tx, stop_rx) = watch::channel(false);
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -69,7 +79,7 @@ pub async fn run(args: ConsumerArgs) -> Result<()> {
                         let _ = stop_tx.send(true);
                         return;
                     }
-                    _ = usr1.recv() => armed.store(true, Ordering::SeqCst),
+                    _ = usr1.recv() => armed.store(ARMED, Ordering::SeqCst),
                 }
             }
         });
@@ -101,9 +111,14 @@ pub async fn run(args: ConsumerArgs) -> Result<()> {
     consumer
         .run(
             async |tx: &tokio_postgres::Transaction<'_>, d: &Delivery<'_>| {
-                if armed.load(Ordering::SeqCst) {
-                    // The previous record's transaction has committed; its
-                    // offset is stored but (most likely) not committed.
+                if armed
+                    .compare_exchange(ARMED, KILL_NEXT, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+                    && armed.load(Ordering::SeqCst) == KILL_NEXT
+                {
+                    // The previous record's transaction has committed just
+                    // now; its offset is stored but (most likely) not
+                    // committed.
                     eprintln!("chaos consumer: SIGKILL between a database commit and the offset commit");
                     let _ = std::process::Command::new("kill")
                         .args(["-KILL", &std::process::id().to_string()])
