@@ -192,6 +192,9 @@ impl Supervised {
         let child = Command::new(&self.program)
             .args(&self.args)
             .env("RUST_LOG", "warn")
+            // A final error's message, not a backtrace of it, belongs in
+            // the log tail a failure report shows (panics keep theirs).
+            .env("RUST_LIB_BACKTRACE", "0")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -248,13 +248,18 @@ async fn relay_sessions(
                 error: result.as_ref().err().map(ToString::to_string),
             });
         }
-        match result {
+        let e = match result {
             Ok(()) => return Ok(()),
-            // Another walrelay streams from the slot (PostgreSQL allows one
-            // walsender per slot): stand by and poll at a short, fixed
-            // interval, so that this one takes over within about
-            // `standby_poll` once the active one is gone.
-            Err(e) if e.is_slot_in_use() && !*shutdown.borrow() => {
+            Err(e) => e,
+        };
+        let stop_requested = *shutdown.borrow();
+        match after_failure(&e, stop_requested) {
+            AfterFailure::CleanStop => {
+                let confirmed = known.map_or_else(|| "(none yet)".to_owned(), |l| l.to_string());
+                warn!(error = %e, %confirmed, "stopped while the session was failing; the next start replays from the slot's confirmed position");
+                return Ok(());
+            }
+            AfterFailure::StandBy => {
                 if !standing_by {
                     info!(error = %e, poll = ?config.relay.standby_poll, "the slot is in use by another connection; standing by to take over");
                     standing_by = true;
@@ -265,7 +270,7 @@ async fn relay_sessions(
                     _ = shutdown.changed() => return Ok(()),
                 }
             }
-            Err(e) if e.is_transient() && !*shutdown.borrow() => {
+            AfterFailure::Retry => {
                 standing_by = false;
                 // A session that ran for a while was healthy: start the
                 // backoff over.
@@ -282,11 +287,42 @@ async fn relay_sessions(
                     m.reconnecting();
                 }
             }
-            Err(e) => {
+            AfterFailure::Fail => {
                 error!(error = %e, "relay stopped");
                 return Err(e);
             }
         }
+    }
+}
+
+/// What the relay does once a session failed.
+#[derive(Debug, PartialEq, Eq)]
+enum AfterFailure {
+    /// A stop was asked for and the failure is one a restart fixes
+    /// (PostgreSQL restarting, the broker away, a delivery failing during
+    /// the drain): a clean stop, exit 0. The slot holds everything not
+    /// confirmed and the next start replays it, so a SIGTERM during an
+    /// outage is not a failure of the process.
+    CleanStop,
+    /// Another walrelay streams from the slot (PostgreSQL allows one
+    /// walsender per slot): poll at a short, fixed interval, so that this
+    /// one takes over within about `standby_poll` once the other is gone.
+    StandBy,
+    /// Start a new session from the slot after a backoff.
+    Retry,
+    /// Bad input, a broken invariant or a set-up problem: it would fail
+    /// again at the same place, so stop and say why (exit non-zero), also
+    /// when a stop was asked for.
+    Fail,
+}
+
+fn after_failure(e: &RelayError, stop_requested: bool) -> AfterFailure {
+    let restart_helps = e.is_transient() || e.is_slot_in_use();
+    match (restart_helps, stop_requested) {
+        (false, _) => AfterFailure::Fail,
+        (true, true) => AfterFailure::CleanStop,
+        (true, false) if e.is_slot_in_use() => AfterFailure::StandBy,
+        (true, false) => AfterFailure::Retry,
     }
 }
 
@@ -348,76 +384,17 @@ impl<'a> Session<'a> {
         let slot = config.postgres.slot.clone();
         let span = info_span!("session", slot = %slot);
         let result = async move {
-            let mut conn = ReplicationConnection::connect(&pg).await?;
-            let system = conn.identify_system().await?;
-            conn.check_wal_level().await?;
-            conn.check_publications(std::slice::from_ref(&config.postgres.publication)).await?;
-            let Some(info) = conn.slot_info(&slot).await? else {
-                // Never create the slot here: a new slot starts at the
-                // current WAL position and would skip what was committed
-                // since the old one's confirmed position.
-                return Err(match *known {
-                    Some(confirmed) => RelayError::SlotDropped { slot: slot.clone(), confirmed },
-                    None => RelayError::Setup {
-                        problem: format!("replication slot \"{slot}\" does not exist"),
-                        fix: "run `walrelay setup` first (it creates the publication, the slot and the SQL helpers); if walrelay used this slot before, it was dropped and events may be missing: see \"The slot was invalidated or dropped\" in docs/operations.md".into(),
-                    },
-                });
-            };
-            let confirmed = info.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
-            *known = Some(known.map_or(confirmed, |k| k.max(confirmed)));
-            if info.wal_status.as_deref() == Some("lost") {
-                return Err(RelayError::SlotInvalidated { slot: slot.clone(), confirmed: info.confirmed_flush_lsn });
-            }
-            if info.plugin.as_deref() != Some("pgoutput") {
-                return Err(RelayError::Setup {
-                    problem: format!("slot \"{slot}\" uses plugin {:?}, not pgoutput", info.plugin),
-                    fix: "use a pgoutput slot: `walrelay setup` with another slot name creates one".into(),
-                });
-            }
-            // A standby polls often: when another walsender holds the slot,
-            // stop here, before a Kafka producer is created for nothing.
-            // (If the slot frees up in between, START_REPLICATION decides.)
-            if info.active {
-                return Err(RelayError::SlotInUse { slot: slot.clone(), pid: info.active_pid });
-            }
-            let source = config.relay.source_id.clone().unwrap_or_else(|| {
-                default_source_id(&system.system_id, system.dbname.as_deref().unwrap_or(pg.get_dbname()), &slot)
-            });
-            let sink = KafkaSink::new(&SinkConfig::new(&config.kafka.bootstrap_servers, config.kafka.properties.clone()))?;
-            let options = StreamOptions {
-                status_interval: config.postgres.status_interval,
-                initial_flush: confirmed,
-                ..StreamOptions::default()
-            };
-            let pgoutput = PgOutputOptions::new([config.postgres.publication.clone()]);
-            let stream = conn.start_replication(&slot, Lsn::ZERO, &pgoutput, options).await?;
-            info!(%confirmed, %source, "relaying from the slot's confirmed position");
-            if let Some(t) = trace {
-                let _ = t.send(Trace::SessionStarted { confirmed_flush_lsn: confirmed });
-            }
-            if let Some(m) = metrics {
-                m.session_started(confirmed);
-            }
-            let mut session = Session {
-                config,
-                status: stream.status_handle(),
-                stream,
-                sink,
-                decoder: Decoder::new(),
-                relations: RelationCache::new(),
-                keys: KeyAssigner::default(),
-                tracker: CheckpointTracker::with_confirmed(confirmed),
-                router: Router::new(config, &source),
-                tx: None,
-                trace,
-                trace_keys: HashMap::new(),
-                last_sent: HashMap::new(),
-                prev_key_header: Arc::from(header::PREV_KEY),
-                confirmed,
-                metrics,
-                metric_events: HashMap::new(),
-                topic_counters: HashMap::new(),
+            // Until streaming starts nothing is in flight, so a stop simply
+            // abandons the set-up (a connection attempt can take up to
+            // connect_timeout, or hang without one).
+            let mut stop = shutdown.clone();
+            let mut session = tokio::select! {
+                biased;
+                s = Session::start(config, &pg, &slot, trace, metrics, known) => s?,
+                _ = stop.wait_for(|stop| *stop) => {
+                    info!("stop requested before streaming started");
+                    return Ok(());
+                }
             };
             let result = session.relay(shutdown).await;
             *known = Some(known.map_or(session.confirmed, |k| k.max(session.confirmed)));
@@ -435,6 +412,111 @@ impl<'a> Session<'a> {
             m.session_ended(result.as_ref().err().map(ToString::to_string));
         }
         result
+    }
+
+    /// Connect, check the server and the slot, create the producer and
+    /// start streaming from the slot's confirmed position.
+    async fn start(
+        config: &'a Config,
+        pg: &PgConfig,
+        slot: &str,
+        trace: Option<&'a TraceSender>,
+        metrics: Option<&'a Metrics>,
+        known: &mut Option<Lsn>,
+    ) -> Result<Session<'a>, RelayError> {
+        let mut conn = ReplicationConnection::connect(pg).await?;
+        let system = conn.identify_system().await?;
+        conn.check_wal_level().await?;
+        conn.check_publications(std::slice::from_ref(&config.postgres.publication))
+            .await?;
+        let Some(info) = conn.slot_info(slot).await? else {
+            // Never create the slot here: a new slot starts at the
+            // current WAL position and would skip what was committed
+            // since the old one's confirmed position.
+            return Err(match *known {
+                Some(confirmed) => RelayError::SlotDropped { slot: slot.to_owned(), confirmed },
+                None => RelayError::Setup {
+                    problem: format!("replication slot \"{slot}\" does not exist"),
+                    fix: "run `walrelay setup` first (it creates the publication, the slot and the SQL helpers); if walrelay used this slot before, it was dropped and events may be missing: see \"The slot was invalidated or dropped\" in docs/operations.md".into(),
+                },
+            });
+        };
+        let confirmed = info.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+        *known = Some(known.map_or(confirmed, |k| k.max(confirmed)));
+        if info.wal_status.as_deref() == Some("lost") {
+            return Err(RelayError::SlotInvalidated {
+                slot: slot.to_owned(),
+                confirmed: info.confirmed_flush_lsn,
+            });
+        }
+        if info.plugin.as_deref() != Some("pgoutput") {
+            return Err(RelayError::Setup {
+                problem: format!(
+                    "slot \"{slot}\" uses plugin {:?}, not pgoutput",
+                    info.plugin
+                ),
+                fix: "use a pgoutput slot: `walrelay setup` with another slot name creates one"
+                    .into(),
+            });
+        }
+        // A standby polls often: when another walsender holds the slot,
+        // stop here, before a Kafka producer is created for nothing.
+        // (If the slot frees up in between, START_REPLICATION decides.)
+        if info.active {
+            return Err(RelayError::SlotInUse {
+                slot: slot.to_owned(),
+                pid: info.active_pid,
+            });
+        }
+        let source = config.relay.source_id.clone().unwrap_or_else(|| {
+            default_source_id(
+                &system.system_id,
+                system.dbname.as_deref().unwrap_or(pg.get_dbname()),
+                slot,
+            )
+        });
+        let sink = KafkaSink::new(&SinkConfig::new(
+            &config.kafka.bootstrap_servers,
+            config.kafka.properties.clone(),
+        ))?;
+        let options = StreamOptions {
+            status_interval: config.postgres.status_interval,
+            initial_flush: confirmed,
+            ..StreamOptions::default()
+        };
+        let pgoutput = PgOutputOptions::new([config.postgres.publication.clone()]);
+        let stream = conn
+            .start_replication(slot, Lsn::ZERO, &pgoutput, options)
+            .await?;
+        info!(%confirmed, %source, "relaying from the slot's confirmed position");
+        if let Some(t) = trace {
+            let _ = t.send(Trace::SessionStarted {
+                confirmed_flush_lsn: confirmed,
+            });
+        }
+        if let Some(m) = metrics {
+            m.session_started(confirmed);
+        }
+        Ok(Session {
+            config,
+            status: stream.status_handle(),
+            stream,
+            sink,
+            decoder: Decoder::new(),
+            relations: RelationCache::new(),
+            keys: KeyAssigner::default(),
+            tracker: CheckpointTracker::with_confirmed(confirmed),
+            router: Router::new(config, &source),
+            tx: None,
+            trace,
+            trace_keys: HashMap::new(),
+            last_sent: HashMap::new(),
+            prev_key_header: Arc::from(header::PREV_KEY),
+            confirmed,
+            metrics,
+            metric_events: HashMap::new(),
+            topic_counters: HashMap::new(),
+        })
     }
 
     fn trace(&self, t: Trace) {
@@ -836,5 +918,96 @@ fn outside_tx(what: &'static str, lsn: Lsn) -> RelayError {
         what,
         lsn,
         detail: "outside a transaction".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    fn config_for(port: u16) -> Config {
+        let mut c = Config::default();
+        c.postgres.url = format!("postgres://walrelay@127.0.0.1:{port}/postgres?sslmode=disable");
+        c.relay.max_backoff = Duration::from_millis(200);
+        c
+    }
+
+    /// Upper bound for an outcome awaited below; reaching it fails the
+    /// test (it is not used to let something happen).
+    const BOUND: Duration = Duration::from_secs(20);
+
+    #[tokio::test]
+    async fn a_stop_while_connecting_to_a_silent_server_ends_the_relay_cleanly() {
+        // Accepts the connection and never answers: without a
+        // connect_timeout the attempt would wait forever.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop, stopped) = watch::channel(false);
+        let relay = tokio::spawn(run(config_for(port), stopped, None));
+        let (_held_open, _) = tokio::time::timeout(BOUND, listener.accept())
+            .await
+            .expect("the relay connects")
+            .unwrap();
+        stop.send(true).unwrap();
+        let result = tokio::time::timeout(BOUND, relay)
+            .await
+            .expect("the relay stops without waiting for the server")
+            .unwrap();
+        assert!(result.is_ok(), "{result:?}");
+    }
+
+    #[test]
+    fn after_a_stop_request_only_errors_a_restart_cannot_fix_fail_the_process() {
+        let refused = RelayError::Postgres(walrelay_pg::Error::StreamStopped);
+        let delivery = RelayError::Kafka(SinkError::Closed);
+        let in_use = RelayError::SlotInUse {
+            slot: "s".into(),
+            pid: Some(7),
+        };
+        let dropped = RelayError::SlotDropped {
+            slot: "s".into(),
+            confirmed: Lsn(16),
+        };
+        let bad = RelayError::Protocol {
+            what: "Commit",
+            lsn: Lsn(16),
+            detail: "outside a transaction".into(),
+        };
+        assert_eq!(after_failure(&refused, true), AfterFailure::CleanStop);
+        assert_eq!(after_failure(&delivery, true), AfterFailure::CleanStop);
+        assert_eq!(after_failure(&in_use, true), AfterFailure::CleanStop);
+        assert_eq!(after_failure(&dropped, true), AfterFailure::Fail);
+        assert_eq!(after_failure(&bad, true), AfterFailure::Fail);
+        assert_eq!(after_failure(&refused, false), AfterFailure::Retry);
+        assert_eq!(after_failure(&delivery, false), AfterFailure::Retry);
+        assert_eq!(after_failure(&in_use, false), AfterFailure::StandBy);
+        assert_eq!(after_failure(&dropped, false), AfterFailure::Fail);
+        assert_eq!(after_failure(&bad, false), AfterFailure::Fail);
+    }
+
+    #[tokio::test]
+    async fn a_stop_before_the_first_session_is_a_clean_stop() {
+        // Nothing listens there: the connection is refused at once.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let (_stop, stopped) = watch::channel(true);
+        let result = tokio::time::timeout(BOUND, run(config_for(port), stopped, None))
+            .await
+            .expect("the relay stops");
+        assert!(result.is_ok(), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn errors_a_restart_cannot_fix_still_fail_a_stopping_relay() {
+        let mut config = config_for(1);
+        config.postgres.url = "postgres://walrelay@127.0.0.1:1/postgres?sslmode=bogus".into();
+        let (_stop, stopped) = watch::channel(true);
+        let result = tokio::time::timeout(BOUND, run(config, stopped, None))
+            .await
+            .expect("the relay stops");
+        assert!(result.is_err(), "a configuration error is not a clean stop");
     }
 }
