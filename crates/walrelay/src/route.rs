@@ -104,6 +104,20 @@ pub enum RouteError {
         lsn: Lsn,
         error: String,
     },
+    /// An event addressed to the dead-letter topic: published there, its
+    /// consumers could not tell it from a dead letter. Configured routes
+    /// are checked at start-up (`Config::validate`); envelopes and
+    /// outbox `aggregatetype` values only name their topic at run time.
+    #[error(
+        "event at {lsn} (from {origin}) is addressed to topic {topic:?}, which is the dead-letter \
+         topic (dead_letter.topic): its consumers could not tell it from a dead letter; send the \
+         event to another topic, or give dead letters a topic of their own"
+    )]
+    DeadLetterTopic {
+        topic: String,
+        origin: String,
+        lsn: Lsn,
+    },
     #[error(
         "UPDATE of an outbox row at {lsn} in {table}: outbox rows are immutable events and an \
          UPDATE publishes nothing; insert a new row for a new event instead of updating one \
@@ -125,6 +139,7 @@ pub const DEAD_LETTER_KINDS: &[&str] = &[
     "bad-column",
     "bad-headers",
     "outbox-update",
+    "dead-letter-topic",
 ];
 
 impl RouteError {
@@ -148,6 +163,7 @@ impl RouteError {
             RouteError::InvalidTopic { .. } => "invalid-topic",
             RouteError::BadHeaders { .. } => "bad-headers",
             RouteError::OutboxUpdate { .. } => "outbox-update",
+            RouteError::DeadLetterTopic { .. } => "dead-letter-topic",
         }
     }
 
@@ -438,6 +454,9 @@ impl Router {
                     lsn: msg.lsn,
                     error,
                 })?;
+                self.not_the_dead_letter_topic(&env.topic, msg.lsn, || {
+                    format!("a walrelay.emit envelope, prefix {}", envelope::PREFIX)
+                })?;
                 let mut headers = self.base_headers(key, msg.lsn, tx, env.headers.len());
                 for (k, v) in env.headers {
                     headers.push((Arc::from(k.as_str()), Bytes::from(v)));
@@ -452,6 +471,22 @@ impl Router {
                 })
             }
             MessageRoute::Ignore => unreachable!("ignored messages are not routed"),
+        }
+    }
+
+    fn not_the_dead_letter_topic(
+        &self,
+        topic: &str,
+        lsn: Lsn,
+        origin: impl FnOnce() -> String,
+    ) -> Result<(), RouteError> {
+        match &self.dead_letter {
+            Some(dlq) if **dlq == *topic => Err(RouteError::DeadLetterTopic {
+                topic: topic.to_owned(),
+                origin: origin(),
+                lsn,
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -575,6 +610,10 @@ impl Router {
                 lsn,
             });
         }
+        // `Config::validate` refuses templates that can reach the
+        // dead-letter topic; checked again here because a wrong topic is
+        // cheap to refuse and expensive to clean up.
+        self.not_the_dead_letter_topic(&topic, lsn, || format!("outbox table {}", table()))?;
         let record_key = required(
             &o.columns.aggregateid,
             "aggregateid",
@@ -753,6 +792,43 @@ mod tests {
         assert_eq!(header(&r, "walrelay-commit-lsn"), None);
         assert_eq!(header(&r, "walrelay-xid"), None);
         assert_eq!(r.timestamp_ms, None);
+    }
+
+    #[test]
+    fn an_envelope_addressed_to_the_dead_letter_topic_is_a_bad_event() {
+        let content = envelope::encode("dlq", Some("k"), &[], Some(b"{}"));
+        let msg = message(envelope::PREFIX, content);
+        let key = EventKey::new(0xff, 0xff);
+        // Without a dead-letter topic the name is an ordinary topic.
+        let mut router = Router::new(&config(), "src");
+        let r = router
+            .message_record(&MessageRoute::Envelope, None, key, &msg)
+            .unwrap();
+        assert_eq!(&*r.topic, "dlq");
+
+        let mut c = config();
+        c.dead_letter.topic = Some("dlq".into());
+        let mut router = Router::new(&c, "src");
+        let err = router
+            .message_record(&MessageRoute::Envelope, None, key, &msg)
+            .unwrap_err();
+        assert_eq!(err.kind(), "dead-letter-topic");
+        let text = err.to_string();
+        assert!(
+            text.contains("addressed to topic \"dlq\", which is the dead-letter topic"),
+            "{text}"
+        );
+        assert!(text.contains("walrelay.emit envelope"), "{text}");
+        // Its dead letter says so, under the event's key.
+        let d = router
+            .dead_letter(err, key, msg.lsn, None, BadEvent::Message(&msg))
+            .unwrap();
+        assert_eq!(&*d.topic, "dlq");
+        assert_eq!(
+            header(&d, "walrelay-dead-letter-kind"),
+            Some(&b"dead-letter-topic"[..])
+        );
+        assert_eq!(d.event_key, key);
     }
 
     #[test]

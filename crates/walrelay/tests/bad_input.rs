@@ -253,6 +253,30 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// [`cases`], and the bad input that only exists with a dead-letter
+/// topic: an envelope addressed to it (without one, that name is an
+/// ordinary topic).
+fn cases_with_a_dead_letter_topic() -> Vec<Case> {
+    let to_dlq = envelope::encode(DLQ, Some("k-dlq"), &[], Some(br#"{"v": 1}"#));
+    let mut cases = cases();
+    cases.push(Case {
+        name: "dead-letter-topic",
+        prepare: String::new(),
+        bad: format!(
+            "SELECT pg_logical_emit_message(true, 'walrelay.v1', {})",
+            bytea(&to_dlq)
+        ),
+        kind: "dead-letter-topic",
+        value: to_dlq,
+        origin: ("walrelay-dead-letter-prefix", "walrelay.v1"),
+        says: vec![
+            "is addressed to topic \"walrelay.dead-letter\", which is the dead-letter topic",
+            "send the event to another topic, or give dead letters a topic of their own",
+        ],
+    });
+    cases
+}
+
 /// A good event around a bad one: an envelope to topic `good`, keyed by
 /// `<case>-<which>`.
 fn good(case: &str, which: &str) -> String {
@@ -281,7 +305,7 @@ async fn with_a_dead_letter_topic_each_bad_input_becomes_a_dead_letter_and_the_r
     let metrics = Metrics::new();
     let relay = start_relay(config.clone(), Some(metrics.clone()));
 
-    let cases = cases();
+    let cases = cases_with_a_dead_letter_topic();
     for case in &cases {
         if !case.prepare.is_empty() {
             c.batch_execute(&case.prepare).await?;
