@@ -468,7 +468,6 @@ fn kafka_error_labels(error: &SinkError) -> (String, String) {
         SinkError::TopicMissing { .. } => "topic_missing",
         SinkError::FlushTimeout { .. } => "flush_timeout",
         SinkError::Flush(_) => "flush",
-        SinkError::Closed => "closed",
         SinkError::Task { .. } => "task",
     };
     let code = error.code().map(|c| format!("{c:?}")).unwrap_or_default();

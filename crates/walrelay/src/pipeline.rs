@@ -367,7 +367,7 @@ struct SentEvent {
 
 enum Action {
     Shutdown,
-    Delivery(Option<Delivery>),
+    Delivery(Delivery),
     Message(Option<Result<ReplicationMessage, walrelay_pg::Error>>),
 }
 
@@ -555,7 +555,7 @@ impl<'a> Session<'a> {
                     // Reports come in bursts (one per produce request):
                     // take the rest of the burst before confirming once.
                     while let Some(d) = self.sink.try_next_delivery() {
-                        self.on_delivery(Some(d))?;
+                        self.on_delivery(d)?;
                     }
                 }
                 Action::Message(None) => return Err(walrelay_pg::Error::StreamStopped.into()),
@@ -600,8 +600,7 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    fn on_delivery(&mut self, d: Option<Delivery>) -> Result<(), RelayError> {
-        let d = d.ok_or(SinkError::Closed)?;
+    fn on_delivery(&mut self, d: Delivery) -> Result<(), RelayError> {
         match d.result {
             Ok((partition, offset)) => {
                 self.tracker.ack(d.seq)?;
@@ -924,6 +923,7 @@ fn outside_tx(what: &'static str, lsn: Lsn) -> RelayError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdkafka::error::RDKafkaErrorCode;
     use tokio::net::TcpListener;
 
     fn config_for(port: u16) -> Config {
@@ -960,7 +960,8 @@ mod tests {
     #[test]
     fn after_a_stop_request_only_errors_a_restart_cannot_fix_fail_the_process() {
         let refused = RelayError::Postgres(walrelay_pg::Error::StreamStopped);
-        let delivery = RelayError::Kafka(SinkError::Closed);
+        let delivery =
+            RelayError::Kafka(SinkError::Flush(RDKafkaErrorCode::BrokerTransportFailure));
         let in_use = RelayError::SlotInUse {
             slot: "s".into(),
             pid: Some(7),

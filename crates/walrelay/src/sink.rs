@@ -824,9 +824,6 @@ pub enum SinkError {
     /// Flushing failed.
     #[error("flush failed: {0}")]
     Flush(RDKafkaErrorCode),
-    /// The delivery channel closed: the producer is gone.
-    #[error("the Kafka producer's delivery reports stopped")]
-    Closed,
     /// A blocking helper task failed (panic or runtime shut down).
     #[error("Kafka {operation} task failed: {message}")]
     Task {
@@ -864,7 +861,6 @@ impl SinkError {
             | SinkError::TopicMissing { .. }
             | SinkError::FlushTimeout { .. }
             | SinkError::Flush(_)
-            | SinkError::Closed
             | SinkError::Task { .. } => Recovery::RestartFromSlot,
         }
     }
@@ -1204,13 +1200,12 @@ impl KafkaSink {
     /// The next delivery report, in the order librdkafka reports them
     /// (per partition that is send order). Cancel-safe: the only await is
     /// the wake-up, and reports already taken stay in the sink. Pends
-    /// while nothing is in flight. Always `Some` (the producer lives as
-    /// long as the sink); the `Option` is kept so callers treat a closed
-    /// sink as an error should that ever change.
-    pub async fn next_delivery(&mut self) -> Option<Delivery> {
+    /// while nothing is in flight. The producer lives as long as the sink,
+    /// so there is no "closed" outcome.
+    pub async fn next_delivery(&mut self) -> Delivery {
         loop {
             if let Some(delivery) = self.try_next_delivery() {
-                return Some(delivery);
+                return delivery;
             }
             self.deliveries.ready.notified().await;
         }

@@ -457,8 +457,7 @@ async fn tls_verifies_the_broker_certificate_against_ssl_ca_location() -> Result
     sink.send(0, &record, 0)?;
     let delivery = tokio::time::timeout(Duration::from_secs(30), sink.next_delivery())
         .await
-        .context("no delivery report")?
-        .context("producer gone")?;
+        .context("no delivery report")?;
     let err = delivery
         .result
         .expect_err("delivered through a TLS endpoint with the wrong CA");
