@@ -104,20 +104,16 @@ pub enum RouteError {
         lsn: Lsn,
         error: String,
     },
-    /// An event addressed to the dead-letter topic: published there, its
-    /// consumers could not tell it from a dead letter. Configured routes
-    /// are checked at start-up (`Config::validate`); envelopes and
-    /// outbox `aggregatetype` values only name their topic at run time.
+    /// An envelope addressed to the dead-letter topic: published there,
+    /// the event could not be told from a dead letter. Routes and outbox
+    /// templates that can reach that topic are refused at start-up
+    /// (`Config::validate`); only an envelope names its topic at run time.
     #[error(
-        "event at {lsn} (from {origin}) is addressed to topic {topic:?}, which is the dead-letter \
-         topic (dead_letter.topic): its consumers could not tell it from a dead letter; send the \
-         event to another topic, or give dead letters a topic of their own"
+        "walrelay.emit envelope at {lsn} is addressed to topic {topic:?}, which is the \
+         dead-letter topic (dead_letter.topic): its consumers could not tell it from a dead \
+         letter; send the event to another topic, or give dead letters a topic of their own"
     )]
-    DeadLetterTopic {
-        topic: String,
-        origin: String,
-        lsn: Lsn,
-    },
+    DeadLetterTopic { topic: String, lsn: Lsn },
     #[error(
         "UPDATE of an outbox row at {lsn} in {table}: outbox rows are immutable events and an \
          UPDATE publishes nothing; insert a new row for a new event instead of updating one \
@@ -454,9 +450,12 @@ impl Router {
                     lsn: msg.lsn,
                     error,
                 })?;
-                self.not_the_dead_letter_topic(&env.topic, msg.lsn, || {
-                    format!("a walrelay.emit envelope, prefix {}", envelope::PREFIX)
-                })?;
+                if self.dead_letter.as_deref() == Some(env.topic.as_str()) {
+                    return Err(RouteError::DeadLetterTopic {
+                        topic: env.topic,
+                        lsn: msg.lsn,
+                    });
+                }
                 let mut headers = self.base_headers(key, msg.lsn, tx, env.headers.len());
                 for (k, v) in env.headers {
                     headers.push((Arc::from(k.as_str()), Bytes::from(v)));
@@ -471,22 +470,6 @@ impl Router {
                 })
             }
             MessageRoute::Ignore => unreachable!("ignored messages are not routed"),
-        }
-    }
-
-    fn not_the_dead_letter_topic(
-        &self,
-        topic: &str,
-        lsn: Lsn,
-        origin: impl FnOnce() -> String,
-    ) -> Result<(), RouteError> {
-        match &self.dead_letter {
-            Some(dlq) if **dlq == *topic => Err(RouteError::DeadLetterTopic {
-                topic: topic.to_owned(),
-                origin: origin(),
-                lsn,
-            }),
-            _ => Ok(()),
         }
     }
 
@@ -610,10 +593,6 @@ impl Router {
                 lsn,
             });
         }
-        // `Config::validate` refuses templates that can reach the
-        // dead-letter topic; checked again here because a wrong topic is
-        // cheap to refuse and expensive to clean up.
-        self.not_the_dead_letter_topic(&topic, lsn, || format!("outbox table {}", table()))?;
         let record_key = required(
             &o.columns.aggregateid,
             "aggregateid",
