@@ -111,11 +111,10 @@ pub async fn run(args: ConsumerArgs) -> Result<()> {
     consumer
         .run(
             async |tx: &tokio_postgres::Transaction<'_>, d: &Delivery<'_>| {
-                if armed
-                    .compare_exchange(ARMED, KILL_NEXT, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_err()
-                    && armed.load(Ordering::SeqCst) == KILL_NEXT
-                {
+                let state = armed.load(Ordering::SeqCst);
+                if state == ARMED {
+                    armed.store(KILL_NEXT, Ordering::SeqCst);
+                } else if state == KILL_NEXT {
                     // The previous record's transaction has committed just
                     // now; its offset is stored but (most likely) not
                     // committed.
