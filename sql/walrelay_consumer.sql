@@ -37,3 +37,31 @@ COMMENT ON TABLE walrelay_consumer_hwm IS
     'walrelay-consumer high-water marks: the highest idempotency key processed per (consumer_group, topic, partition, source)';
 COMMENT ON COLUMN walrelay_consumer_hwm.hwm IS
     '32 lowercase hex digits; text order equals key order; 32 zeros = nothing processed yet';
+
+-- Parked (dead-lettered) records: records whose handler kept failing, or
+-- that carry no walrelay headers, when the consumer's poison policy is
+-- `park`. A record with a key is parked in the SAME transaction that raises
+-- the mark past it, so it is never lost and never applied twice; a record
+-- without usable headers is parked once per (group, topic, partition,
+-- offset). `walrelay_consumer::parked::redrive` applies parked records
+-- through the handler and deletes each one in the handler's transaction.
+CREATE TABLE IF NOT EXISTS walrelay_consumer_parked (
+    id              bigserial   PRIMARY KEY,
+    consumer_group  text        NOT NULL,
+    topic           text        NOT NULL,
+    partition       int         NOT NULL,
+    kafka_offset    bigint      NOT NULL,
+    idempotency_key text        CHECK (idempotency_key ~ '^[0-9a-f]{32}$'),
+    source          text,
+    kafka_key       bytea,
+    payload         bytea,
+    header_names    text[]      NOT NULL,
+    header_values   bytea[]     NOT NULL,
+    error           text        NOT NULL,
+    attempts        int         NOT NULL,
+    parked_at       timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (consumer_group, topic, partition, kafka_offset)
+);
+
+COMMENT ON TABLE walrelay_consumer_parked IS
+    'walrelay-consumer dead letters: records parked by the poison policy, with their error; re-driven by walrelay_consumer::parked::redrive';

@@ -308,7 +308,7 @@ async fn every_committed_event_is_applied_exactly_once_through_relay_and_consume
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sources_in_one_topic_keep_separate_high_water_marks() -> Result<()> {
     use tokio::sync::watch;
-    use walrelay_consumer::{ConsumerLoop, Delivery, PgHwmStore};
+    use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore};
 
     let broker = tokio::task::spawn_blocking(TansuBroker::start).await??;
     broker.create_topic("shared", 2)?;
@@ -354,8 +354,11 @@ async fn two_sources_in_one_topic_keep_separate_high_water_marks() -> Result<()>
         .set("group.id", "two-sources")
         .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "1000");
-    let loop_client = cluster.client_as("postgres", None, "service").await?;
-    let consumer = ConsumerLoop::new(kafka, &["shared"], PgHwmStore::new(), loop_client)?;
+    let database = Database::new(
+        cluster.client_config("postgres", None, "service"),
+        tokio_postgres::NoTls,
+    );
+    let consumer = ConsumerLoop::new(kafka, &["shared"], PgHwmStore::new(), database)?;
     let counters = consumer.counters();
     let (consumer_stop, consumer_stop_rx) = watch::channel(false);
     let running = tokio::spawn(consumer.run(

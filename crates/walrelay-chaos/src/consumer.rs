@@ -7,13 +7,16 @@
 //! a record applied twice shows up as two rows, and the rows' order is
 //! the order of application.
 //!
+//! Records are applied in batches (one multi-row insert per batch
+//! transaction), as a production service would.
+//!
 //! The fault hook: on SIGUSR1 the consumer arms itself, applies the next
-//! new record as usual and, when the loop hands it the one after, kills
-//! itself with SIGKILL. That moment is right after the previous record's
-//! database transaction committed and (offsets are committed every
+//! batch as usual and, when the loop hands it the one after, kills itself
+//! with SIGKILL. That moment is right after the previous batch's database
+//! transaction committed and (offsets are committed every
 //! [`COMMIT_INTERVAL`], asynchronously) almost always before its Kafka
 //! offset was committed: the window the high-water mark exists for.
-//! Killing on the first record after arming instead would miss the window
+//! Killing on the first batch after arming instead would miss the window
 //! whenever the stream had been idle for longer than the commit interval
 //! (e.g. after a relay fault), because the offsets had caught up by then.
 //! The harness checks afterwards that the group's committed offsets were
@@ -27,7 +30,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
-use walrelay_consumer::{ConsumerLoop, Delivery, PgHwmStore};
+use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore};
 
 use crate::event::EventId;
 
@@ -105,42 +108,56 @@ pub async fn run(args: ConsumerArgs) -> Result<()> {
         .set("heartbeat.interval.ms", "1000")
         .set("reconnect.backoff.max.ms", "500");
     let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
-    let consumer = ConsumerLoop::new(kafka, &topics, PgHwmStore::new(), client)?
-        .with_commit_interval(COMMIT_INTERVAL);
+    let consumer = ConsumerLoop::new(
+        kafka,
+        &topics,
+        PgHwmStore::new(),
+        Database::from_dsn(&args.dsn).context("parsing --dsn")?,
+    )?
+    .with_commit_interval(COMMIT_INTERVAL);
 
     consumer
-        .run(
-            async |tx: &tokio_postgres::Transaction<'_>, d: &Delivery<'_>| {
+        .run_batches(
+            async |tx: &tokio_postgres::Transaction<'_>, batch: &[Delivery<'_>]| {
                 let state = armed.load(Ordering::SeqCst);
                 if state == ARMED {
                     armed.store(KILL_NEXT, Ordering::SeqCst);
                 } else if state == KILL_NEXT {
-                    // The previous record's transaction has committed just
-                    // now; its offset is stored but (most likely) not
-                    // committed.
+                    // The previous batch's transaction has committed; its
+                    // offset is stored but (most likely) not committed.
                     eprintln!("chaos consumer: SIGKILL between a database commit and the offset commit");
                     let _ = std::process::Command::new("kill")
                         .args(["-KILL", &std::process::id().to_string()])
                         .status();
                     std::future::pending::<()>().await;
                 }
-                let event = d
-                    .payload()
-                    .and_then(EventId::from_payload)
-                    .map(|e| e.to_string())
-                    .unwrap_or_else(|| {
-                        format!("?{}", String::from_utf8_lossy(d.payload().unwrap_or_default()))
-                    });
+                let mut events = Vec::with_capacity(batch.len());
+                let mut topics = Vec::with_capacity(batch.len());
+                let mut partitions = Vec::with_capacity(batch.len());
+                let mut offsets = Vec::with_capacity(batch.len());
+                let mut keys = Vec::with_capacity(batch.len());
+                for d in batch {
+                    events.push(
+                        d.payload()
+                            .and_then(EventId::from_payload)
+                            .map(|e| e.to_string())
+                            .unwrap_or_else(|| {
+                                format!("?{}", String::from_utf8_lossy(d.payload().unwrap_or_default()))
+                            }),
+                    );
+                    topics.push(d.position.topic.as_str());
+                    partitions.push(d.position.partition);
+                    offsets.push(d.offset());
+                    keys.push(d.meta.key.to_hex());
+                }
+                // WITH ORDINALITY keeps the batch's order in `seq`.
                 tx.execute(
                     "INSERT INTO chaos_applied (event, topic, kafka_partition, kafka_offset, idempotency_key)
-                     VALUES ($1, $2, $3, $4, $5)",
-                    &[
-                        &event,
-                        &d.position.topic,
-                        &d.position.partition,
-                        &d.offset(),
-                        &d.meta.key.to_hex(),
-                    ],
+                     SELECT e, t, p, o, k
+                     FROM unnest($1::text[], $2::text[], $3::int4[], $4::int8[], $5::text[])
+                          WITH ORDINALITY AS u(e, t, p, o, k, n)
+                     ORDER BY n",
+                    &[&events, &topics, &partitions, &offsets, &keys],
                 )
                 .await
                 .map(|_| ())

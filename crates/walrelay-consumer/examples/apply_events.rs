@@ -10,13 +10,26 @@
 //! Each new record becomes one row of `applied_events`, written in the same
 //! transaction that raises the partition's high-water mark. The table has
 //! deliberately no unique constraint: if anything were applied twice, the
-//! duplicate row would show it. SIGTERM or SIGINT stops it gracefully
-//! (finish the record in progress, commit offsets, leave the group).
+//! duplicate row would show it.
+//!
+//! * `--mode batch` (the default) applies each batch with one multi-row
+//!   `INSERT ... SELECT FROM unnest(...)`; `--mode record` inserts one row
+//!   per record, inside the same batch transaction.
+//! * `--on-poison stop|park`: what to do with a record that keeps failing
+//!   (see `walrelay_consumer::OnPoison`); `--redrive` applies the parked
+//!   records of the group once and exits.
+//! * `--pool-size N`, `--max-batch-records N`: see
+//!   `walrelay_consumer::Settings`.
+//!
+//! SIGTERM or SIGINT stops it gracefully (finish the batches in flight,
+//! commit offsets, leave the group). A partition stopped by a poison record
+//! makes the process exit 1 at shutdown.
 
 use anyhow::{bail, Context, Result};
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
-use walrelay_consumer::{ConsumerLoop, Delivery, PgHwmStore};
+use tokio_postgres::Transaction;
+use walrelay_consumer::{ConsumerLoop, Database, Delivery, OnPoison, PgHwmStore, Settings};
 
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS applied_events (
@@ -29,13 +42,34 @@ const SCHEMA: &str = "
         applied_at timestamptz NOT NULL DEFAULT now()
     );";
 
+const INSERT_ONE: &str = "INSERT INTO applied_events \
+     (idempotency_key, source, topic, kafka_partition, kafka_offset, payload) \
+     VALUES ($1, $2, $3, $4, $5, $6)";
+
+const INSERT_BATCH: &str = "INSERT INTO applied_events \
+     (idempotency_key, source, topic, kafka_partition, kafka_offset, payload) \
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int8[], $6::text[])";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Batch,
+    Record,
+}
+
 struct Args {
     bootstrap: String,
     topics: Vec<String>,
     dsn: String,
     group: String,
     kafka: Vec<(String, String)>,
+    mode: Mode,
+    settings: Settings,
+    redrive: bool,
 }
+
+const USAGE: &str = "usage: apply_events --bootstrap HOST:PORT --topic T [--topic T...] \
+    --dsn CONNINFO --group G [--mode batch|record] [--on-poison stop|park] [--pool-size N] \
+    [--max-batch-records N] [--redrive] [--kafka-property K=V...]";
 
 fn args() -> Result<Args> {
     let mut a = Args {
@@ -44,6 +78,9 @@ fn args() -> Result<Args> {
         dsn: String::new(),
         group: String::new(),
         kafka: Vec::new(),
+        mode: Mode::Batch,
+        settings: Settings::default(),
+        redrive: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -53,6 +90,21 @@ fn args() -> Result<Args> {
             "--topic" => a.topics.push(value()?),
             "--dsn" => a.dsn = value()?,
             "--group" => a.group = value()?,
+            "--mode" => {
+                a.mode = match value()?.as_str() {
+                    "batch" => Mode::Batch,
+                    "record" => Mode::Record,
+                    other => bail!("--mode takes batch or record, not {other:?}"),
+                }
+            }
+            "--on-poison" => {
+                a.settings.on_poison = value()?.parse::<OnPoison>().map_err(anyhow::Error::msg)?
+            }
+            "--pool-size" => a.settings.pool_size = value()?.parse().context("--pool-size")?,
+            "--max-batch-records" => {
+                a.settings.max_batch_records = value()?.parse().context("--max-batch-records")?
+            }
+            "--redrive" => a.redrive = true,
             "--kafka-property" => {
                 let v = value()?;
                 let (k, v) = v
@@ -60,13 +112,52 @@ fn args() -> Result<Args> {
                     .context("--kafka-property takes NAME=VALUE")?;
                 a.kafka.push((k.to_owned(), v.to_owned()));
             }
-            other => bail!("unknown argument {other}"),
+            other => bail!("unknown argument {other}\n{USAGE}"),
         }
     }
-    if a.bootstrap.is_empty() || a.topics.is_empty() || a.dsn.is_empty() || a.group.is_empty() {
-        bail!("usage: apply_events --bootstrap HOST:PORT --topic T [--topic T...] --dsn CONNINFO --group G [--kafka-property K=V...]");
+    let needs_kafka = !a.redrive && (a.bootstrap.is_empty() || a.topics.is_empty());
+    if needs_kafka || a.dsn.is_empty() || a.group.is_empty() {
+        bail!("{USAGE}");
     }
     Ok(a)
+}
+
+async fn apply_one(tx: &Transaction<'_>, d: &Delivery<'_>) -> Result<(), tokio_postgres::Error> {
+    let payload = d.payload().map(|p| String::from_utf8_lossy(p).into_owned());
+    tx.execute(
+        INSERT_ONE,
+        &[
+            &d.meta.key.to_hex(),
+            &d.meta.source,
+            &d.position.topic,
+            &d.position.partition,
+            &d.offset(),
+            &payload,
+        ],
+    )
+    .await
+    .map(|_| ())
+}
+
+async fn apply_batch(
+    tx: &Transaction<'_>,
+    batch: &[Delivery<'_>],
+) -> Result<(), tokio_postgres::Error> {
+    let keys: Vec<String> = batch.iter().map(|d| d.meta.key.to_hex()).collect();
+    let sources: Vec<&str> = batch.iter().map(|d| d.meta.source.as_str()).collect();
+    let topics: Vec<&str> = batch.iter().map(|d| d.position.topic.as_str()).collect();
+    let partitions: Vec<i32> = batch.iter().map(|d| d.position.partition).collect();
+    let offsets: Vec<i64> = batch.iter().map(Delivery::offset).collect();
+    let payloads: Vec<Option<String>> = batch
+        .iter()
+        .map(|d| d.payload().map(|p| String::from_utf8_lossy(p).into_owned()))
+        .collect();
+    tx.execute(
+        INSERT_BATCH,
+        &[&keys, &sources, &topics, &partitions, &offsets, &payloads],
+    )
+    .await
+    .map(|_| ())
 }
 
 #[tokio::main]
@@ -78,16 +169,26 @@ async fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = args()?;
-    let (client, connection) = tokio_postgres::connect(&args.dsn, tokio_postgres::NoTls)
+    let database = Database::from_dsn(&args.dsn).context("parsing --dsn")?;
+    let mut client = database
+        .connect()
         .await
         .context("connecting to the service database")?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::error!("database connection lost: {e}");
-        }
-    });
     walrelay_consumer::migrate(&client).await?;
     client.batch_execute(SCHEMA).await?;
+
+    if args.redrive {
+        let report = walrelay_consumer::redrive(&mut client, &args.group, async |tx, d| {
+            apply_one(tx, d).await
+        })
+        .await?;
+        println!(
+            "re-driven: {} applied, {} failed again, {} without walrelay headers",
+            report.applied, report.failed, report.unusable
+        );
+        return Ok(());
+    }
+    drop(client);
 
     let mut kafka = ClientConfig::new();
     kafka
@@ -97,7 +198,8 @@ async fn main() -> Result<()> {
         kafka.set(k, v);
     }
     let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
-    let consumer = ConsumerLoop::new(kafka, &topics, PgHwmStore::new(), client)?;
+    let consumer = ConsumerLoop::new(kafka, &topics, PgHwmStore::new(), database)?
+        .with_settings(args.settings);
     let counters = consumer.counters();
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -111,32 +213,15 @@ async fn main() -> Result<()> {
         let _ = stop_tx.send(true);
     });
 
-    consumer
-        .run(
-            async |tx: &tokio_postgres::Transaction<'_>, d: &Delivery<'_>| {
-                let payload = d.payload().map(|p| String::from_utf8_lossy(p).into_owned());
-                tx.execute(
-                    "INSERT INTO applied_events (idempotency_key, source, topic, kafka_partition, kafka_offset, payload)
-                     VALUES ($1, $2, $3, $4, $5, $6)",
-                    &[
-                        &d.meta.key.to_hex(),
-                        &d.meta.source,
-                        &d.position.topic,
-                        &d.position.partition,
-                        &d.offset(),
-                        &payload,
-                    ],
-                )
-                .await
-                .map(|_| ())
-            },
-            stop_rx,
-        )
-        .await?;
+    let result = match args.mode {
+        Mode::Batch => consumer.run_batches(apply_batch, stop_rx).await,
+        Mode::Record => consumer.run(apply_one, stop_rx).await,
+    };
     let c = counters.snapshot();
     println!(
-        "stopped: {} processed, {} duplicates skipped, {} gaps, {} errors",
-        c.processed, c.duplicates, c.gaps, c.errors
+        "stopped: {} processed, {} duplicates skipped, {} gaps, {} parked, {} failed attempts",
+        c.processed, c.duplicates, c.gaps, c.parked, c.errors
     );
+    result?;
     Ok(())
 }

@@ -134,21 +134,33 @@
 //! # Ok(()) }
 //! ```
 
+pub mod apply;
+pub mod batch;
 pub mod consumer_loop;
+pub mod delivery;
 pub mod meta;
 pub mod metrics;
+pub mod parked;
+pub mod pool;
+pub mod settings;
 pub mod store;
 
-pub use consumer_loop::{ConfigError, ConsumerLoop, Delivery, LoopError};
+pub use apply::{BatchError, BatchOutcome};
+pub use consumer_loop::{ConfigError, ConsumerLoop, LoopError, StoppedPartition};
+pub use delivery::Delivery;
 pub use meta::{MetaError, RecordMeta};
-pub use metrics::{Counters, CountersSnapshot};
+pub use metrics::{Counters, CountersSnapshot, LoopMetrics};
+pub use parked::{redrive, RedriveReport};
+pub use pool::Database;
+pub use settings::{OnPoison, RetryPolicy, Settings};
 pub use store::{HwmRow, HwmStore, Outcome, PgHwmStore, Position, ProcessError, INITIAL_HWM};
 
 /// The migration that creates the high-water mark table
 /// (`sql/walrelay_consumer.sql`). Idempotent.
 pub const MIGRATION: &str = include_str!("../../../sql/walrelay_consumer.sql");
 
-/// Runs [`MIGRATION`]: creates `walrelay_consumer_hwm` if it does not exist.
+/// Runs [`MIGRATION`]: creates `walrelay_consumer_hwm` and
+/// `walrelay_consumer_parked` if they do not exist.
 /// Safe to call on every start and from several consumers at once (a
 /// concurrent `CREATE TABLE IF NOT EXISTS` that loses the race is retried
 /// once).

@@ -1,26 +1,41 @@
-//! Counters of what the consumer did.
+//! What the consumer did, as counters a test can read and metrics a service
+//! can expose through Prometheus (`prometheus-client`).
+//!
+//! [`Counters`] are the exact totals (lock-free, shared by clones of a
+//! store). [`LoopMetrics`] adds what only the loop knows: batch sizes,
+//! apply latency, retries and, per partition, the high-water mark, the
+//! consumer lag and whether the partition is stopped. Both register into a
+//! [`Registry`] under `walrelay_consumer_*`; docs/metrics.md lists them.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// Live counters, shared (`Arc`) between a store and whoever reports them.
 ///
-/// Each is incremented once per record (per delivery, for `duplicates`).
 /// Reading them is cheap and lock-free; a [`CountersSnapshot`] is not an
-/// atomic cut across the four, which does not matter for monitoring.
+/// atomic cut across them, which does not matter for monitoring.
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Records whose side effects were committed.
-    pub processed: AtomicU64,
+    pub processed: Counter<u64, AtomicU64>,
     /// Deliveries skipped because their key was not above the high-water
     /// mark (replays, redeliveries after a rebalance or a crash).
-    pub duplicates: AtomicU64,
+    pub duplicates: Counter<u64, AtomicU64>,
     /// Records whose `walrelay-prev-key` was above the high-water mark:
     /// something before them was never processed (see the crate docs for
     /// what this can and cannot detect).
-    pub gaps: AtomicU64,
+    pub gaps: Counter<u64, AtomicU64>,
     /// Attempts that failed (handler error or database error) and were
     /// rolled back.
-    pub errors: AtomicU64,
+    pub errors: Counter<u64, AtomicU64>,
+    /// Records parked in the dead-letter table.
+    pub parked: Counter<u64, AtomicU64>,
 }
 
 /// A copy of [`Counters`] at one moment.
@@ -34,21 +49,146 @@ pub struct CountersSnapshot {
     pub gaps: u64,
     /// See [`Counters::errors`].
     pub errors: u64,
+    /// See [`Counters::parked`].
+    pub parked: u64,
 }
 
 impl Counters {
-    /// Reads all four counters.
+    /// Reads all counters.
     pub fn snapshot(&self) -> CountersSnapshot {
         CountersSnapshot {
-            processed: self.processed.load(Ordering::Relaxed),
-            duplicates: self.duplicates.load(Ordering::Relaxed),
-            gaps: self.gaps.load(Ordering::Relaxed),
-            errors: self.errors.load(Ordering::Relaxed),
+            processed: self.processed.get(),
+            duplicates: self.duplicates.get(),
+            gaps: self.gaps.get(),
+            errors: self.errors.get(),
+            parked: self.parked.get(),
         }
     }
 
-    pub(crate) fn incr(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    /// Registers the counters (shared, not copied) into `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("walrelay_consumer");
+        r.register(
+            "records_applied",
+            "Records whose side effects were committed",
+            self.processed.clone(),
+        );
+        r.register(
+            "duplicates_skipped",
+            "Deliveries skipped because the high-water mark already covered them",
+            self.duplicates.clone(),
+        );
+        r.register(
+            "gaps",
+            "Records whose walrelay-prev-key was above the high-water mark",
+            self.gaps.clone(),
+        );
+        r.register(
+            "failed_attempts",
+            "Batch or record attempts that failed and were rolled back",
+            self.errors.clone(),
+        );
+        r.register(
+            "parked",
+            "Records parked in walrelay_consumer_parked",
+            self.parked.clone(),
+        );
+    }
+
+    pub(crate) fn incr(counter: &Counter<u64, AtomicU64>) {
+        counter.inc();
+    }
+}
+
+/// Labels of a per-partition metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+}
+
+/// Labels of a per-partition, per-source metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MarkLabels {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Source (`walrelay-source`).
+    pub source: String,
+}
+
+/// The loop's own metrics (see the module docs).
+#[derive(Debug, Clone)]
+pub struct LoopMetrics {
+    /// Records per committed batch.
+    pub batch_records: Histogram,
+    /// Seconds from the start of a batch transaction to its commit.
+    pub apply_seconds: Histogram,
+    /// Attempts retried after a failure (handler or database).
+    pub retries: Counter<u64, AtomicU64>,
+    /// The commit LSN (high 64 bits of the key) of each mark.
+    pub hwm_commit_lsn: Family<MarkLabels, Gauge<i64, AtomicI64>>,
+    /// Records in each partition after the consumer's position, from
+    /// librdkafka's statistics (`statistics.interval.ms`, 5 s by default).
+    pub lag_records: Family<PartitionLabels, Gauge<i64, AtomicI64>>,
+    /// 1 while a partition is stopped by a poison record.
+    pub stopped: Family<PartitionLabels, Gauge<i64, AtomicI64>>,
+}
+
+impl Default for LoopMetrics {
+    fn default() -> Self {
+        LoopMetrics {
+            batch_records: Histogram::new([
+                1.0, 2.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0,
+            ]),
+            apply_seconds: Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0,
+            ]),
+            retries: Counter::default(),
+            hwm_commit_lsn: Family::default(),
+            lag_records: Family::default(),
+            stopped: Family::default(),
+        }
+    }
+}
+
+impl LoopMetrics {
+    /// Registers the metrics (shared, not copied) into `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("walrelay_consumer");
+        r.register(
+            "batch_records",
+            "Records per committed batch transaction",
+            self.batch_records.clone(),
+        );
+        r.register(
+            "apply_seconds",
+            "Time from the start of a batch transaction to its commit",
+            self.apply_seconds.clone(),
+        );
+        r.register(
+            "retries",
+            "Attempts retried after a handler or database failure",
+            self.retries.clone(),
+        );
+        r.register(
+            "hwm_commit_lsn",
+            "Commit LSN (high 64 bits of the key) of each high-water mark",
+            self.hwm_commit_lsn.clone(),
+        );
+        r.register(
+            "lag_records",
+            "Records in the partition after the last one applied",
+            self.lag_records.clone(),
+        );
+        r.register(
+            "partition_stopped",
+            "1 while a partition is stopped by a poison record",
+            self.stopped.clone(),
+        );
     }
 }
 
@@ -63,17 +203,47 @@ mod tests {
         Counters::incr(&c.processed);
         Counters::incr(&c.duplicates);
         Counters::incr(&c.gaps);
-        Counters::incr(&c.errors);
-        Counters::incr(&c.errors);
-        Counters::incr(&c.errors);
+        c.errors.inc_by(3);
+        c.parked.inc();
         assert_eq!(
             c.snapshot(),
             CountersSnapshot {
                 processed: 2,
                 duplicates: 1,
                 gaps: 1,
-                errors: 3
+                errors: 3,
+                parked: 1,
             }
+        );
+    }
+
+    #[test]
+    fn metrics_encode_with_their_names() {
+        let c = Counters::default();
+        let m = LoopMetrics::default();
+        let mut registry = Registry::default();
+        c.register(&mut registry);
+        m.register(&mut registry);
+        c.processed.inc_by(7);
+        m.lag_records
+            .get_or_create(&PartitionLabels {
+                topic: "t".into(),
+                partition: 2,
+            })
+            .set(5);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("walrelay_consumer_records_applied_total 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("walrelay_consumer_lag_records{topic=\"t\",partition=\"2\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("walrelay_consumer_apply_seconds_bucket"),
+            "{text}"
         );
     }
 }

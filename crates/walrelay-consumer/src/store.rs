@@ -212,6 +212,11 @@ impl PgHwmStore {
         &self.counters
     }
 
+    /// The isolation level of the processing transactions.
+    pub fn isolation(&self) -> IsolationLevel {
+        self.isolation
+    }
+
     /// The stored marks of `group` for the given `(topic, partition)`
     /// pairs, all sources, ordered by topic, partition and source.
     pub async fn load(

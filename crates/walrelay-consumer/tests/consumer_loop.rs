@@ -13,7 +13,8 @@ use tokio_postgres::{Client, Transaction};
 use walrelay::key::EventKey;
 use walrelay::record::header;
 use walrelay_consumer::{
-    migrate, ConfigError, ConsumerLoop, Counters, Delivery, LoopError, PgHwmStore, Position,
+    migrate, ConfigError, ConsumerLoop, Counters, Database, Delivery, LoopError, PgHwmStore,
+    Position, Settings,
 };
 use walrelay_testkit::{await_condition, ClusterOptions, PgCluster, TansuBroker};
 
@@ -174,7 +175,23 @@ impl Relay {
     }
 }
 
-type RunHandle = JoinHandle<Result<(), LoopError<tokio_postgres::Error>>>;
+type RunHandle = JoinHandle<Result<(), LoopError>>;
+
+fn database(cluster: &PgCluster) -> Database {
+    Database::new(
+        cluster.client_config("postgres", cluster.superuser_password(), "postgres"),
+        tokio_postgres::NoTls,
+    )
+}
+
+/// The handler shapes.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    /// One multi-row insert per batch.
+    Batch,
+    /// One insert per record, inside the batch transaction.
+    Record,
+}
 
 /// Starts a loop named `name` whose handler records which consumer applied
 /// each event (the primary key refuses a second application).
@@ -183,28 +200,49 @@ async fn start(
     group: &str,
     topic: &str,
     name: &'static str,
+    mode: Mode,
 ) -> anyhow::Result<(RunHandle, watch::Sender<bool>, Arc<Counters>)> {
-    let client = env.cluster.client().await?;
     let consumer = ConsumerLoop::new(
         kafka(&env.broker.bootstrap_servers(), group),
         &[topic],
         PgHwmStore::new(),
-        client,
+        database(&env.cluster),
     )?
-    .with_commit_interval(Duration::from_millis(200));
+    .with_settings(Settings {
+        // Small batches: several per run, so batches meet replays.
+        max_batch_records: 7,
+        commit_interval: Duration::from_millis(200),
+        ..Settings::default()
+    });
     let counters = consumer.counters();
     let (stop, shutdown) = watch::channel(false);
-    let handle = tokio::spawn(consumer.run(
-        async move |tx: &Transaction<'_>, record: &Delivery<'_>| {
-            tx.execute(
-                "INSERT INTO effects (event_key, partition, consumer) VALUES ($1, $2, $3)",
-                &[&record.meta.key.to_hex(), &record.position.partition, &name],
-            )
-            .await?;
-            Ok(())
-        },
-        shutdown,
-    ));
+    let handle = match mode {
+        Mode::Record => tokio::spawn(consumer.run(
+            async move |tx: &Transaction<'_>, record: &Delivery<'_>| {
+                tx.execute(
+                    "INSERT INTO effects (event_key, partition, consumer) VALUES ($1, $2, $3)",
+                    &[&record.meta.key.to_hex(), &record.position.partition, &name],
+                )
+                .await?;
+                Ok::<(), tokio_postgres::Error>(())
+            },
+            shutdown,
+        )),
+        Mode::Batch => tokio::spawn(consumer.run_batches(
+            async move |tx: &Transaction<'_>, records: &[Delivery<'_>]| {
+                let keys: Vec<String> = records.iter().map(|r| r.meta.key.to_hex()).collect();
+                let partitions: Vec<i32> = records.iter().map(|r| r.position.partition).collect();
+                tx.execute(
+                    "INSERT INTO effects (event_key, partition, consumer) \
+                     SELECT k, p, $3 FROM unnest($1::text[], $2::int4[]) AS u(k, p)",
+                    &[&keys, &partitions, &name],
+                )
+                .await?;
+                Ok::<(), tokio_postgres::Error>(())
+            },
+            shutdown,
+        )),
+    };
     Ok((handle, stop, counters))
 }
 
@@ -236,7 +274,16 @@ async fn check_marks(env: &Env, group: &str, topic: &str, relay: &Relay) -> anyh
 }
 
 #[tokio::test]
-async fn every_event_is_applied_once_and_marks_follow() -> anyhow::Result<()> {
+async fn every_event_is_applied_once_and_marks_follow_per_record() -> anyhow::Result<()> {
+    every_event_is_applied_once_and_marks_follow(Mode::Record).await
+}
+
+#[tokio::test]
+async fn every_event_is_applied_once_and_marks_follow_in_batches() -> anyhow::Result<()> {
+    every_event_is_applied_once_and_marks_follow(Mode::Batch).await
+}
+
+async fn every_event_is_applied_once_and_marks_follow(mode: Mode) -> anyhow::Result<()> {
     let topic = "orders";
     let env = env(topic, 2).await?;
     let mut relay = Relay::new(&env.broker.bootstrap_servers(), topic)?;
@@ -249,7 +296,7 @@ async fn every_event_is_applied_once_and_marks_follow() -> anyhow::Result<()> {
     relay.send(&replay).await?;
     let total: usize = relay.produced.values().map(Vec::len).sum();
 
-    let (handle, stop, counters) = start(&env, "billing", topic, "a").await?;
+    let (handle, stop, counters) = start(&env, "billing", topic, "a", mode).await?;
     let distinct = i64::try_from(relay.distinct())?;
     await_count(&env.client, "SELECT count(*) FROM effects", distinct).await?;
     await_condition(TIMEOUT, POLL, || async {
@@ -273,7 +320,7 @@ async fn every_event_is_applied_once_and_marks_follow() -> anyhow::Result<()> {
     // A second run of the same group resumes after the committed offsets:
     // it sees only what is new.
     relay.send(&[(0, 41), (1, 41)]).await?;
-    let (handle, stop, counters) = start(&env, "billing", topic, "a2").await?;
+    let (handle, stop, counters) = start(&env, "billing", topic, "a2", mode).await?;
     await_count(&env.client, "SELECT count(*) FROM effects", distinct + 2).await?;
     stop.send(true)?;
     handle.await??;
@@ -287,7 +334,8 @@ async fn every_event_is_applied_once_and_marks_follow() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn two_consumers_racing_over_rebalances_apply_each_event_once() -> anyhow::Result<()> {
+async fn two_consumers_racing_over_rebalances_apply_each_event_once_in_batches(
+) -> anyhow::Result<()> {
     let topic = "payments";
     let group = "ledger";
     let env = env(topic, 2).await?;
@@ -310,12 +358,12 @@ async fn two_consumers_racing_over_rebalances_apply_each_event_once() -> anyhow:
     };
     let applied = "SELECT count(*) FROM effects";
 
-    let (handle_a, stop_a, counters_a) = start(&env, group, topic, "a").await?;
+    let (handle_a, stop_a, counters_a) = start(&env, group, topic, "a", Mode::Batch).await?;
     step(&mut relay).await?;
     await_count(&env.client, applied, 20).await?;
 
     // B joins: a rebalance while records keep coming.
-    let (handle_b, stop_b, counters_b) = start(&env, group, topic, "b").await?;
+    let (handle_b, stop_b, counters_b) = start(&env, group, topic, "b", Mode::Batch).await?;
     let mut rounds = 0;
     loop {
         step(&mut relay).await?;
@@ -408,10 +456,10 @@ async fn two_consumers_racing_over_rebalances_apply_each_event_once() -> anyhow:
 async fn conflicting_settings_are_refused() -> anyhow::Result<()> {
     let cluster =
         tokio::task::spawn_blocking(|| PgCluster::start(ClusterOptions::default())).await??;
+    let db = || database(&cluster);
     let mut config = kafka("127.0.0.1:1", "g");
     config.set("enable.auto.commit", "true");
-    let err =
-        ConsumerLoop::new(config, &["t"], PgHwmStore::new(), cluster.client().await?).unwrap_err();
+    let err = ConsumerLoop::new(config, &["t"], PgHwmStore::new(), db()).unwrap_err();
     assert!(
         matches!(
             err,
@@ -424,16 +472,10 @@ async fn conflicting_settings_are_refused() -> anyhow::Result<()> {
     );
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", "127.0.0.1:1");
-    let err =
-        ConsumerLoop::new(config, &["t"], PgHwmStore::new(), cluster.client().await?).unwrap_err();
+    let err = ConsumerLoop::new(config, &["t"], PgHwmStore::new(), db()).unwrap_err();
     assert!(matches!(err, ConfigError::MissingGroupId), "{err}");
-    let err = ConsumerLoop::new(
-        kafka("127.0.0.1:1", "g"),
-        &[],
-        PgHwmStore::new(),
-        cluster.client().await?,
-    )
-    .unwrap_err();
+    let err =
+        ConsumerLoop::new(kafka("127.0.0.1:1", "g"), &[], PgHwmStore::new(), db()).unwrap_err();
     assert!(matches!(err, ConfigError::NoTopics), "{err}");
     Ok(())
 }

@@ -136,7 +136,8 @@ async fn first_duplicate_lower_and_higher_keys() -> anyhow::Result<()> {
             processed: 2,
             duplicates: 3,
             gaps: 0,
-            errors: 0
+            errors: 0,
+            parked: 0,
         }
     );
 

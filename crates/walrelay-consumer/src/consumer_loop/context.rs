@@ -1,0 +1,133 @@
+//! The consumer context: librdkafka's rebalance callbacks, turned into
+//! events the loop applies between polls.
+//!
+//! Callbacks run inside the consumer's poll (the loop's `recv`), on the
+//! loop's task: they cannot wait for a batch in flight. On revocation the
+//! context commits the offsets stored so far (only those of committed
+//! batches) and queues the event; the loop then drops the partitions'
+//! queued records and ignores the results of their batches in flight. A
+//! batch still in flight on a revoked partition either commits or not as
+//! a whole; the partition's new owner waits on the same mark rows and
+//! drops whatever it committed as duplicates, so nothing is applied twice.
+
+use std::sync::{Mutex, PoisonError};
+
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::statistics::Statistics;
+use rdkafka::{ClientContext, TopicPartitionList};
+
+use crate::metrics::{LoopMetrics, PartitionLabels};
+
+/// A rebalance seen by the context, applied by the loop.
+#[derive(Debug)]
+pub(crate) enum RebalanceEvent {
+    Assigned(Vec<(String, i32)>),
+    Revoked(Vec<(String, i32)>),
+}
+
+/// The consumer context: commits on revoke, queues the events, and takes
+/// the consumer lag from librdkafka's statistics.
+pub(crate) struct LoopContext {
+    events: Mutex<Vec<RebalanceEvent>>,
+    metrics: LoopMetrics,
+}
+
+impl LoopContext {
+    pub(crate) fn new(metrics: LoopMetrics) -> LoopContext {
+        LoopContext {
+            events: Mutex::new(Vec::new()),
+            metrics,
+        }
+    }
+
+    fn push(&self, event: RebalanceEvent) {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(event);
+    }
+
+    /// The events seen since the last call.
+    pub(crate) fn take(&self) -> Vec<RebalanceEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+fn partitions(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect()
+}
+
+impl ClientContext for LoopContext {
+    fn stats(&self, statistics: Statistics) {
+        for (topic, t) in &statistics.topics {
+            for (partition, p) in &t.partitions {
+                // -1: unknown (not fetching it, or no offset yet).
+                if *partition >= 0 && p.consumer_lag >= 0 {
+                    self.metrics
+                        .lag_records
+                        .get_or_create(&PartitionLabels {
+                            topic: topic.clone(),
+                            partition: *partition,
+                        })
+                        .set(p.consumer_lag);
+                }
+            }
+        }
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", "{fac}: {log_message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", "{fac}: {log_message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", "{fac}: {log_message}")
+            }
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", "{fac}: {log_message}"),
+        }
+    }
+}
+
+impl ConsumerContext for LoopContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            commit_sync(consumer, "partitions revoked");
+            let revoked = partitions(tpl);
+            tracing::info!(?revoked, "partitions revoked");
+            self.push(RebalanceEvent::Revoked(revoked));
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let assigned = partitions(tpl);
+                tracing::info!(?assigned, "partitions assigned");
+                self.push(RebalanceEvent::Assigned(assigned));
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::warn!("rebalance error: {e}"),
+        }
+    }
+}
+
+/// Commits the stored offsets synchronously; "nothing to commit" is fine.
+pub(crate) fn commit_sync<C: Consumer<LoopContext>>(consumer: &C, why: &str) {
+    match consumer.commit_consumer_state(CommitMode::Sync) {
+        Ok(()) => tracing::debug!("offsets committed ({why})"),
+        Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+        // The records will be redelivered and skipped by their marks.
+        Err(e) => tracing::warn!("committing offsets ({why}) failed: {e}"),
+    }
+}

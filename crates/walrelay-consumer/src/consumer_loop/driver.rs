@@ -1,0 +1,579 @@
+//! The loop itself: poll Kafka into per-partition queues, start a batch
+//! wherever a partition is ready and a connection is free, and act on each
+//! batch's outcome. The decisions are [`Partition::next_step`]'s; this
+//! module does the I/O.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::watch;
+use tokio_postgres::Client;
+
+use super::context::{LoopContext, RebalanceEvent};
+use super::partition::{Partition, Queued, Step};
+use super::{Apply, LoopError, StoppedPartition};
+use crate::apply::{BatchError, BatchOutcome, Park};
+use crate::delivery::Delivery;
+use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels};
+use crate::parked;
+use crate::pool::{Database, Lease, Pool};
+use crate::settings::Settings;
+use crate::store::{PgHwmStore, Position};
+
+/// Records taken from librdkafka per wake-up before the loop looks at its
+/// batches again.
+const POLL_BURST: usize = 1024;
+
+/// How long a shutdown waits for the batches in flight.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
+
+type TopicPartition = (String, i32);
+
+/// What a finished database job reports back.
+struct Done<E> {
+    tp: TopicPartition,
+    generation: u64,
+    records: Vec<Queued>,
+    client: Option<Client>,
+    started: Instant,
+    result: JobResult<E>,
+}
+
+enum JobResult<E> {
+    Batch(Result<BatchOutcome, BatchError<E>>),
+    ParkedUnkeyed(Result<bool, tokio_postgres::Error>),
+}
+
+/// A database job to start: a batch, or parking a record without headers.
+struct Job {
+    lease: Lease,
+    position: Position,
+    generation: u64,
+    records: Vec<Queued>,
+    kind: JobKind,
+}
+
+enum JobKind {
+    Batch { park: Option<Park>, known: bool },
+    ParkUnkeyed { error: String },
+}
+
+pub(super) struct Driver<'a> {
+    consumer: &'a StreamConsumer<LoopContext>,
+    group: &'a str,
+    store: &'a PgHwmStore,
+    pool: Pool,
+    settings: Settings,
+    metrics: LoopMetrics,
+    partitions: HashMap<TopicPartition, Partition>,
+    generation: u64,
+    stopped: Vec<StoppedPartition>,
+    /// Offsets were stored since the last commit.
+    stored: bool,
+}
+
+impl<'a> Driver<'a> {
+    pub(super) fn new(
+        consumer: &'a StreamConsumer<LoopContext>,
+        group: &'a str,
+        store: &'a PgHwmStore,
+        database: Database,
+        settings: Settings,
+        metrics: LoopMetrics,
+    ) -> Driver<'a> {
+        Driver {
+            consumer,
+            group,
+            store,
+            pool: Pool::new(database, settings.pool_size),
+            settings,
+            metrics,
+            partitions: HashMap::new(),
+            generation: 0,
+            stopped: Vec::new(),
+            stored: false,
+        }
+    }
+
+    pub(super) async fn run<E, A>(
+        mut self,
+        apply: &A,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), LoopError>
+    where
+        E: std::fmt::Display,
+        A: Apply<E>,
+    {
+        let consumer = self.consumer;
+        // Jobs are concrete futures (not boxed trait objects), so the
+        // loop's future is `Send` whenever the handler's futures are.
+        let mut jobs = FuturesUnordered::new();
+        let mut ready = Vec::new();
+        let mut ticker = tokio::time::interval(self.settings.commit_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if *shutdown.borrow_and_update() {
+                break;
+            }
+            let wake = self.start_jobs(&mut ready);
+            for job in ready.drain(..) {
+                jobs.push(run_job(apply, self.store, job));
+            }
+            let sleep = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                changed = shutdown.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                Some(done) = jobs.next(), if !jobs.is_empty() => self.finish(done),
+                _ = ticker.tick() => self.commit_async(),
+                () = sleep => {}
+                received = consumer.recv() => {
+                    self.apply_rebalances();
+                    match received {
+                        Ok(message) => {
+                            self.enqueue(message.detach());
+                            // Take what is already there without waiting.
+                            for _ in 0..POLL_BURST {
+                                match consumer.recv().now_or_never() {
+                                    Some(Ok(message)) => {
+                                        self.apply_rebalances();
+                                        self.enqueue(message.detach());
+                                    }
+                                    Some(Err(e)) => {
+                                        tracing::warn!("Kafka consumer error: {e}");
+                                        break;
+                                    }
+                                    None => break,
+                                }
+                            }
+                            self.apply_rebalances();
+                        }
+                        // librdkafka retries on its own; errors here are reports.
+                        Err(e) => tracing::warn!("Kafka consumer error: {e}"),
+                    }
+                    self.flow_control();
+                }
+            }
+        }
+        // Finish the batches in flight (they commit or not as a whole).
+        let drained = tokio::time::timeout(SHUTDOWN_WAIT, async {
+            while let Some(done) = jobs.next().await {
+                self.finish(done);
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                "shutdown: {} batch(es) still in flight after {SHUTDOWN_WAIT:?}, abandoned \
+                 (rolled back by the server; redelivered to the next owner)",
+                jobs.len()
+            );
+        }
+        if self.stopped.is_empty() {
+            Ok(())
+        } else {
+            Err(LoopError::Stopped(std::mem::take(&mut self.stopped)))
+        }
+    }
+
+    /// Copies a polled record into its partition's queue.
+    fn enqueue(&mut self, message: rdkafka::message::OwnedMessage) {
+        let tp = (message.topic().to_owned(), message.partition());
+        let now = Instant::now();
+        let partition = match self.partitions.get_mut(&tp) {
+            Some(p) => p,
+            None => {
+                self.generation += 1;
+                let position = Position::new(self.group, tp.0.clone(), tp.1);
+                self.partitions
+                    .entry(tp)
+                    .or_insert_with(|| Partition::new(position, self.generation))
+            }
+        };
+        if partition.stopped.is_some() {
+            // Fetched before the pause took effect; it comes again after
+            // a restart.
+            return;
+        }
+        partition.push(Queued::new(message), now);
+    }
+
+    /// Pauses partitions with two batches waiting, resumes drained ones.
+    fn flow_control(&mut self) {
+        let mut pause = TopicPartitionList::new();
+        let mut resume = TopicPartitionList::new();
+        for (tp, p) in &mut self.partitions {
+            if p.should_pause(&self.settings) {
+                p.paused = true;
+                pause.add_partition(&tp.0, tp.1);
+            } else if p.should_resume(&self.settings) {
+                p.paused = false;
+                resume.add_partition(&tp.0, tp.1);
+            }
+        }
+        if pause.count() > 0 {
+            if let Err(e) = self.consumer.pause(&pause) {
+                tracing::warn!("pausing partitions failed: {e}");
+            }
+        }
+        if resume.count() > 0 {
+            if let Err(e) = self.consumer.resume(&resume) {
+                tracing::warn!("resuming partitions failed: {e}");
+            }
+        }
+    }
+
+    fn apply_rebalances(&mut self) {
+        for event in self.consumer.context().take() {
+            match event {
+                RebalanceEvent::Revoked(revoked) => {
+                    for tp in revoked {
+                        // Queued records are dropped (not committed: the
+                        // next owner reads them); a batch in flight is
+                        // recognized as stale by its generation.
+                        self.partitions.remove(&tp);
+                    }
+                }
+                RebalanceEvent::Assigned(assigned) => {
+                    for tp in assigned {
+                        self.generation += 1;
+                        let generation = self.generation;
+                        let position = Position::new(self.group, tp.0.clone(), tp.1);
+                        self.partitions
+                            .entry(tp)
+                            .or_insert_with(|| Partition::new(position, generation));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts a job on every ready partition while connections are free.
+    /// Returns the earliest moment a waiting partition becomes ready.
+    fn start_jobs(&mut self, jobs: &mut Vec<Job>) -> Option<Instant> {
+        let now = Instant::now();
+        let mut wake: Option<Instant> = None;
+        let mut stops = Vec::new();
+        for (tp, p) in &mut self.partitions {
+            if !self.pool.has_room() {
+                break;
+            }
+            match p.next_step(&self.settings, now) {
+                Step::Idle => {}
+                Step::WaitUntil(at) => wake = Some(wake.map_or(at, |w| w.min(at))),
+                Step::Skip { take } => {
+                    let records = p.take(take);
+                    p.committed(take, now);
+                    if let Some(last) = records.last() {
+                        store_offset(self.consumer, tp, last.message.offset(), &mut self.stored);
+                    }
+                    self.store.counters().duplicates.inc_by(take as u64);
+                    // More may be ready at once.
+                    wake = Some(now);
+                }
+                Step::Apply { take, park } => {
+                    let Some(lease) = self.pool.lease() else {
+                        break;
+                    };
+                    let known = p.knows_sources(take);
+                    let records = p.take(take);
+                    p.busy = true;
+                    jobs.push(Job {
+                        lease,
+                        position: p.position.clone(),
+                        generation: p.generation,
+                        records,
+                        kind: JobKind::Batch { park, known },
+                    });
+                }
+                Step::ParkUnkeyed { error } => {
+                    let Some(lease) = self.pool.lease() else {
+                        break;
+                    };
+                    let records = p.take(1);
+                    p.busy = true;
+                    jobs.push(Job {
+                        lease,
+                        position: p.position.clone(),
+                        generation: p.generation,
+                        records,
+                        kind: JobKind::ParkUnkeyed { error },
+                    });
+                }
+                Step::Stop { error } => stops.push((tp.clone(), error)),
+            }
+        }
+        for (tp, error) in stops {
+            self.stop(&tp, error);
+        }
+        wake
+    }
+
+    fn stop(&mut self, tp: &TopicPartition, error: String) {
+        let Some(p) = self.partitions.get_mut(tp) else {
+            return;
+        };
+        tracing::error!(
+            topic = %tp.0,
+            partition = tp.1,
+            "partition stopped (nothing of it is applied or committed until a restart; the \
+             other partitions go on): {error}"
+        );
+        p.stopped = Some(error.clone());
+        let dropped = p.take(p.queue.len());
+        drop(dropped);
+        p.paused = true;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&tp.0, tp.1);
+        if let Err(e) = self.consumer.pause(&tpl) {
+            tracing::warn!("pausing the stopped partition failed: {e}");
+        }
+        self.metrics.stopped.get_or_create(&labels(tp)).set(1);
+        self.stopped.push(StoppedPartition {
+            topic: tp.0.clone(),
+            partition: tp.1,
+            error,
+        });
+    }
+
+    /// Acts on a finished job.
+    fn finish<E: std::fmt::Display>(&mut self, done: Done<E>) {
+        let Done {
+            tp,
+            generation,
+            records,
+            client,
+            started,
+            result,
+        } = done;
+        let now = Instant::now();
+        let lost_connection = client.as_ref().is_none_or(Client::is_closed);
+        self.pool.give_back(client);
+        let Some(p) = self
+            .partitions
+            .get_mut(&tp)
+            .filter(|p| p.generation == generation)
+        else {
+            // Revoked meanwhile: whatever committed is covered by the
+            // marks; the new owner reads the rest.
+            return;
+        };
+        p.busy = false;
+        let take = records.len();
+        let failure: Option<(String, Option<usize>, bool)> = match result {
+            JobResult::Batch(Ok(outcome)) => {
+                self.metrics.batch_records.observe(take as f64);
+                self.metrics
+                    .apply_seconds
+                    .observe(now.duration_since(started).as_secs_f64());
+                for (source, key) in &outcome.marks {
+                    let lsn = i64::try_from(key.high()).unwrap_or(i64::MAX);
+                    self.metrics
+                        .hwm_commit_lsn
+                        .get_or_create(&MarkLabels {
+                            topic: tp.0.clone(),
+                            partition: tp.1,
+                            source: source.clone(),
+                        })
+                        .set(lsn);
+                }
+                if outcome.parked {
+                    if let Some(last) = records.last() {
+                        tracing::warn!(
+                            topic = %tp.0,
+                            partition = tp.1,
+                            offset = last.message.offset(),
+                            "record parked in walrelay_consumer_parked after its last attempt"
+                        );
+                    }
+                }
+                p.learn(&outcome.marks);
+                None
+            }
+            JobResult::ParkedUnkeyed(Ok(written)) => {
+                if written {
+                    self.store.counters().parked.inc();
+                }
+                if let Some(last) = records.last() {
+                    tracing::warn!(
+                        topic = %tp.0,
+                        partition = tp.1,
+                        offset = last.message.offset(),
+                        "record without walrelay headers parked in walrelay_consumer_parked"
+                    );
+                }
+                None
+            }
+            JobResult::Batch(Err(BatchError::Handler { index, source })) => {
+                Some((source.to_string(), index, lost_connection))
+            }
+            JobResult::Batch(Err(e @ BatchError::CorruptHwm { .. })) => {
+                p.put_back(records);
+                let error = e.to_string();
+                self.stop(&tp, error);
+                return;
+            }
+            JobResult::Batch(Err(e)) => Some((e.to_string(), None, true)),
+            JobResult::ParkedUnkeyed(Err(e)) => Some((e.to_string(), None, true)),
+        };
+        match failure {
+            None => {
+                let last = records.last().map(|r| r.message.offset());
+                p.committed(take, now);
+                if let Some(offset) = last {
+                    store_offset(self.consumer, &tp, offset, &mut self.stored);
+                }
+            }
+            Some((error, _, true)) => {
+                // An outage: replace the connections, retry until it works.
+                self.pool.drop_idle();
+                let n = p.db_failed(&self.settings, now);
+                self.metrics.retries.inc();
+                if n.is_power_of_two() {
+                    tracing::warn!(
+                        topic = %tp.0,
+                        partition = tp.1,
+                        failures = n,
+                        retry_in = ?p.backoff_left(now),
+                        "database unavailable, the batch will be retried on a new connection \
+                         (partition paused once its queue is full; logged at 1, 2, 4, 8... \
+                         failures): {error}"
+                    );
+                }
+                p.put_back(records);
+            }
+            Some((error, index, false)) => {
+                let n = p.handler_failed(error.clone(), index, take, &self.settings, now);
+                self.metrics.retries.inc();
+                tracing::warn!(
+                    topic = %tp.0,
+                    partition = tp.1,
+                    attempt = n,
+                    attempts = self.settings.retry.attempts,
+                    offset = index.and_then(|i| records.get(i)).map(|r| r.message.offset()),
+                    "handler failed, batch of {take} rolled back and retried: {error}"
+                );
+                p.put_back(records);
+            }
+        }
+    }
+
+    fn commit_async(&mut self) {
+        if !self.stored {
+            return;
+        }
+        self.stored = false;
+        match self.consumer.commit_consumer_state(CommitMode::Async) {
+            Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => tracing::warn!("committing offsets failed: {e}"),
+        }
+    }
+}
+
+fn labels(tp: &TopicPartition) -> PartitionLabels {
+    PartitionLabels {
+        topic: tp.0.clone(),
+        partition: tp.1,
+    }
+}
+
+/// Stores `offset + 1` as the next offset to commit.
+fn store_offset(
+    consumer: &StreamConsumer<LoopContext>,
+    tp: &TopicPartition,
+    offset: i64,
+    stored: &mut bool,
+) {
+    let mut tpl = TopicPartitionList::new();
+    let stored_ok = tpl
+        .add_partition_offset(&tp.0, tp.1, Offset::Offset(offset + 1))
+        .and_then(|()| consumer.store_offsets(&tpl));
+    match stored_ok {
+        Ok(()) => *stored = true,
+        // Revoked meanwhile: the new owner skips it by its mark.
+        Err(e) => tracing::debug!("storing the offset failed: {e}"),
+    }
+}
+
+/// Runs a job on its connection and reports back.
+async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: Job) -> Done<E> {
+    let Job {
+        lease,
+        position,
+        generation,
+        records,
+        kind,
+    } = job;
+    let started = Instant::now();
+    let tp = (position.topic.clone(), position.partition);
+    let mut client = match lease.client().await {
+        Ok(client) => client,
+        Err(e) => {
+            let result = match kind {
+                JobKind::Batch { .. } => JobResult::Batch(Err(BatchError::Db(e))),
+                JobKind::ParkUnkeyed { .. } => JobResult::ParkedUnkeyed(Err(e)),
+            };
+            return Done {
+                tp,
+                generation,
+                records,
+                client: None,
+                started,
+                result,
+            };
+        }
+    };
+    let result = match kind {
+        JobKind::Batch { park, known } => {
+            let deliveries: Vec<Delivery<'_>> = records
+                .iter()
+                .filter_map(|r| {
+                    r.meta.as_ref().ok().map(|meta| Delivery {
+                        message: &r.message,
+                        meta,
+                        position: &position,
+                    })
+                })
+                .collect();
+            let result = store
+                .apply_batch(
+                    &mut client,
+                    &position,
+                    &deliveries,
+                    park.as_ref(),
+                    known,
+                    async |tx, new| apply.apply(tx, new).await,
+                )
+                .await;
+            JobResult::Batch(result)
+        }
+        JobKind::ParkUnkeyed { error } => JobResult::ParkedUnkeyed(match records.first() {
+            Some(record) => {
+                parked::insert_unkeyed(&mut client, &position, &record.message, &error).await
+            }
+            None => Ok(false),
+        }),
+    };
+    Done {
+        tp,
+        generation,
+        records,
+        client: Some(client),
+        started,
+        result,
+    }
+}

@@ -1,0 +1,388 @@
+//! A ready-made Kafka consumer loop: batches per partition, partitions in
+//! parallel, poison records and database outages handled without stopping
+//! the world.
+//!
+//! [`ConsumerLoop`] subscribes to topics in a consumer group and:
+//!
+//! 1. copies each record it polls into its partition's queue, parsing the
+//!    walrelay headers once; a partition with two batches waiting is
+//!    paused in Kafka (the loop keeps polling, so the member stays in the
+//!    group however long a partition is stuck);
+//! 2. whenever a partition has no batch in flight, takes the front of its
+//!    queue (up to [`Settings::max_batch_records`] /
+//!    [`Settings::max_batch_bytes`]: a lone record at once, larger batches
+//!    by themselves while the previous one is applied) and applies it in
+//!    **one transaction** on a connection of its own
+//!    ([`PgHwmStore::process_batch`]): lock the partition's mark rows, drop
+//!    what they already cover, run the handler on the rest, raise the
+//!    marks, commit;
+//! 3. then stores the offset of the batch's last record; offsets are
+//!    committed every [`Settings::commit_interval`], on revocation and at
+//!    shutdown. A crash between the database commit and the offset commit
+//!    redelivers records that the marks then drop.
+//!
+//! Partitions are independent: each has at most one batch in flight, on
+//! its own connection from a pool of [`Settings::pool_size`], so a slow,
+//! failing or blocked partition holds nobody else. Batches of different
+//! partitions run concurrently as futures of the loop's task (not spawned
+//! tasks), so handlers need not be `Send` or `'static`; the parallelism is
+//! the database's.
+//!
+//! **Failures.**
+//! * A handler error rolls the batch back and retries it after a backoff
+//!   ([`Settings::retry`]). After the last attempt, [`Settings::on_poison`]
+//!   decides for the failing record: stop the partition, or park it in the
+//!   dead-letter table in the same transaction that moves the mark past it
+//!   ([`crate::parked`]). The per-record handler says which record failed;
+//!   for a batch handler the loop finds it by applying the batch one record
+//!   per transaction.
+//! * A database error (lost connection, failed commit) or a handler error
+//!   on a connection that is gone is an outage, not a poison record: the
+//!   connection is replaced and the batch retried with backoff, for as long
+//!   as it takes, while the loop keeps polling.
+//! * A record without walrelay headers goes to the same policy, alone.
+//!
+//! **Shutdown** stops fetching, waits for the batches in flight, commits
+//! the stored offsets synchronously and leaves the group.
+
+mod context;
+mod driver;
+mod partition;
+
+use std::sync::Arc;
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::ClientConfig;
+use tokio::sync::watch;
+use tokio_postgres::Transaction;
+
+use crate::apply::Failed;
+use crate::delivery::Delivery;
+use crate::metrics::{Counters, LoopMetrics};
+use crate::pool::Database;
+use crate::settings::Settings;
+use crate::store::PgHwmStore;
+use context::{commit_sync, LoopContext};
+
+/// Settings the loop depends on, and the value it requires.
+const REQUIRED: &[(&str, &str)] = &[
+    // Offsets are committed by the loop, after processing.
+    ("enable.auto.commit", "false"),
+    ("enable.auto.offset.store", "false"),
+    // Never see records of aborted Kafka transactions.
+    ("isolation.level", "read_committed"),
+];
+
+/// Defaults the caller may override.
+const DEFAULTS: &[(&str, &str)] = &[
+    // A new group starts at the beginning: every retained event is
+    // processed once.
+    ("auto.offset.reset", "earliest"),
+    // Statistics feed the consumer-lag gauge.
+    ("statistics.interval.ms", "5000"),
+];
+
+/// The default interval between asynchronous offset commits.
+pub const DEFAULT_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Why a [`ConsumerLoop`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// `group.id` is not set: the marks are kept per consumer group.
+    #[error(
+        "the Kafka configuration has no group.id (high-water marks are kept per consumer group)"
+    )]
+    MissingGroupId,
+    /// No topics to subscribe to.
+    #[error("no topics to consume")]
+    NoTopics,
+    /// A setting conflicts with what the loop relies on.
+    #[error(
+        "the Kafka setting {key}={value} conflicts with the consumer loop, which needs \
+         {key}={required} (offsets are stored and committed only after processing)"
+    )]
+    Conflict {
+        /// The setting.
+        key: &'static str,
+        /// The value given.
+        value: String,
+        /// The value the loop needs.
+        required: &'static str,
+    },
+    /// rdkafka refused the configuration.
+    #[error("creating the Kafka consumer: {0}")]
+    Kafka(#[from] KafkaError),
+}
+
+/// A partition stopped by a poison record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoppedPartition {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// What failed, naming the record (offset, attempts, error).
+    pub error: String,
+}
+
+/// Why [`ConsumerLoop::run`] failed.
+///
+/// In every case nothing uncommitted was lost: records not applied were
+/// neither committed nor had their offsets stored, so they come again.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    /// Subscribing failed.
+    #[error("subscribing to {topics:?}: {source}")]
+    Subscribe {
+        /// The topics.
+        topics: Vec<String>,
+        /// The Kafka error.
+        source: KafkaError,
+    },
+    /// Partitions were stopped by poison records (the policy
+    /// [`crate::OnPoison::Stop`]); the loop served the others until the
+    /// shutdown.
+    #[error(
+        "{} partition(s) stopped by a record that kept failing: {}; fix the handler or the \
+         record and restart (it is retried), or run with the park policy",
+        .0.len(),
+        .0.iter().map(|p| format!("{}/{}: {}", p.topic, p.partition, p.error)).collect::<Vec<_>>().join("; ")
+    )]
+    Stopped(Vec<StoppedPartition>),
+}
+
+/// How the loop hands records to the service: one at a time or a whole
+/// batch, always inside the batch's transaction.
+pub(crate) trait Apply<E> {
+    async fn apply(&self, tx: &Transaction<'_>, records: &[Delivery<'_>]) -> Result<(), Failed<E>>;
+}
+
+/// The per-record handler, called for each new record of a batch.
+struct PerRecord<H>(H);
+
+impl<E, H> Apply<E> for PerRecord<H>
+where
+    H: AsyncFn(&Transaction<'_>, &Delivery<'_>) -> Result<(), E>,
+{
+    async fn apply(&self, tx: &Transaction<'_>, records: &[Delivery<'_>]) -> Result<(), Failed<E>> {
+        for (index, record) in records.iter().enumerate() {
+            (self.0)(tx, record).await.map_err(|error| Failed {
+                index: Some(index),
+                error,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The batch handler, called once with the new records of a batch.
+struct PerBatch<H>(H);
+
+impl<E, H> Apply<E> for PerBatch<H>
+where
+    H: AsyncFn(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), E>,
+{
+    async fn apply(&self, tx: &Transaction<'_>, records: &[Delivery<'_>]) -> Result<(), Failed<E>> {
+        (self.0)(tx, records).await.map_err(|error| Failed {
+            index: (records.len() == 1).then_some(0),
+            error,
+        })
+    }
+}
+
+/// A consumer-group loop that applies every walrelay record exactly once
+/// into PostgreSQL. See the [module docs](self).
+pub struct ConsumerLoop {
+    consumer: StreamConsumer<LoopContext>,
+    topics: Vec<String>,
+    group: String,
+    store: PgHwmStore,
+    database: Database,
+    settings: Settings,
+    metrics: LoopMetrics,
+}
+
+impl std::fmt::Debug for ConsumerLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerLoop")
+            .field("topics", &self.topics)
+            .field("group", &self.group)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsumerLoop {
+    /// A loop over `topics` with the Kafka settings in `kafka` (at least
+    /// `bootstrap.servers` and `group.id`), keeping marks through `store`
+    /// in the database that `database` connects to.
+    ///
+    /// It sets `enable.auto.commit=false`, `enable.auto.offset.store=false`
+    /// and `isolation.level=read_committed` (refusing other values for
+    /// them), and `auto.offset.reset=earliest` unless `kafka` sets it. The
+    /// tables must exist ([`crate::migrate`]).
+    pub fn new(
+        kafka: ClientConfig,
+        topics: &[&str],
+        store: PgHwmStore,
+        database: Database,
+    ) -> Result<ConsumerLoop, ConfigError> {
+        let mut kafka = kafka;
+        let group = kafka
+            .get("group.id")
+            .filter(|g| !g.is_empty())
+            .ok_or(ConfigError::MissingGroupId)?
+            .to_owned();
+        if topics.is_empty() {
+            return Err(ConfigError::NoTopics);
+        }
+        for &(key, required) in REQUIRED {
+            match kafka.get(key) {
+                Some(value) if !value.eq_ignore_ascii_case(required) => {
+                    return Err(ConfigError::Conflict {
+                        key,
+                        value: value.to_owned(),
+                        required,
+                    })
+                }
+                _ => {
+                    kafka.set(key, required);
+                }
+            }
+        }
+        for &(key, default) in DEFAULTS {
+            if kafka.get(key).is_none() {
+                kafka.set(key, default);
+            }
+        }
+        let metrics = LoopMetrics::default();
+        let consumer: StreamConsumer<LoopContext> =
+            kafka.create_with_context(LoopContext::new(metrics.clone()))?;
+        Ok(ConsumerLoop {
+            consumer,
+            topics: topics.iter().map(|t| (*t).to_owned()).collect(),
+            group,
+            store,
+            database,
+            settings: Settings::default(),
+            metrics,
+        })
+    }
+
+    /// Replaces the settings (batch bounds, pool size, retries, poison
+    /// policy, commit interval).
+    #[must_use]
+    pub fn with_settings(mut self, settings: Settings) -> ConsumerLoop {
+        self.settings = settings.normalized();
+        self
+    }
+
+    /// Commits offsets asynchronously at most this often while records
+    /// flow (default 1 s).
+    #[must_use]
+    pub fn with_commit_interval(mut self, interval: std::time::Duration) -> ConsumerLoop {
+        self.settings.commit_interval = interval;
+        self.settings = self.settings.normalized();
+        self
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The counters of the loop's store.
+    pub fn counters(&self) -> Arc<Counters> {
+        Arc::clone(self.store.counters())
+    }
+
+    /// The loop's metrics (register them with
+    /// [`LoopMetrics::register`], and the counters with
+    /// [`Counters::register`]).
+    pub fn metrics(&self) -> LoopMetrics {
+        self.metrics.clone()
+    }
+
+    /// The consumer group (`group.id`).
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Subscribes and applies records with a **per-record** handler until
+    /// `shutdown` becomes `true` (or its sender is dropped).
+    ///
+    /// `handler` runs inside the batch transaction once per new record, in
+    /// order, never for a duplicate; the side effects of the whole batch
+    /// and its marks commit together. It must do all its database work
+    /// through the transaction and not end it.
+    pub async fn run<E, H>(
+        self,
+        handler: H,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<(), LoopError>
+    where
+        E: std::fmt::Display,
+        H: AsyncFn(&Transaction<'_>, &Delivery<'_>) -> Result<(), E>,
+    {
+        self.run_with(PerRecord(handler), shutdown).await
+    }
+
+    /// Like [`ConsumerLoop::run`] with a **batch** handler: called once per
+    /// batch with its new records (in order, duplicates already dropped),
+    /// so the service can apply them in one statement (a multi-row
+    /// `INSERT`, `unnest`, `COPY`).
+    pub async fn run_batches<E, H>(
+        self,
+        handler: H,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<(), LoopError>
+    where
+        E: std::fmt::Display,
+        H: AsyncFn(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), E>,
+    {
+        self.run_with(PerBatch(handler), shutdown).await
+    }
+
+    async fn run_with<E, A>(
+        self,
+        apply: A,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<(), LoopError>
+    where
+        E: std::fmt::Display,
+        A: Apply<E>,
+    {
+        let ConsumerLoop {
+            consumer,
+            topics,
+            group,
+            store,
+            database,
+            settings,
+            metrics,
+        } = self;
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let result = match consumer.subscribe(&names) {
+            Err(source) => Err(LoopError::Subscribe {
+                topics: topics.clone(),
+                source,
+            }),
+            Ok(()) => {
+                driver::Driver::new(&consumer, &group, &store, database, settings, metrics)
+                    .run(&apply, shutdown)
+                    .await
+            }
+        };
+        // Commit and leave the group off the runtime: both block.
+        let closed = tokio::task::spawn_blocking(move || {
+            commit_sync(&consumer, "shutdown");
+            drop(consumer);
+        })
+        .await;
+        if let Err(e) = closed {
+            tracing::warn!("closing the Kafka consumer failed: {e}");
+        }
+        result
+    }
+}

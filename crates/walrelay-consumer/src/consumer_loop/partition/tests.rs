@@ -1,0 +1,304 @@
+use std::time::{Duration, Instant};
+
+use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
+use rdkafka::Timestamp;
+use walrelay::key::EventKey;
+use walrelay::record::header;
+
+use super::*;
+use crate::settings::RetryPolicy;
+
+fn record(offset: i64, key: Option<u64>) -> Queued {
+    let mut headers = OwnedHeaders::new();
+    if let Some(k) = key {
+        let hex = EventKey::new(k, 0).to_hex();
+        headers = headers
+            .insert(Header {
+                key: header::IDEMPOTENCY_KEY,
+                value: Some(&hex),
+            })
+            .insert(Header {
+                key: header::SOURCE,
+                value: Some("s"),
+            });
+    }
+    Queued::new(OwnedMessage::new(
+        Some(vec![0; 100]),
+        None,
+        "t".into(),
+        Timestamp::NotAvailable,
+        0,
+        offset,
+        Some(headers),
+    ))
+}
+
+fn partition(keys: &[Option<u64>]) -> Partition {
+    let mut p = Partition::new(Position::new("g", "t", 0), 1);
+    let now = Instant::now();
+    for (i, k) in keys.iter().enumerate() {
+        p.push(record(i as i64, *k), now);
+    }
+    p
+}
+
+fn settings(on_poison: OnPoison) -> Settings {
+    Settings {
+        max_batch_records: 3,
+        retry: RetryPolicy {
+            attempts: 2,
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(10),
+        },
+        on_poison,
+        ..Settings::default()
+    }
+}
+
+#[test]
+fn a_batch_is_the_front_up_to_the_bounds() {
+    let s = settings(OnPoison::Stop);
+    let p = partition(&[Some(1), Some(2), Some(3), Some(4)]);
+    let now = Instant::now();
+    assert_eq!(
+        p.next_step(&s, now),
+        Step::Apply {
+            take: 3,
+            park: None
+        }
+    );
+    let s = Settings {
+        max_batch_bytes: 350,
+        ..s
+    };
+    // Each record is about 160 bytes (payload and headers): two fit.
+    assert_eq!(
+        p.next_step(&s, now),
+        Step::Apply {
+            take: 2,
+            park: None
+        }
+    );
+    let s = Settings {
+        max_batch_bytes: 1,
+        ..s
+    };
+    // A record larger than the bound still makes a batch of its own.
+    assert_eq!(
+        p.next_step(&s, now),
+        Step::Apply {
+            take: 1,
+            park: None
+        }
+    );
+}
+
+#[test]
+fn a_lone_record_is_applied_at_once_and_linger_waits() {
+    let now = Instant::now();
+    let p = partition(&[Some(1)]);
+    assert_eq!(
+        p.next_step(&settings(OnPoison::Stop), now),
+        Step::Apply {
+            take: 1,
+            park: None
+        }
+    );
+    let s = Settings {
+        batch_linger: Duration::from_millis(5),
+        ..settings(OnPoison::Stop)
+    };
+    assert!(matches!(p.next_step(&s, now), Step::WaitUntil(_)));
+    assert_eq!(
+        p.next_step(&s, now + Duration::from_millis(6)),
+        Step::Apply {
+            take: 1,
+            park: None
+        }
+    );
+}
+
+#[test]
+fn busy_stopped_and_empty_partitions_wait() {
+    let s = settings(OnPoison::Stop);
+    let now = Instant::now();
+    assert_eq!(partition(&[]).next_step(&s, now), Step::Idle);
+    let mut p = partition(&[Some(1)]);
+    p.busy = true;
+    assert_eq!(p.next_step(&s, now), Step::Idle);
+    p.busy = false;
+    p.stopped = Some("x".into());
+    assert_eq!(p.next_step(&s, now), Step::Idle);
+}
+
+#[test]
+fn cached_duplicates_skip_the_transaction() {
+    let s = settings(OnPoison::Stop);
+    let mut p = partition(&[Some(1), Some(2), Some(3)]);
+    p.learn(
+        &[("s".to_owned(), EventKey::new(3, 0))]
+            .into_iter()
+            .collect(),
+    );
+    assert_eq!(p.next_step(&s, Instant::now()), Step::Skip { take: 3 });
+    assert!(p.knows_sources(3));
+}
+
+#[test]
+fn a_record_without_headers_is_parked_or_stops_alone() {
+    let now = Instant::now();
+    let p = partition(&[None, Some(2)]);
+    match p.next_step(&settings(OnPoison::Park), now) {
+        Step::ParkUnkeyed { error } => {
+            assert!(error.contains("t/0 at offset 0"), "{error}");
+            assert!(error.contains("idempotency-key"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        p.next_step(&settings(OnPoison::Stop), now),
+        Step::Stop { .. }
+    ));
+    // A batch stops before a bad record.
+    let p = partition(&[Some(1), None]);
+    assert_eq!(
+        p.next_step(&settings(OnPoison::Stop), now),
+        Step::Apply {
+            take: 1,
+            park: None
+        }
+    );
+}
+
+#[test]
+fn a_known_failing_record_is_retried_then_parked() {
+    let s = settings(OnPoison::Park);
+    let mut p = partition(&[Some(1), Some(2), Some(3)]);
+    let now = Instant::now();
+    // Record 1 (index) fails: backoff, then the same batch again.
+    assert_eq!(p.handler_failed("boom".into(), Some(1), 3, &s, now), 1);
+    assert!(matches!(p.next_step(&s, now), Step::WaitUntil(_)));
+    let later = now + Duration::from_millis(20);
+    assert_eq!(
+        p.next_step(&s, later),
+        Step::Apply {
+            take: 3,
+            park: None
+        }
+    );
+    // Attempts exhausted: records 0 and 1, the last parked.
+    p.handler_failed("boom".into(), Some(1), 3, &s, later);
+    let much_later = later + Duration::from_millis(20);
+    assert_eq!(
+        p.next_step(&s, much_later),
+        Step::Apply {
+            take: 2,
+            park: Some(Park {
+                error: "boom".into(),
+                attempts: 2
+            })
+        }
+    );
+    // With stop, the partition stops naming the record.
+    match p.next_step(&settings(OnPoison::Stop), much_later) {
+        Step::Stop { error } => {
+            assert!(error.contains("offset 1 failed 2 times: boom"), "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // The park commits: back to normal batches.
+    p.take(2);
+    p.committed(2, much_later);
+    assert_eq!(
+        p.next_step(&s, much_later),
+        Step::Apply {
+            take: 1,
+            park: None
+        }
+    );
+}
+
+#[test]
+fn an_unknown_failing_record_is_isolated_one_per_transaction() {
+    let s = settings(OnPoison::Park);
+    let mut p = partition(&[Some(1), Some(2), Some(3)]);
+    let now = Instant::now();
+    p.handler_failed("boom".into(), None, 3, &s, now);
+    let now = now + Duration::from_millis(20);
+    assert_eq!(
+        p.next_step(&s, now),
+        Step::Apply {
+            take: 3,
+            park: None
+        }
+    );
+    p.handler_failed("boom".into(), None, 3, &s, now);
+    // Now one per transaction, at once.
+    assert_eq!(p.isolate, 3);
+    assert_eq!(
+        p.next_step(&s, now),
+        Step::Apply {
+            take: 1,
+            park: None
+        }
+    );
+    p.take(1);
+    p.committed(1, now);
+    assert_eq!(
+        p.next_step(&s, now),
+        Step::Apply {
+            take: 1,
+            park: None
+        }
+    );
+    // The second record fails on its own: index 0 of a batch of one.
+    p.handler_failed("boom".into(), Some(0), 1, &s, now);
+    p.handler_failed("boom".into(), Some(0), 1, &s, now);
+    let later = now + Duration::from_millis(50);
+    assert!(matches!(
+        p.next_step(&s, later),
+        Step::Apply {
+            take: 1,
+            park: Some(_)
+        }
+    ));
+}
+
+#[test]
+fn database_failures_back_off_without_counting_attempts() {
+    let s = settings(OnPoison::Stop);
+    let mut p = partition(&[Some(1)]);
+    let now = Instant::now();
+    for n in 1..=10 {
+        assert_eq!(p.db_failed(&s, now), n);
+    }
+    assert!(p.failing.is_none());
+    assert!(matches!(p.next_step(&s, now), Step::WaitUntil(_)));
+    assert_eq!(
+        p.next_step(&s, now + Duration::from_millis(11)),
+        Step::Apply {
+            take: 1,
+            park: None
+        }
+    );
+}
+
+#[test]
+fn fetching_pauses_above_two_batches_and_resumes_below_one() {
+    let s = settings(OnPoison::Stop);
+    let mut p = partition(&[Some(1), Some(2), Some(3), Some(4), Some(5)]);
+    assert!(!p.should_pause(&s));
+    p.push(record(5, Some(6)), Instant::now());
+    assert!(p.should_pause(&s));
+    p.paused = true;
+    assert!(!p.should_resume(&s));
+    let taken = p.take(3);
+    assert!(p.should_resume(&s));
+    p.put_back(taken);
+    assert_eq!(p.queue.len(), 6);
+    assert_eq!(p.queue.front().unwrap().message.offset(), 0);
+    assert_eq!(
+        p.queued_bytes,
+        p.queue.iter().map(|r| r.bytes).sum::<usize>()
+    );
+}
