@@ -430,3 +430,140 @@ async fn corrupt_mark_is_an_error() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A batch of one partition that mixes a relay replay (lower keys after
+/// higher ones), two sources and a gap: only the new records reach the
+/// handler, in order; each source's mark ends at its highest key; the gap
+/// is counted; a failing handler rolls the whole batch back.
+#[tokio::test]
+async fn a_mixed_batch_applies_only_new_records() -> anyhow::Result<()> {
+    use rdkafka::message::OwnedMessage;
+    use rdkafka::Timestamp;
+    use walrelay_consumer::{BatchError, Delivery};
+
+    let (_cluster, mut client) = setup().await?;
+    let store = PgHwmStore::new();
+    let position = Position::new("g", "orders", 3);
+    // Marks before the batch: a at 10, b never seen.
+    let seed = [meta(10, "a", None)];
+    let message = |offset: i64| {
+        OwnedMessage::new(
+            None,
+            None,
+            "orders".into(),
+            Timestamp::NotAvailable,
+            3,
+            offset,
+            None,
+        )
+    };
+    let deliveries =
+        |metas: &[RecordMeta], messages: &[OwnedMessage]| -> Vec<(RecordMeta, OwnedMessage)> {
+            metas
+                .iter()
+                .cloned()
+                .zip(messages.iter().cloned())
+                .collect()
+        };
+    let seed_messages = [message(0)];
+    let owned = deliveries(&seed, &seed_messages);
+    let batch: Vec<Delivery<'_>> = owned
+        .iter()
+        .map(|(m, msg)| Delivery {
+            message: msg,
+            meta: m,
+            position: &position,
+        })
+        .collect();
+    store
+        .process_batch(&mut client, &position, &batch, async |_, _| {
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .await?;
+
+    let metas = [
+        meta(9, "a", None),      // below the mark: duplicate
+        meta(11, "a", Some(10)), // new
+        meta(12, "a", Some(11)), // new
+        meta(5, "b", None),      // new source
+        meta(11, "a", Some(10)), // replayed: duplicate
+        meta(12, "a", Some(11)), // replayed: duplicate
+        meta(15, "a", Some(14)), // new, gap (13, 14 never seen)
+        meta(6, "b", Some(5)),   // new
+    ];
+    let messages: Vec<OwnedMessage> = (1..=8).map(message).collect();
+    let owned = deliveries(&metas, &messages);
+    let batch: Vec<Delivery<'_>> = owned
+        .iter()
+        .map(|(m, msg)| Delivery {
+            message: msg,
+            meta: m,
+            position: &position,
+        })
+        .collect();
+
+    // A failing handler: nothing moves.
+    let err = store
+        .process_batch(&mut client, &position, &batch, async |tx, new| {
+            for d in new {
+                insert_effect(tx, d.meta).await?;
+            }
+            Err::<(), anyhow::Error>(anyhow::anyhow!("broken"))
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BatchError::Handler { index: None, .. }),
+        "{err}"
+    );
+    assert!(effects(&client).await?.is_empty());
+    assert_eq!(
+        store.hwm(&client, &position, "a").await?,
+        Some(EventKey(10))
+    );
+    assert_eq!(store.hwm(&client, &position, "b").await?, None);
+
+    let mut seen = Vec::new();
+    let outcome = store
+        .process_batch(&mut client, &position, &batch, async |tx, new| {
+            for d in new {
+                seen.push((d.meta.source.clone(), d.meta.key.0, d.offset()));
+                insert_effect(tx, d.meta).await?;
+            }
+            Ok::<(), tokio_postgres::Error>(())
+        })
+        .await?;
+    assert_eq!(
+        seen,
+        vec![
+            ("a".to_owned(), 11, 2),
+            ("a".to_owned(), 12, 3),
+            ("b".to_owned(), 5, 4),
+            ("a".to_owned(), 15, 7),
+            ("b".to_owned(), 6, 8),
+        ]
+    );
+    assert_eq!(
+        (outcome.applied, outcome.duplicates, outcome.gaps),
+        (5, 3, 1)
+    );
+    assert_eq!(
+        store.hwm(&client, &position, "a").await?,
+        Some(EventKey(15))
+    );
+    assert_eq!(store.hwm(&client, &position, "b").await?, Some(EventKey(6)));
+    assert_eq!(effects(&client).await?.len(), 5);
+    let c = store.counters().snapshot();
+    assert_eq!((c.processed, c.duplicates, c.gaps), (6, 3, 1), "{c:?}");
+
+    // The same batch again: all duplicates, the handler is not called.
+    let mut calls = 0;
+    let outcome = store
+        .process_batch(&mut client, &position, &batch, async |_, _| {
+            calls += 1;
+            Ok::<(), tokio_postgres::Error>(())
+        })
+        .await?;
+    assert_eq!((outcome.applied, outcome.duplicates, calls), (0, 8, 0));
+    Ok(())
+}

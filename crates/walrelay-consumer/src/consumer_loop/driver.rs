@@ -122,6 +122,9 @@ impl<'a> Driver<'a> {
                 break;
             }
             let wake = self.start_jobs(&mut ready);
+            // After batches finished and new records came: a drained
+            // partition resumes fetching even when nothing else arrives.
+            self.flow_control();
             for job in ready.drain(..) {
                 jobs.push(run_job(apply, self.store, job));
             }
@@ -165,7 +168,6 @@ impl<'a> Driver<'a> {
                         // librdkafka retries on its own; errors here are reports.
                         Err(e) => tracing::warn!("Kafka consumer error: {e}"),
                     }
-                    self.flow_control();
                 }
             }
         }

@@ -276,6 +276,11 @@ impl Partition {
                                 attempts: f.failures,
                             }),
                         },
+                        // Apply what precedes the poison record first.
+                        OnPoison::Stop if i > 0 => Step::Apply {
+                            take: i,
+                            park: None,
+                        },
                         OnPoison::Stop => Step::Stop { error },
                     };
                 }
@@ -305,7 +310,16 @@ impl Partition {
 
     /// After a committed batch of `take` records.
     pub(crate) fn committed(&mut self, take: usize, now: Instant) {
-        self.failing = None;
+        // A known poison record after the committed ones keeps its
+        // failures (the records before it were applied first).
+        self.failing = self.failing.take().and_then(|mut f| match f.index {
+            Some(i) if i >= take => {
+                f.index = Some(i - take);
+                f.len = f.len.saturating_sub(take);
+                Some(f)
+            }
+            _ => None,
+        });
         self.db_failures = 0;
         self.retry_at = None;
         self.isolate = self.isolate.saturating_sub(take);

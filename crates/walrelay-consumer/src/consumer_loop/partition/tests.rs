@@ -199,8 +199,22 @@ fn a_known_failing_record_is_retried_then_parked() {
             })
         }
     );
-    // With stop, the partition stops naming the record.
-    match p.next_step(&settings(OnPoison::Stop), much_later) {
+    // With stop, the records before it are applied, then the partition
+    // stops naming the record.
+    let stop = settings(OnPoison::Stop);
+    let mut q = partition(&[Some(1), Some(2), Some(3)]);
+    q.handler_failed("boom".into(), Some(1), 3, &stop, now);
+    q.handler_failed("boom".into(), Some(1), 3, &stop, later);
+    assert_eq!(
+        q.next_step(&stop, much_later),
+        Step::Apply {
+            take: 1,
+            park: None
+        }
+    );
+    q.take(1);
+    q.committed(1, much_later);
+    match q.next_step(&stop, much_later) {
         Step::Stop { error } => {
             assert!(error.contains("offset 1 failed 2 times: boom"), "{error}")
         }
