@@ -57,8 +57,9 @@
 //! Each record also carries `walrelay-prev-key`, the key the relay sent
 //! before it to the same partition in the same session. If it is above the
 //! HWM (and the HWM is not the initial 32 zeros), a record in between was
-//! never processed: [`PgHwmStore::process`] logs a warning and counts it in
-//! [`Counters::gaps`], and still processes the record. This **can** detect
+//! never processed: [`PgHwmStore::process`] and the batch transaction log a
+//! warning and count it in [`Counters::gaps`], and still process the
+//! record. This **can** detect
 //! records missing in the middle of a session (deleted by retention before
 //! the group read them, a consumer whose offsets were moved forward, a
 //! broker that lost acknowledged data). It **cannot** detect:
@@ -76,30 +77,33 @@
 //!
 //! # Usage
 //!
-//! Install the table once (idempotent: fine on every start), then process
-//! records through [`PgHwmStore::process`], or let [`ConsumerLoop`] do the
-//! Kafka side:
+//! Install the tables once (idempotent: fine on every start), then let
+//! [`ConsumerLoop`] do the Kafka side: batches per partition in one
+//! transaction each, partitions in parallel, poison records retried and
+//! then stopped or parked (see [`consumer_loop`]):
 //!
 //! ```no_run
 //! use rdkafka::ClientConfig;
 //! use tokio::sync::watch;
-//! use walrelay_consumer::{migrate, ConsumerLoop, Delivery, PgHwmStore};
+//! use walrelay_consumer::{migrate, ConsumerLoop, Database, Delivery, PgHwmStore};
 //!
-//! # async fn demo(mut client: tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
-//! migrate(&client).await?;
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let database = Database::from_dsn("host=127.0.0.1 user=app dbname=app")?;
+//! migrate(&database.connect().await?).await?;
 //!
 //! let mut kafka = ClientConfig::new();
 //! kafka
 //!     .set("bootstrap.servers", "localhost:9092")
 //!     .set("group.id", "billing");
-//! let consumer = ConsumerLoop::new(kafka, &["orders"], PgHwmStore::new(), client)?;
+//! let consumer = ConsumerLoop::new(kafka, &["orders"], PgHwmStore::new(), database)?;
 //! let (_stop, shutdown) = watch::channel(false); // send(true) to stop
 //! consumer
-//!     .run(
-//!         async |tx: &tokio_postgres::Transaction<'_>, record: &Delivery<'_>| {
+//!     .run_batches(
+//!         async |tx: &tokio_postgres::Transaction<'_>, batch: &[Delivery<'_>]| {
+//!             let keys: Vec<String> = batch.iter().map(|d| d.meta.key.to_hex()).collect();
 //!             tx.execute(
-//!                 "INSERT INTO invoices (event_key, body) VALUES ($1, $2)",
-//!                 &[&record.meta.key.to_hex(), &record.payload()],
+//!                 "INSERT INTO invoices (event_key) SELECT unnest($1::text[])",
+//!                 &[&keys],
 //!             )
 //!             .await?;
 //!             Ok::<(), tokio_postgres::Error>(())

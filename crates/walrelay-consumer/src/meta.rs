@@ -64,6 +64,19 @@ pub enum MetaError {
         /// What is wrong with it.
         source: ParseEventKeyError,
     },
+    /// A header name reserved for walrelay (`idempotency-key`,
+    /// `walrelay-*`) occurs more than once: an application forged it, or
+    /// something on the way rewrote the record. Which copy is the relay's
+    /// cannot be told, so the record is refused rather than trusted.
+    #[error(
+        "the record carries the walrelay header {header:?} more than once: walrelay writes each \
+         of its headers exactly once, so one copy was added by someone else (an application \
+         header named like walrelay's, or a proxy); the record is not trusted"
+    )]
+    DuplicateHeader {
+        /// The header's name.
+        header: String,
+    },
     /// An LSN header that is not `HIGH/LOW` hex.
     #[error("the {header:?} header {value:?} is not an LSN: {source}")]
     BadLsn {
@@ -78,9 +91,10 @@ pub enum MetaError {
 
 impl RecordMeta {
     /// Parses the walrelay headers out of `(name, value)` pairs in record
-    /// order. Other headers are ignored. When a name occurs more than once,
-    /// the first occurrence counts (walrelay writes its own headers before
-    /// the application's).
+    /// order. Other headers are ignored. A reserved name (`idempotency-key`
+    /// or any `walrelay-*`) that occurs more than once is refused
+    /// ([`MetaError::DuplicateHeader`]): a consumer that trusted either
+    /// copy could take a forged key as its high-water mark.
     ///
     /// `idempotency-key` and `walrelay-source` are required. `walrelay-lsn`,
     /// `walrelay-commit-lsn` and `walrelay-prev-key` are optional; an empty
@@ -94,7 +108,16 @@ impl RecordMeta {
         let mut lsn = None;
         let mut commit_lsn = None;
         let mut prev_key = None;
+        let mut reserved: Vec<&str> = Vec::new();
         for (name, value) in headers {
+            if is_reserved(name) {
+                if reserved.contains(&name) {
+                    return Err(MetaError::DuplicateHeader {
+                        header: name.to_owned(),
+                    });
+                }
+                reserved.push(name);
+            }
             let slot = match name {
                 header::IDEMPOTENCY_KEY => &mut key,
                 header::SOURCE => &mut source,
@@ -151,6 +174,12 @@ impl fmt::Display for RecordMeta {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "key {} from {}", self.key, self.source)
     }
+}
+
+/// Whether a header name belongs to walrelay (`idempotency-key`, and every
+/// `walrelay-*`): an application can never set one.
+pub fn is_reserved(name: &str) -> bool {
+    name == header::IDEMPOTENCY_KEY || name.starts_with("walrelay-")
 }
 
 /// A required header as text: absent and null are both "missing".
@@ -214,8 +243,7 @@ mod tests {
             (header::COMMIT_LSN, "0/1531F10"),
             (header::LSN, "0/153200A"),
             (header::PREV_KEY, PREV),
-            // A later duplicate of a walrelay header does not override.
-            (header::IDEMPOTENCY_KEY, "ffffffffffffffffffffffffffffffff"),
+            ("walrelay-xid", "77"),
         ]))
         .unwrap();
         assert_eq!(meta.key, EventKey::new(0x0153_1f10, 0x0153_200a));
@@ -227,6 +255,43 @@ mod tests {
             meta.to_string(),
             format!("key {KEY} from 7312/app/walrelay")
         );
+    }
+
+    #[test]
+    fn a_reserved_header_twice_is_refused() {
+        // A forged key after walrelay's: a consumer reading the last copy
+        // would skip every later record of the partition.
+        for forged in [
+            header::IDEMPOTENCY_KEY,
+            header::PREV_KEY,
+            "walrelay-anything",
+        ] {
+            let err = RecordMeta::from_headers(h(&[
+                (header::IDEMPOTENCY_KEY, KEY),
+                (header::SOURCE, "s"),
+                (header::PREV_KEY, PREV),
+                ("walrelay-anything", "x"),
+                (forged, "ffffffffffffffffffffffffffffffff"),
+            ]))
+            .unwrap_err();
+            assert_eq!(
+                err,
+                MetaError::DuplicateHeader {
+                    header: forged.to_owned()
+                }
+            );
+            assert!(err.to_string().contains("more than once"), "{err}");
+        }
+        // Application headers may repeat.
+        RecordMeta::from_headers(h(&[
+            ("trace", "1"),
+            ("trace", "2"),
+            (header::IDEMPOTENCY_KEY, KEY),
+            (header::SOURCE, "s"),
+        ]))
+        .unwrap();
+        assert!(is_reserved("walrelay-source") && is_reserved("idempotency-key"));
+        assert!(!is_reserved("idempotency") && !is_reserved("x-walrelay-y"));
     }
 
     #[test]
