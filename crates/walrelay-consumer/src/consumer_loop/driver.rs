@@ -73,6 +73,9 @@ pub(super) struct Driver<'a> {
     metrics: LoopMetrics,
     partitions: HashMap<TopicPartition, Partition>,
     generation: u64,
+    /// Where the next search for a ready partition starts: rotated, so that
+    /// with fewer connections than partitions none of them starves.
+    cursor: usize,
     stopped: Vec<StoppedPartition>,
     /// Offsets were stored since the last commit.
     stored: bool,
@@ -96,6 +99,7 @@ impl<'a> Driver<'a> {
             metrics,
             partitions: HashMap::new(),
             generation: 0,
+            cursor: 0,
             stopped: Vec::new(),
             stored: false,
         }
@@ -270,10 +274,24 @@ impl<'a> Driver<'a> {
         let now = Instant::now();
         let mut wake: Option<Instant> = None;
         let mut stops = Vec::new();
-        for (tp, p) in &mut self.partitions {
+        let mut order: Vec<&TopicPartition> = self.partitions.keys().collect();
+        order.sort_unstable();
+        let n = order.len().max(1);
+        self.cursor = (self.cursor + 1) % n;
+        let order: Vec<TopicPartition> = order
+            .iter()
+            .cycle()
+            .skip(self.cursor)
+            .take(order.len())
+            .map(|tp| (*tp).clone())
+            .collect();
+        for tp in order {
             if !self.pool.has_room() {
                 break;
             }
+            let Some(p) = self.partitions.get_mut(&tp) else {
+                continue;
+            };
             match p.next_step(&self.settings, now) {
                 Step::Idle => {}
                 Step::WaitUntil(at) => wake = Some(wake.map_or(at, |w| w.min(at))),
@@ -281,7 +299,7 @@ impl<'a> Driver<'a> {
                     let records = p.take(take);
                     p.committed(take, now);
                     if let Some(last) = records.last() {
-                        store_offset(self.consumer, tp, last.message.offset(), &mut self.stored);
+                        store_offset(self.consumer, &tp, last.message.offset(), &mut self.stored);
                     }
                     self.store.counters().duplicates.inc_by(take as u64);
                     // More may be ready at once.
@@ -316,7 +334,7 @@ impl<'a> Driver<'a> {
                         kind: JobKind::ParkUnkeyed { error },
                     });
                 }
-                Step::Stop { error } => stops.push((tp.clone(), error)),
+                Step::Stop { error } => stops.push((tp, error)),
             }
         }
         for (tp, error) in stops {
