@@ -10,20 +10,26 @@
 //! Records are applied in batches (one multi-row insert per batch
 //! transaction), as a production service would.
 //!
-//! The fault hook: on SIGUSR1 the consumer arms itself, applies the next
-//! batch as usual and, when the loop hands it the one after, kills itself
-//! with SIGKILL. That moment is right after the previous batch's database
-//! transaction committed and (offsets are committed every
-//! [`COMMIT_INTERVAL`], asynchronously) almost always before its Kafka
-//! offset was committed: the window the high-water mark exists for.
-//! Killing on the first batch after arming instead would miss the window
-//! whenever the stream had been idle for longer than the commit interval
-//! (e.g. after a relay fault), because the offsets had caught up by then.
-//! The harness checks afterwards that the group's committed offsets were
-//! behind the applied records.
+//! The fault hook: on SIGUSR1 the consumer arms itself. The next batch is
+//! applied as usual and its partition remembered; when the loop hands the
+//! handler the next batch **of that partition**, the consumer kills itself
+//! with SIGKILL. A partition has at most one batch in flight, so that
+//! moment is right after the armed batch's database transaction committed
+//! and its offset was stored, and (offsets are committed every
+//! [`COMMIT_INTERVAL`], asynchronously) almost always before that offset
+//! was committed: the window the high-water mark exists for.
+//!
+//! Two other choices miss the window. Killing on the first batch after
+//! arming misses it whenever the stream had been idle for longer than the
+//! commit interval (e.g. after a relay fault), because the offsets had
+//! caught up by then. Killing on the next batch of *any* partition misses
+//! it because partitions are applied in parallel: another partition's
+//! batch can reach the handler before the armed batch committed, and the
+//! kill then rolls the armed batch back. The harness checks afterwards
+//! that the group's committed offsets were behind the applied records.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -34,9 +40,30 @@ use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore};
 
 use crate::event::EventId;
 
-/// Consumer fault states (see the module docs).
-const ARMED: u8 = 1;
-const KILL_NEXT: u8 = 2;
+/// The consumer's fault state (see the module docs).
+#[derive(Debug, Default)]
+struct KillSwitch {
+    /// Set by SIGUSR1; the next batch takes it.
+    armed: AtomicBool,
+    /// The partition of the armed batch: the next batch of this partition
+    /// kills the process.
+    watched: Mutex<Option<(String, i32)>>,
+}
+
+impl KillSwitch {
+    /// Whether the batch of `topic`/`partition` about to be applied is the
+    /// one to die on.
+    fn kill_now(&self, topic: &str, partition: i32) -> bool {
+        let mut watched = self.watched.lock().expect("kill switch lock");
+        if self.armed.swap(false, Ordering::SeqCst) {
+            *watched = Some((topic.to_owned(), partition));
+            return false;
+        }
+        watched
+            .as_ref()
+            .is_some_and(|(t, p)| t == topic && *p == partition)
+    }
+}
 
 /// Offsets are committed this often: a long window between the database
 /// commit and the offset commit, on purpose.
@@ -66,15 +93,13 @@ pub struct ConsumerArgs {
 
 pub async fn run(args: ConsumerArgs) -> Result<()> {
     // Signal handlers first: the harness may signal a fresh process.
-    // 0: normal; ARMED: apply the next record, then KILL_NEXT; KILL_NEXT:
-    // die on the next record.
-    let armed = Arc::new(AtomicU8::new(0));
+    let switch = Arc::new(KillSwitch::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;
         let mut usr1 = signal(SignalKind::user_defined1())?;
-        let armed = Arc::clone(&armed);
+        let switch = Arc::clone(&switch);
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -82,7 +107,7 @@ pub async fn run(args: ConsumerArgs) -> Result<()> {
                         let _ = stop_tx.send(true);
                         return;
                     }
-                    _ = usr1.recv() => armed.store(ARMED, Ordering::SeqCst),
+                    _ = usr1.recv() => switch.armed.store(true, Ordering::SeqCst),
                 }
             }
         });
@@ -119,12 +144,10 @@ pub async fn run(args: ConsumerArgs) -> Result<()> {
     consumer
         .run_batches(
             async |tx: &tokio_postgres::Transaction<'_>, batch: &[Delivery<'_>]| {
-                let state = armed.load(Ordering::SeqCst);
-                if state == ARMED {
-                    armed.store(KILL_NEXT, Ordering::SeqCst);
-                } else if state == KILL_NEXT {
-                    // The previous batch's transaction has committed; its
-                    // offset is stored but (most likely) not committed.
+                let first = batch.first().map(|d| d.position);
+                if first.is_some_and(|p| switch.kill_now(&p.topic, p.partition)) {
+                    // The previous batch of this partition has committed;
+                    // its offset is stored but (most likely) not committed.
                     eprintln!("chaos consumer: SIGKILL between a database commit and the offset commit");
                     let _ = std::process::Command::new("kill")
                         .args(["-KILL", &std::process::id().to_string()])
@@ -166,4 +189,29 @@ pub async fn run(args: ConsumerArgs) -> Result<()> {
         )
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kill_waits_for_the_next_batch_of_the_armed_partition() {
+        let switch = KillSwitch::default();
+        assert!(!switch.kill_now("a", 0), "not armed: no kill");
+        switch.armed.store(true, Ordering::SeqCst);
+        assert!(
+            !switch.kill_now("a", 1),
+            "the armed batch itself is applied"
+        );
+        assert!(
+            !switch.kill_now("a", 0),
+            "another partition's batch is applied"
+        );
+        assert!(!switch.kill_now("b", 1), "another topic's batch is applied");
+        assert!(
+            switch.kill_now("a", 1),
+            "the next batch of the armed partition"
+        );
+    }
 }
