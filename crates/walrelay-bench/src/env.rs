@@ -64,8 +64,14 @@ impl BenchEnv {
     /// Creates `topic` with [`PARTITIONS`] partitions (blocks this worker
     /// thread for the admin request; needs the multi-thread runtime).
     pub fn create_topic(&self, topic: &str) -> Result<()> {
+        self.create_topic_with(topic, PARTITIONS)
+    }
+
+    /// Creates `topic` with `partitions` partitions (see
+    /// [`BenchEnv::create_topic`]).
+    pub fn create_topic_with(&self, topic: &str, partitions: i32) -> Result<()> {
         let broker = self.broker.as_ref().expect("a broker runs");
-        tokio::task::block_in_place(|| broker.create_topic(topic, PARTITIONS))
+        tokio::task::block_in_place(|| broker.create_topic(topic, partitions))
     }
 
     /// `postgresql://...` for walrelay and the bench's own clients.

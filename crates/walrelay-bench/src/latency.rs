@@ -96,7 +96,7 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(h: &Histogram<u64>) -> Percentiles {
+    pub(crate) fn of(h: &Histogram<u64>) -> Percentiles {
         let ms = |us: u64| us as f64 / 1000.0;
         Percentiles {
             p50: ms(h.value_at_quantile(0.5)),
@@ -176,25 +176,10 @@ pub async fn run_mode(
     let relay = match mode {
         Mode::WalrelayMessages | Mode::WalrelayOutbox | Mode::WalrelayMessagesLinger20 => {
             env.create_slot(&slot).await?;
-            let mut c = Config::default();
-            c.postgres.url = env.url();
-            c.postgres.slot = slot.clone();
-            c.postgres.publication = PUBLICATION.into();
-            c.postgres.status_interval = Duration::from_millis(100);
-            c.kafka.bootstrap_servers = bootstrap.clone();
-            c.kafka.properties.extend(kafka_properties.iter().cloned());
+            let mut c = relay_config(env, &slot, &topic, kafka_properties);
             if mode == Mode::WalrelayMessagesLinger20 {
                 c.kafka.properties.insert("linger.ms".into(), "20".into());
             }
-            c.messages.push(MessageRoute {
-                prefix: PREFIX.into(),
-                topic: topic.clone(),
-            });
-            c.outbox.push(OutboxConfig {
-                table: crate::workload::OUTBOX_TABLE.into(),
-                topic: topic.clone(),
-                columns: Default::default(),
-            });
             let (trace_tx, mut trace_rx) = mpsc::unbounded_channel();
             let (acks, count) = (wal_acks.clone(), ack_count.clone());
             tokio::spawn(async move {
@@ -330,9 +315,37 @@ pub async fn run_mode(
     Ok(runs)
 }
 
+/// walrelay's configuration for the bench: `slot` of the bench
+/// publication, the raw route and the outbox table both to `topic`,
+/// status updates every 100 ms, and extra producer properties.
+pub(crate) fn relay_config(
+    env: &BenchEnv,
+    slot: &str,
+    topic: &str,
+    kafka_properties: &[(String, String)],
+) -> Config {
+    let mut c = Config::default();
+    c.postgres.url = env.url();
+    c.postgres.slot = slot.to_owned();
+    c.postgres.publication = PUBLICATION.into();
+    c.postgres.status_interval = Duration::from_millis(100);
+    c.kafka.bootstrap_servers = env.bootstrap();
+    c.kafka.properties.extend(kafka_properties.iter().cloned());
+    c.messages.push(MessageRoute {
+        prefix: PREFIX.into(),
+        topic: topic.to_owned(),
+    });
+    c.outbox.push(OutboxConfig {
+        table: crate::workload::OUTBOX_TABLE.into(),
+        topic: topic.to_owned(),
+        columns: Default::default(),
+    });
+    c
+}
+
 /// Records `at - commit` per event in microseconds; events timestamped
 /// before the commit reply count as 0 and are counted.
-fn histogram(
+pub(crate) fn histogram(
     commits: &HashMap<u64, Instant>,
     at: &[(u64, Instant)],
 ) -> Result<(Histogram<u64>, u64)> {
@@ -377,7 +390,7 @@ async fn settle(
     }
 }
 
-async fn connect_clients(env: &BenchEnv) -> Result<Vec<tokio_postgres::Client>> {
+pub(crate) async fn connect_clients(env: &BenchEnv) -> Result<Vec<tokio_postgres::Client>> {
     let mut v = Vec::new();
     for _ in 0..CLIENTS {
         let c = env.new_client().await?;
@@ -391,7 +404,7 @@ async fn connect_clients(env: &BenchEnv) -> Result<Vec<tokio_postgres::Client>> 
 /// `rate` events/s in total (or as fast as possible) for `duration`;
 /// `duration` zero means one event per client. Returns (sequence number,
 /// commit-reply time) per event.
-async fn generate(
+pub(crate) async fn generate(
     clients: &[tokio_postgres::Client],
     kind: Kind,
     size: usize,

@@ -9,6 +9,7 @@
 //! `bench/results/<time>/` (`results.md`, `results.svg`, `results.json`)
 //! and `bench/results/latest.md`. See `docs/benchmarks.md`.
 
+mod consumer;
 mod drain;
 mod env;
 mod kafka;
@@ -76,6 +77,16 @@ struct Cli {
     /// Skip the latency runs.
     #[arg(long)]
     no_latency: bool,
+    /// Skip the consumer runs (walrelay's exactly-once consumer against
+    /// the inbox-table consumer).
+    #[arg(long)]
+    no_consumer: bool,
+    /// Records the consumers apply [default: 200000; quick: 3000].
+    #[arg(long)]
+    consumer_records: Option<u64>,
+    /// Rates of the consumers' latency runs, events/s.
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
+    consumer_rates: Vec<u64>,
     /// Where results go: a new folder per run, and `latest.md`.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/results"))]
     out: PathBuf,
@@ -189,6 +200,8 @@ async fn main() -> Result<()> {
         workloads: workloads.clone(),
         drain: Vec::new(),
         latency: Vec::new(),
+        consumer: Vec::new(),
+        consumer_latency: Vec::new(),
         notes: cli.note.clone(),
     };
     results.notes.push(format!(
@@ -259,6 +272,29 @@ async fn main() -> Result<()> {
                 write_outputs(&run_dir, &cli.out, &results)?;
             }
         }
+    }
+    if !cli.no_consumer {
+        if !cli.no_drain && cli.no_latency {
+            // As for the latency runs: not on the cluster the drains filled.
+            drop(env);
+            env = BenchEnv::start()
+                .await
+                .context("starting PostgreSQL and Tansu for the consumer runs")?;
+        }
+        let options = consumer::ConsumerOptions {
+            records: cli
+                .consumer_records
+                .unwrap_or(if quick { 3_000 } else { 200_000 }),
+            repeats,
+            rates: cli.consumer_rates.clone(),
+            latency_duration: Duration::from_secs_f64(latency_secs),
+        };
+        let (runs, latency) = consumer::run(&mut env, &options, first_seq)
+            .await
+            .context("consumer runs")?;
+        results.consumer = runs;
+        results.consumer_latency = latency;
+        write_outputs(&run_dir, &cli.out, &results)?;
     }
     results.finished = Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string());
     write_outputs(&run_dir, &cli.out, &results)?;

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::consumer::{ConsumerLatencyRun, ConsumerRun};
 use crate::latency::{LatencyRun, Mode, Percentiles};
 use crate::workload::{Kind, Workload};
 
@@ -121,6 +122,8 @@ pub struct Results {
     pub workloads: Vec<Workload>,
     pub drain: Vec<ToolRun>,
     pub latency: Vec<LatencyRun>,
+    pub consumer: Vec<ConsumerRun>,
+    pub consumer_latency: Vec<ConsumerLatencyRun>,
     pub notes: Vec<String>,
 }
 
@@ -389,6 +392,7 @@ impl Results {
                 .join(", "),
             met: (!poll.is_empty()).then(|| poll.iter().all(|(_, r, a, b)| *r >= 3.0 && a < b)),
         });
+        out.extend(crate::consumer::report::targets(&self.consumer));
         out
     }
 
@@ -545,6 +549,11 @@ impl Results {
                 );
             }
         }
+
+        s.push_str(&crate::consumer::report::markdown(
+            &self.consumer,
+            &self.consumer_latency,
+        ));
 
         let _ = writeln!(s, "\n## Targets\n");
         let _ = writeln!(s, "| target | measured (medians) | met |");

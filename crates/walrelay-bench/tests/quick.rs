@@ -29,6 +29,7 @@ fn quick_mode_writes_a_report_with_every_tool() {
         .arg(&walrelay)
         // Two rates keep the smoke test short; the full bench runs four.
         .args(["--rates", "1000,max"])
+        .args(["--consumer-rates", "1000"])
         .status()
         .unwrap();
     assert!(status.success(), "walrelay-bench --quick failed: {status}");
@@ -67,4 +68,21 @@ fn quick_mode_writes_a_report_with_every_tool() {
         assert!(l["events"].as_u64().unwrap() > 0, "{l}");
         assert!(l["commit_to_ack"]["p50"].as_f64().unwrap() >= 0.0);
     }
+    let consumers = json["consumer"].as_array().unwrap();
+    for c in [
+        "walrelay, batch handler",
+        "walrelay, per-record handler",
+        "inbox table, 500 records/tx",
+        "inbox table, 1 record/tx",
+    ] {
+        let runs: Vec<_> = consumers.iter().filter(|r| r["consumer"] == c).collect();
+        assert!(!runs.is_empty(), "no {c} runs");
+        for r in runs {
+            assert!(r["records_per_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["state_rows"].as_i64().unwrap() > 0, "{r}");
+        }
+    }
+    let consumer_latency = json["consumer_latency"].as_array().unwrap();
+    assert_eq!(consumer_latency.len(), 2, "two consumers at one rate");
+    assert!(latest.contains("## Consumers"), "{latest}");
 }

@@ -1,0 +1,578 @@
+//! The consumer bench: walrelay's exactly-once consumer against the
+//! classic inbox-table consumer, side by side on the same relayed topics.
+//!
+//! Method:
+//!
+//! * One backlog of 200-byte messages (100 per transaction) is relayed by
+//!   walrelay (in this process) into a 4-partition and a 1-partition topic.
+//! * Every consumer run gets a fresh database on the bench's PostgreSQL
+//!   (`synchronous_commit = on`, the default) and a fresh consumer group,
+//!   and applies the whole topic: one row per event in `applied_events`.
+//!   The run checks that the table ends with exactly one row per event.
+//! * **records/s** counts from the first record the consumer was handed
+//!   to the commit that applied the last one (the group join before it is
+//!   not the consumer's speed). **CPU per record** is this process's CPU
+//!   (handler, loop, librdkafka threads) and **database CPU per record**
+//!   the whole server's, both from the consumer's start to the end, so
+//!   they include the join (conservative for every consumer alike).
+//! * **Dedupe state** is what the consumer keeps to recognize duplicates
+//!   after the run: walrelay's mark table (one row per partition and
+//!   source) against the inbox table (one row per event).
+//! * **Latency** (commit → applied) runs the relay and a consumer live
+//!   while one-event transactions commit at a fixed rate; an event counts
+//!   as applied when the consumer writes its side effect, inside the
+//!   transaction that then commits it (the same point for both
+//!   consumers).
+//!
+//! Consumers: walrelay's [`walrelay_consumer::ConsumerLoop`] with the
+//! batch handler (one multi-row insert per batch) and with the per-record
+//! handler (one insert per record inside the batch transaction), each on
+//! 4 and 1 partitions; the inbox consumer ([`inbox`]) with one transaction
+//! per record and one per up to 500 records.
+
+mod inbox;
+pub mod report;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rdkafka::ClientConfig;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio_postgres::Transaction;
+use walrelay::pipeline;
+use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore};
+
+use crate::env::BenchEnv;
+use crate::latency::{self, Percentiles};
+use crate::procstat;
+use crate::workload::{self, seq_of_payload, Kind, Workload};
+
+/// The side effect: one row per event.
+const EFFECTS: &str = "
+    CREATE TABLE IF NOT EXISTS applied_events (
+        event_id text NOT NULL,
+        payload text NOT NULL
+    );";
+pub(crate) const EFFECT_INSERT_ONE: &str =
+    "INSERT INTO applied_events (event_id, payload) VALUES ($1, $2)";
+const EFFECT_INSERT_BATCH: &str = "INSERT INTO applied_events (event_id, payload) \
+     SELECT * FROM unnest($1::text[], $2::text[])";
+
+/// How long a consumer run may take before the bench gives up.
+const RUN_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The consumers compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Consumer {
+    #[serde(rename = "walrelay, batch handler")]
+    WalrelayBatch,
+    #[serde(rename = "walrelay, per-record handler")]
+    WalrelayRecord,
+    #[serde(rename = "inbox table, 1 record/tx")]
+    Inbox1,
+    #[serde(rename = "inbox table, 500 records/tx")]
+    Inbox500,
+}
+
+impl Consumer {
+    pub fn label(self) -> &'static str {
+        match self {
+            Consumer::WalrelayBatch => "walrelay, batch handler",
+            Consumer::WalrelayRecord => "walrelay, per-record handler",
+            Consumer::Inbox1 => "inbox table, 1 record/tx",
+            Consumer::Inbox500 => "inbox table, 500 records/tx",
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Consumer::WalrelayBatch => "wr_batch",
+            Consumer::WalrelayRecord => "wr_record",
+            Consumer::Inbox1 => "inbox_1",
+            Consumer::Inbox500 => "inbox_500",
+        }
+    }
+}
+
+/// One consumer draining one topic.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerRun {
+    pub consumer: Consumer,
+    pub partitions: i32,
+    pub repeat: u32,
+    pub records: u64,
+    pub seconds: f64,
+    pub records_per_s: f64,
+    pub cpu_us_per_record: f64,
+    pub db_cpu_us_per_record: f64,
+    /// Rows of the dedupe state after the run.
+    pub state_rows: i64,
+    /// Bytes of the dedupe state (table and indexes) after the run.
+    pub state_bytes: i64,
+}
+
+/// One consumer under live load at one rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerLatencyRun {
+    pub consumer: Consumer,
+    pub repeat: u32,
+    pub target_rate: u64,
+    pub achieved_rate: f64,
+    pub events: u64,
+    pub commit_to_applied: Percentiles,
+}
+
+/// What the consumer bench is asked to do.
+#[derive(Debug, Clone)]
+pub struct ConsumerOptions {
+    pub records: u64,
+    pub repeats: u32,
+    pub rates: Vec<u64>,
+    pub latency_duration: Duration,
+}
+
+/// When each event's side effect was written: (sequence number, time).
+type ApplyLog = Arc<Mutex<Vec<(u64, Instant)>>>;
+
+/// Shared between a consumer and the bench: records applied (counted after
+/// their commit), when the first record was handed over, and optionally
+/// when each event's side effect was written (for latency).
+#[derive(Clone, Default)]
+pub(crate) struct Applied {
+    pub count: Arc<AtomicU64>,
+    first: Arc<OnceLock<Instant>>,
+    log: Option<ApplyLog>,
+}
+
+impl Applied {
+    fn with_log() -> Applied {
+        Applied {
+            log: Some(Arc::default()),
+            ..Applied::default()
+        }
+    }
+
+    /// The consumer wrote the side effect of the event with `payload`.
+    pub fn observe(&self, payload: Option<&[u8]>) {
+        let now = Instant::now();
+        self.first.get_or_init(|| now);
+        if let Some(log) = &self.log {
+            if let Some(seq) = payload.and_then(seq_of_payload) {
+                log.lock().expect("lock").push((seq, now));
+            }
+        }
+    }
+
+    fn logged(&self) -> Vec<(u64, Instant)> {
+        self.log
+            .as_ref()
+            .map(|l| l.lock().expect("lock").clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Runs the whole consumer bench: throughput on 4 and 1 partitions, then
+/// latency at `options.rates`.
+pub async fn run(
+    env: &mut BenchEnv,
+    options: &ConsumerOptions,
+    first_seq: u64,
+) -> Result<(Vec<ConsumerRun>, Vec<ConsumerLatencyRun>)> {
+    env.fresh_broker().await?;
+    let w = Workload::new(Kind::Messages, 100, 200, options.records);
+    let mut topics = Vec::new();
+    for partitions in [4, 1] {
+        let topic = format!("cons.p{partitions}");
+        env.create_topic_with(&topic, partitions)?;
+        let slot = format!("cons_p{partitions}");
+        env.create_slot(&slot).await?;
+        topics.push((topic, slot, partitions));
+    }
+    workload::generate_backlog(&env.client, &w, first_seq).await?;
+    let (end, _) = env.current_lsn().await?;
+    for (topic, slot, _) in &topics {
+        relay_backlog(env, slot, topic, end).await?;
+        env.drop_slot(slot).await?;
+    }
+    tracing::info!(
+        "consumer bench: {} records relayed into {:?}",
+        w.events,
+        topics
+    );
+
+    let mut runs = Vec::new();
+    let mut n = 0;
+    for repeat in 0..options.repeats {
+        for (topic, _, partitions) in &topics {
+            for consumer in [
+                Consumer::WalrelayBatch,
+                Consumer::WalrelayRecord,
+                Consumer::Inbox500,
+                Consumer::Inbox1,
+            ] {
+                if *partitions == 1 && matches!(consumer, Consumer::Inbox1 | Consumer::Inbox500) {
+                    // The inbox consumer is serial: its 1-partition run
+                    // would repeat the 4-partition one.
+                    continue;
+                }
+                n += 1;
+                let db = format!("cons_{}_{n}", consumer.tag());
+                let run = drain(env, consumer, topic, *partitions, &db, w.events, repeat).await?;
+                tracing::info!(
+                    "consumer {} p{partitions} #{repeat}: {:.0} records/s, {:.1} µs cpu/record, {:.1} µs db cpu/record, state {} rows / {} B",
+                    consumer.label(),
+                    run.records_per_s,
+                    run.cpu_us_per_record,
+                    run.db_cpu_us_per_record,
+                    run.state_rows,
+                    run.state_bytes
+                );
+                runs.push(run);
+            }
+        }
+    }
+
+    let mut lat = Vec::new();
+    for repeat in 0..options.repeats {
+        for consumer in [Consumer::WalrelayBatch, Consumer::Inbox500] {
+            n += 1;
+            lat.extend(
+                live(env, consumer, options, repeat, n)
+                    .await
+                    .with_context(|| format!("consumer latency, {}", consumer.label()))?,
+            );
+        }
+    }
+    Ok((runs, lat))
+}
+
+/// Relays the slot's backlog up to `end` into `topic` with walrelay in
+/// this process.
+async fn relay_backlog(env: &BenchEnv, slot: &str, topic: &str, end: u64) -> Result<()> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let config = latency::relay_config(env, slot, topic, &[]);
+    let relay = tokio::spawn(pipeline::run(config, stop_rx, None));
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    while env.confirmed_flush(slot).await? < end {
+        if relay.is_finished() || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop_tx.send(true).ok();
+    relay.await?.context("relaying the consumer backlog")?;
+    if env.confirmed_flush(slot).await? < end {
+        bail!("walrelay did not relay the consumer backlog into {topic} within {RUN_TIMEOUT:?}");
+    }
+    Ok(())
+}
+
+fn kafka_config(env: &BenchEnv, group: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", env.bootstrap())
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        // Tansu joins groups in about half the session timeout.
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "1000")
+        .set("fetch.wait.max.ms", "5");
+    c
+}
+
+/// A fresh database with the effects table; its DSN.
+async fn fresh_database(env: &BenchEnv, name: &str) -> Result<String> {
+    env.client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await?;
+    let dsn = format!(
+        "{}?sslmode=disable",
+        env.cluster.url(walrelay_testkit::SUPERUSER, name)
+    );
+    let client = connect(&dsn).await?;
+    client.batch_execute(EFFECTS).await?;
+    client.batch_execute(inbox::SCHEMA).await?;
+    walrelay_consumer::migrate(&client).await?;
+    Ok(dsn)
+}
+
+async fn connect(dsn: &str) -> Result<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!("bench consumer connection: {e}");
+        }
+    });
+    Ok(client)
+}
+
+/// Starts `consumer` on `topic`; it runs until `stop`.
+async fn start(
+    env: &BenchEnv,
+    consumer: Consumer,
+    topic: &str,
+    dsn: &str,
+    group: &str,
+    applied: Applied,
+    stop: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<Result<()>>> {
+    let kafka = kafka_config(env, group);
+    let topic = topic.to_owned();
+    Ok(match consumer {
+        Consumer::WalrelayBatch | Consumer::WalrelayRecord => {
+            let store = PgHwmStore::new();
+            let count = Arc::clone(&applied.count);
+            let counters = store.counters().clone();
+            let lp = ConsumerLoop::new(kafka, &[topic.as_str()], store, Database::from_dsn(dsn)?)?;
+            // `processed` counts after each batch commit.
+            let running = stop.clone();
+            tokio::spawn(async move {
+                while !*running.borrow() {
+                    count.store(counters.processed.get(), Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            });
+            let batch = consumer == Consumer::WalrelayBatch;
+            // The loop's future borrows the handler across awaits in a way
+            // the compiler cannot prove `Send` for every lifetime; it runs
+            // on a thread of its own, as a service's `main` would run it.
+            let runtime = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                runtime.block_on(async move {
+                    if batch {
+                        lp.run_batches(
+                            async |tx: &Transaction<'_>, records: &[Delivery<'_>]| {
+                                let mut ids = Vec::with_capacity(records.len());
+                                let mut payloads = Vec::with_capacity(records.len());
+                                for d in records {
+                                    ids.push(d.meta.key.to_hex());
+                                    payloads.push(String::from_utf8_lossy(
+                                        d.payload().unwrap_or_default(),
+                                    ));
+                                }
+                                tx.execute(EFFECT_INSERT_BATCH, &[&ids, &payloads]).await?;
+                                for d in records {
+                                    applied.observe(d.payload());
+                                }
+                                Ok::<(), tokio_postgres::Error>(())
+                            },
+                            stop,
+                        )
+                        .await?;
+                    } else {
+                        lp.run(
+                            async |tx: &Transaction<'_>, d: &Delivery<'_>| {
+                                let payload =
+                                    String::from_utf8_lossy(d.payload().unwrap_or_default());
+                                tx.execute(
+                                    EFFECT_INSERT_ONE,
+                                    &[&d.meta.key.to_hex(), &payload.as_ref()],
+                                )
+                                .await?;
+                                applied.observe(d.payload());
+                                Ok::<(), tokio_postgres::Error>(())
+                            },
+                            stop,
+                        )
+                        .await?;
+                    }
+                    Ok(())
+                })
+            })
+        }
+        Consumer::Inbox1 | Consumer::Inbox500 => {
+            let per_tx = if consumer == Consumer::Inbox1 { 1 } else { 500 };
+            let client = connect(dsn).await?;
+            tokio::spawn(
+                async move { inbox::run(kafka, &topic, client, per_tx, applied, stop).await },
+            )
+        }
+    })
+}
+
+/// Waits until `applied` reached `n`, or the consumer ended.
+async fn wait_applied(
+    applied: &Applied,
+    n: u64,
+    task: &tokio::task::JoinHandle<Result<()>>,
+) -> Result<Instant> {
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    loop {
+        let got = applied.count.load(Ordering::Relaxed);
+        if got >= n {
+            return Ok(Instant::now());
+        }
+        if task.is_finished() {
+            bail!("the consumer stopped after {got} of {n} records");
+        }
+        if Instant::now() > deadline {
+            bail!("{got} of {n} records applied within {RUN_TIMEOUT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn stop_consumer(
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<()>>,
+) -> Result<()> {
+    stop.send(true).ok();
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .context("the consumer did not stop within 60 s")??
+}
+
+/// One consumer applies the whole `topic` into a fresh database.
+async fn drain(
+    env: &BenchEnv,
+    consumer: Consumer,
+    topic: &str,
+    partitions: i32,
+    db: &str,
+    records: u64,
+    repeat: u32,
+) -> Result<ConsumerRun> {
+    let dsn = fresh_database(env, db).await?;
+    let applied = Applied::default();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let db_cpu = env.db_cpu_window()?;
+    let cpu0 = procstat::self_cpu_seconds()?;
+    let task = start(env, consumer, topic, &dsn, db, applied.clone(), stop_rx).await?;
+    let finished = wait_applied(&applied, records, &task).await;
+    let cpu = procstat::self_cpu_seconds()? - cpu0;
+    let db_cpu = db_cpu.finish().await?;
+    stop_consumer(stop_tx, task).await?;
+    let finished = finished?;
+    let first = *applied.first.get().context("no record was applied")?;
+    let seconds = finished.duration_since(first).as_secs_f64().max(1e-6);
+
+    let client = connect(&dsn).await?;
+    let row = client
+        .query_one(
+            "SELECT count(*), count(DISTINCT event_id) FROM applied_events",
+            &[],
+        )
+        .await?;
+    let (rows, distinct): (i64, i64) = (row.get(0), row.get(1));
+    if rows != distinct || distinct != records as i64 {
+        bail!(
+            "{}: {rows} side effects of {distinct} distinct events, {records} expected exactly once",
+            consumer.label()
+        );
+    }
+    let (state_rows, state_bytes) = match consumer {
+        Consumer::WalrelayBatch | Consumer::WalrelayRecord => {
+            let row = client
+                .query_one(
+                    "SELECT count(*), pg_total_relation_size('walrelay_consumer_hwm') FROM walrelay_consumer_hwm",
+                    &[],
+                )
+                .await?;
+            (row.get(0), row.get(1))
+        }
+        Consumer::Inbox1 | Consumer::Inbox500 => inbox::state(&client).await?,
+    };
+    let per = |s: f64| s * 1e6 / records as f64;
+    Ok(ConsumerRun {
+        consumer,
+        partitions,
+        repeat,
+        records,
+        seconds,
+        records_per_s: records as f64 / seconds,
+        cpu_us_per_record: per(cpu),
+        db_cpu_us_per_record: per(db_cpu),
+        state_rows,
+        state_bytes,
+    })
+}
+
+/// Latency under live load: the relay and `consumer` run while one-event
+/// transactions commit at each rate.
+async fn live(
+    env: &BenchEnv,
+    consumer: Consumer,
+    options: &ConsumerOptions,
+    repeat: u32,
+    n: u32,
+) -> Result<Vec<ConsumerLatencyRun>> {
+    env.client.batch_execute("CHECKPOINT").await?;
+    let tag = format!("{}_{repeat}", consumer.tag());
+    let topic = format!("cons.lat.{tag}");
+    env.create_topic(&topic)?;
+    let slot = format!("cons_lat_{tag}");
+    env.create_slot(&slot).await?;
+    let db = format!("cons_lat_{}_{n}", consumer.tag());
+    let dsn = fresh_database(env, &db).await?;
+
+    let (relay_stop, relay_rx) = watch::channel(false);
+    let relay = tokio::spawn(pipeline::run(
+        latency::relay_config(env, &slot, &topic, &[]),
+        relay_rx,
+        None,
+    ));
+    let applied = Applied::with_log();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let task = start(env, consumer, &topic, &dsn, &db, applied.clone(), stop_rx).await?;
+
+    let result = async {
+        let clients = latency::connect_clients(env).await?;
+        // Warm-up: the group join and the connections.
+        let mut next = 1u64;
+        latency::generate(&clients, Kind::Messages, 200, None, Duration::ZERO, next, 1).await?;
+        let mut expected = 1;
+        wait_applied(&applied, expected, &task).await?;
+        next += 1;
+        let mut runs = Vec::new();
+        for &rate in &options.rates {
+            let t = Instant::now();
+            let commits = latency::generate(
+                &clients,
+                Kind::Messages,
+                200,
+                Some(rate),
+                options.latency_duration,
+                next,
+                latency::CLIENTS,
+            )
+            .await?;
+            let elapsed = t.elapsed().as_secs_f64();
+            let events = commits.len() as u64;
+            next = commits.iter().map(|c| c.0).max().unwrap_or(next) + 1;
+            expected += events;
+            wait_applied(&applied, expected, &task).await?;
+            let commit_at: HashMap<u64, Instant> = commits.into_iter().collect();
+            let (h, _) = latency::histogram(&commit_at, &applied.logged())?;
+            if h.len() != events {
+                bail!("{events} events committed, {} applied and matched", h.len());
+            }
+            let p = Percentiles::of(&h);
+            tracing::info!(
+                "consumer latency {} at {rate}/s: p50 {:.2} ms, p99 {:.2} ms",
+                consumer.label(),
+                p.p50,
+                p.p99
+            );
+            runs.push(ConsumerLatencyRun {
+                consumer,
+                repeat,
+                target_rate: rate,
+                achieved_rate: events as f64 / elapsed,
+                events,
+                commit_to_applied: p,
+            });
+        }
+        anyhow::Ok(runs)
+    }
+    .await;
+    let stopped = stop_consumer(stop_tx, task).await;
+    relay_stop.send(true).ok();
+    relay.await?.context("the relay of the latency run")?;
+    env.drop_slot(&slot).await?;
+    let runs = result?;
+    stopped?;
+    Ok(runs)
+}

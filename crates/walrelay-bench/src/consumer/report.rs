@@ -1,0 +1,214 @@
+//! The consumer section of the report: the throughput/cost table, the
+//! latency table, and the consumer targets, all as medians over repeats.
+
+use std::fmt::Write as _;
+
+use super::{Consumer, ConsumerLatencyRun, ConsumerRun};
+use crate::report::{Stat, TargetCheck};
+
+/// Medians of one consumer on one partition count.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    pub rate: Stat,
+    pub cpu_us: Stat,
+    pub db_cpu_us: Stat,
+    pub state_rows: i64,
+    pub state_bytes: i64,
+    pub records: u64,
+}
+
+pub fn summary(runs: &[ConsumerRun], consumer: Consumer, partitions: i32) -> Option<Summary> {
+    let of: Vec<&ConsumerRun> = runs
+        .iter()
+        .filter(|r| r.consumer == consumer && r.partitions == partitions)
+        .collect();
+    let last = of.last()?;
+    Some(Summary {
+        rate: Stat::of(of.iter().map(|r| r.records_per_s))?,
+        cpu_us: Stat::of(of.iter().map(|r| r.cpu_us_per_record))?,
+        db_cpu_us: Stat::of(of.iter().map(|r| r.db_cpu_us_per_record))?,
+        state_rows: last.state_rows,
+        state_bytes: last.state_bytes,
+        records: last.records,
+    })
+}
+
+const ROWS: [(Consumer, i32); 6] = [
+    (Consumer::WalrelayBatch, 4),
+    (Consumer::WalrelayBatch, 1),
+    (Consumer::WalrelayRecord, 4),
+    (Consumer::WalrelayRecord, 1),
+    (Consumer::Inbox500, 4),
+    (Consumer::Inbox1, 4),
+];
+
+/// The consumer targets of docs/benchmarks.md.
+pub fn targets(runs: &[ConsumerRun]) -> Vec<TargetCheck> {
+    let mut out = Vec::new();
+    let batch = summary(runs, Consumer::WalrelayBatch, 4);
+    let record = summary(runs, Consumer::WalrelayRecord, 4);
+    let inbox = summary(runs, Consumer::Inbox500, 4);
+    let inbox1 = summary(runs, Consumer::Inbox1, 4);
+    if batch.is_none() && record.is_none() {
+        return out;
+    }
+    let ratio = batch.zip(inbox).map(|(b, i)| b.rate.median / i.rate.median);
+    out.push(TargetCheck {
+        target: "consumer, batch handler: >= 5x the batched inbox consumer (4 partitions)".into(),
+        measured: ratio.map_or("not measured".into(), |r| format!("{r:.1}x")),
+        met: ratio.map(|r| r >= 5.0),
+    });
+    out.push(TargetCheck {
+        target: "consumer, batch handler: >= 50,000 records/s".into(),
+        measured: batch.map_or("not measured".into(), |b| {
+            format!("{:.0} records/s", b.rate.median)
+        }),
+        met: batch.map(|b| b.rate.median >= 50_000.0),
+    });
+    out.push(TargetCheck {
+        target: "consumer, per-record handler: >= 10,000 records/s".into(),
+        measured: record.map_or("not measured".into(), |r| {
+            format!("{:.0} records/s", r.rate.median)
+        }),
+        met: record.map(|r| r.rate.median >= 10_000.0),
+    });
+    out.push(TargetCheck {
+        target: "consumer, batch handler: CPU <= 20 µs per record".into(),
+        measured: batch.map_or("not measured".into(), |b| {
+            format!("{:.1} µs", b.cpu_us.median)
+        }),
+        met: batch.map(|b| b.cpu_us.median <= 20.0),
+    });
+    // One mark row per partition and source (one source here), whatever
+    // the record count; the inbox keeps a row per record.
+    let constant = batch.map(|b| b.state_rows <= 4);
+    let grows = inbox.or(inbox1).map(|i| i.state_rows as u64 == i.records);
+    out.push(TargetCheck {
+        target: "dedupe state: constant (one row per partition and source) vs the inbox's row per record".into(),
+        measured: format!(
+            "marks: {} rows, {} B; inbox: {} rows, {} B",
+            batch.map_or(0, |b| b.state_rows),
+            batch.map_or(0, |b| b.state_bytes),
+            inbox.or(inbox1).map_or(0, |i| i.state_rows),
+            inbox.or(inbox1).map_or(0, |i| i.state_bytes),
+        ),
+        met: constant.zip(grows).map(|(c, g)| c && g),
+    });
+    out
+}
+
+/// The consumer tables, or nothing when the consumer bench did not run.
+pub fn markdown(runs: &[ConsumerRun], latency: &[ConsumerLatencyRun]) -> String {
+    let mut s = String::new();
+    if runs.is_empty() && latency.is_empty() {
+        return s;
+    }
+    let records = runs.first().map_or(0, |r| r.records);
+    let _ = writeln!(
+        s,
+        "\n## Consumers: applying a relayed topic exactly once\n\n\
+         {records} relayed 200-byte events, each consumer with a fresh group and a fresh \
+         database (`synchronous_commit = on`); one row per event in `applied_events`, checked \
+         exactly once after every run. CPU is the consumer process's, database CPU the whole \
+         server's, per record. Dedupe state: what the consumer keeps to drop duplicates.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| consumer | partitions | records/s | CPU µs/record | DB CPU µs/record | dedupe state |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---|");
+    for (consumer, partitions) in ROWS {
+        let Some(m) = summary(runs, consumer, partitions) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {partitions} | {:.0} | {:.1} | {:.1} | {} rows, {} kB |",
+            consumer.label(),
+            m.rate.median,
+            m.cpu_us.median,
+            m.db_cpu_us.median,
+            m.state_rows,
+            m.state_bytes / 1024
+        );
+    }
+    if !latency.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nCommit → applied under live load (relay and consumer running; one-event \
+             transactions; applied = the side effect written in the consumer's transaction), \
+             medians over the repeats:\n"
+        );
+        let _ = writeln!(s, "| consumer | target rate | achieved | p50 ms | p99 ms |");
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+        let mut keys: Vec<(Consumer, u64)> = latency
+            .iter()
+            .map(|l| (l.consumer, l.target_rate))
+            .collect();
+        keys.dedup();
+        keys.sort_by_key(|(c, r)| (*c as u8, *r));
+        keys.dedup();
+        for (consumer, rate) in keys {
+            let of: Vec<&ConsumerLatencyRun> = latency
+                .iter()
+                .filter(|l| l.consumer == consumer && l.target_rate == rate)
+                .collect();
+            let med = |f: &dyn Fn(&ConsumerLatencyRun) -> f64| {
+                Stat::of(of.iter().map(|l| f(l))).map_or(0.0, |s| s.median)
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {rate}/s | {:.0}/s | {:.1} | {:.1} |",
+                consumer.label(),
+                med(&|l| l.achieved_rate),
+                med(&|l| l.commit_to_applied.p50),
+                med(&|l| l.commit_to_applied.p99),
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(consumer: Consumer, rate: f64, cpu: f64, rows: i64) -> ConsumerRun {
+        ConsumerRun {
+            consumer,
+            partitions: 4,
+            repeat: 0,
+            records: 1000,
+            seconds: 1000.0 / rate,
+            records_per_s: rate,
+            cpu_us_per_record: cpu,
+            db_cpu_us_per_record: 10.0,
+            state_rows: rows,
+            state_bytes: 8192,
+        }
+    }
+
+    #[test]
+    fn targets_compare_walrelay_with_the_inbox_of_the_same_run() {
+        let runs = vec![
+            run(Consumer::WalrelayBatch, 60_000.0, 12.0, 4),
+            run(Consumer::WalrelayRecord, 9_000.0, 30.0, 4),
+            run(Consumer::Inbox500, 10_000.0, 40.0, 1000),
+            run(Consumer::Inbox1, 900.0, 90.0, 1000),
+        ];
+        let t = targets(&runs);
+        let met: Vec<Option<bool>> = t.iter().map(|t| t.met).collect();
+        assert_eq!(
+            met,
+            [Some(true), Some(true), Some(false), Some(true), Some(true)]
+        );
+        assert_eq!(t[0].measured, "6.0x");
+        let md = markdown(&runs, &[]);
+        assert!(
+            md.contains("| walrelay, batch handler | 4 | 60000 | 12.0 | 10.0 | 4 rows, 8 kB |"),
+            "{md}"
+        );
+        assert!(targets(&[]).is_empty());
+        assert!(markdown(&[], &[]).is_empty());
+    }
+}
