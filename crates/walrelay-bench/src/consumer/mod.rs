@@ -42,6 +42,7 @@ use anyhow::{bail, Context, Result};
 use rdkafka::ClientConfig;
 use serde::Serialize;
 use tokio::sync::watch;
+use tokio_postgres::types::Type;
 use tokio_postgres::Transaction;
 use walrelay::pipeline;
 use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore};
@@ -76,6 +77,9 @@ pub enum Consumer {
     Inbox1,
     #[serde(rename = "inbox table, 500 records/tx")]
     Inbox500,
+    /// A plain rdkafka consumer that only counts: the broker's read limit.
+    #[serde(rename = "read limit (rdkafka, no processing)")]
+    ReadLimit,
 }
 
 impl Consumer {
@@ -85,6 +89,7 @@ impl Consumer {
             Consumer::WalrelayRecord => "walrelay, per-record handler",
             Consumer::Inbox1 => "inbox table, 1 record/tx",
             Consumer::Inbox500 => "inbox table, 500 records/tx",
+            Consumer::ReadLimit => "read limit (rdkafka, no processing)",
         }
     }
 
@@ -94,6 +99,7 @@ impl Consumer {
             Consumer::WalrelayRecord => "wr_record",
             Consumer::Inbox1 => "inbox_1",
             Consumer::Inbox500 => "inbox_500",
+            Consumer::ReadLimit => "read",
         }
     }
 }
@@ -213,6 +219,7 @@ pub async fn run(
                 Consumer::WalrelayRecord,
                 Consumer::Inbox500,
                 Consumer::Inbox1,
+                Consumer::ReadLimit,
             ] {
                 if *partitions == 1 && matches!(consumer, Consumer::Inbox1 | Consumer::Inbox500) {
                     // The inbox consumer is serial: its 1-partition run
@@ -367,9 +374,14 @@ async fn start(
                             async |tx: &Transaction<'_>, d: &Delivery<'_>| {
                                 let payload =
                                     String::from_utf8_lossy(d.payload().unwrap_or_default());
-                                tx.execute(
+                                // Typed: parse, bind and execute in one
+                                // round trip (`execute(&str)` takes two).
+                                tx.execute_typed(
                                     EFFECT_INSERT_ONE,
-                                    &[&d.meta.key.to_hex(), &payload.as_ref()],
+                                    &[
+                                        (&d.meta.key.to_hex(), Type::TEXT),
+                                        (&payload.as_ref(), Type::TEXT),
+                                    ],
                                 )
                                 .await?;
                                 applied.observe(d.payload());
@@ -383,6 +395,9 @@ async fn start(
                 })
             })
         }
+        Consumer::ReadLimit => {
+            tokio::spawn(async move { read_only(kafka, &topic, applied, stop).await })
+        }
         Consumer::Inbox1 | Consumer::Inbox500 => {
             let per_tx = if consumer == Consumer::Inbox1 { 1 } else { 500 };
             let client = connect(dsn).await?;
@@ -391,6 +406,31 @@ async fn start(
             )
         }
     })
+}
+
+/// Reads `topic` and counts, nothing else: what the broker serves to one
+/// consumer.
+async fn read_only(
+    kafka: ClientConfig,
+    topic: &str,
+    applied: Applied,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    use rdkafka::consumer::{Consumer as _, StreamConsumer};
+    use rdkafka::message::Message as _;
+    let mut kafka = kafka;
+    kafka.set("enable.auto.commit", "false");
+    let consumer: StreamConsumer = kafka.create()?;
+    consumer.subscribe(&[topic])?;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return Ok(()),
+            m = consumer.recv() => {
+                applied.observe(m?.payload());
+                applied.count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// Waits until `applied` reached `n`, or the consumer ended.
@@ -452,8 +492,13 @@ async fn drain(
     let client = connect(&dsn).await?;
     let row = client
         .query_one(
-            "SELECT count(*), count(DISTINCT event_id) FROM applied_events",
-            &[],
+            if consumer == Consumer::ReadLimit {
+                // Applies nothing: count what it read instead.
+                "SELECT $1::bigint, $1::bigint"
+            } else {
+                "SELECT count(*), count(DISTINCT event_id) FROM applied_events WHERE $1::bigint IS NOT NULL"
+            },
+            &[&(applied.count.load(Ordering::Relaxed) as i64)],
         )
         .await?;
     let (rows, distinct): (i64, i64) = (row.get(0), row.get(1));
@@ -474,6 +519,7 @@ async fn drain(
             (row.get(0), row.get(1))
         }
         Consumer::Inbox1 | Consumer::Inbox500 => inbox::state(&client).await?,
+        Consumer::ReadLimit => (0, 0),
     };
     let per = |s: f64| s * 1e6 / records as f64;
     Ok(ConsumerRun {

@@ -33,13 +33,15 @@ pub fn summary(runs: &[ConsumerRun], consumer: Consumer, partitions: i32) -> Opt
     })
 }
 
-const ROWS: [(Consumer, i32); 6] = [
+const ROWS: [(Consumer, i32); 8] = [
     (Consumer::WalrelayBatch, 4),
     (Consumer::WalrelayBatch, 1),
     (Consumer::WalrelayRecord, 4),
     (Consumer::WalrelayRecord, 1),
     (Consumer::Inbox500, 4),
     (Consumer::Inbox1, 4),
+    (Consumer::ReadLimit, 4),
+    (Consumer::ReadLimit, 1),
 ];
 
 /// The consumer targets of docs/benchmarks.md.

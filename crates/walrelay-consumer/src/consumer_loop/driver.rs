@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio_postgres::Client;
 
 use super::context::{LoopContext, RebalanceEvent};
-use super::partition::{Partition, Queued, Step};
+use super::partition::{may_hold, Partition, Queued, Step};
 use super::{Apply, LoopError, StoppedPartition};
 use crate::apply::{BatchError, BatchOutcome, Park};
 use crate::delivery::Delivery;
@@ -32,6 +32,12 @@ const POLL_BURST: usize = 1024;
 
 /// How long a shutdown waits for the batches in flight.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
+
+/// How long the loop may stop taking records from Kafka while every busy
+/// partition is full ([`may_hold`]); then it pauses them and polls again,
+/// so rebalances and a slow handler never leave the member unpolled for
+/// long.
+const HOLD_LIMIT: Duration = Duration::from_millis(500);
 
 type TopicPartition = (String, i32);
 
@@ -119,6 +125,7 @@ impl<'a> Driver<'a> {
         // loop's future is `Send` whenever the handler's futures are.
         let mut jobs = FuturesUnordered::new();
         let mut ready = Vec::new();
+        let mut last_poll = Instant::now();
         let mut ticker = tokio::time::interval(self.settings.commit_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -126,9 +133,20 @@ impl<'a> Driver<'a> {
                 break;
             }
             let wake = self.start_jobs(&mut ready);
+            let now = Instant::now();
+            let hold = may_hold(self.partitions.values(), &self.settings)
+                && now.duration_since(last_poll) < HOLD_LIMIT;
+            if !hold {
+                last_poll = now;
+            }
+            let wake = if hold {
+                Some(wake.map_or(last_poll + HOLD_LIMIT, |w| w.min(last_poll + HOLD_LIMIT)))
+            } else {
+                wake
+            };
             // After batches finished and new records came: a drained
             // partition resumes fetching even when nothing else arrives.
-            self.flow_control();
+            self.flow_control(hold);
             for job in ready.drain(..) {
                 jobs.push(run_job(apply, self.store, job));
             }
@@ -148,7 +166,7 @@ impl<'a> Driver<'a> {
                 Some(done) = jobs.next(), if !jobs.is_empty() => self.finish(done),
                 _ = ticker.tick() => self.commit_async(),
                 () = sleep => {}
-                received = consumer.recv() => {
+                received = consumer.recv(), if !hold => {
                     self.apply_rebalances();
                     match received {
                         Ok(message) => {
@@ -218,12 +236,14 @@ impl<'a> Driver<'a> {
         partition.push(Queued::new(message), now);
     }
 
-    /// Pauses partitions with two batches waiting, resumes drained ones.
-    fn flow_control(&mut self) {
+    /// Pauses partitions with two batches waiting (unless the loop holds
+    /// instead: it takes no records now, so nothing needs pausing),
+    /// resumes drained ones.
+    fn flow_control(&mut self, hold: bool) {
         let mut pause = TopicPartitionList::new();
         let mut resume = TopicPartitionList::new();
         for (tp, p) in &mut self.partitions {
-            if p.should_pause(&self.settings) {
+            if !hold && p.should_pause(&self.settings) {
                 p.paused = true;
                 pause.add_partition(&tp.0, tp.1);
             } else if p.should_resume(&self.settings) {

@@ -5,9 +5,13 @@
 //! [`ConsumerLoop`] subscribes to topics in a consumer group and:
 //!
 //! 1. copies each record it polls into its partition's queue, parsing the
-//!    walrelay headers once; a partition with two batches waiting is
-//!    paused in Kafka (the loop keeps polling, so the member stays in the
-//!    group however long a partition is stuck);
+//!    walrelay headers once. When every busy partition has two batches
+//!    waiting and is getting through them, the loop takes no records for
+//!    a moment (at most half a second), leaving them prefetched in
+//!    librdkafka; otherwise a partition with two batches waiting is paused
+//!    in Kafka (the loop keeps polling, so the member stays in the group
+//!    however long a partition is stuck). Pausing costs a refetch of what
+//!    librdkafka had prefetched, so the loop avoids it when it can;
 //! 2. whenever a partition has no batch in flight, takes the front of its
 //!    queue (up to [`Settings::max_batch_records`] /
 //!    [`Settings::max_batch_bytes`]: a lone record at once, larger batches

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!            records from Kafka
-//!                   │ (queue; fetching paused above two batches)
+//!                   │ (queue; above two batches the loop holds or pauses)
 //!                   ▼
 //!   ┌──────── Idle ─────────┐  next_step: Apply{take, park} ──► Busy
 //!   │   (queue empty, or    │                                   │
@@ -176,10 +176,23 @@ impl Partition {
         }
     }
 
+    /// Whether two batches are waiting: no more records should come in.
+    pub(crate) fn is_full(&self, s: &Settings) -> bool {
+        self.queue.len() >= s.queue_records() || self.queued_bytes >= s.queue_bytes()
+    }
+
+    /// Whether the partition gets through its queue by itself: not
+    /// stopped, not failing, not waiting for a retry.
+    pub(crate) fn progressing(&self) -> bool {
+        self.stopped.is_none()
+            && self.failing.is_none()
+            && self.db_failures == 0
+            && self.retry_at.is_none()
+    }
+
     /// Whether fetching should pause: two batches are waiting.
     pub(crate) fn should_pause(&self, s: &Settings) -> bool {
-        !self.paused
-            && (self.queue.len() >= s.queue_records() || self.queued_bytes >= s.queue_bytes())
+        !self.paused && self.is_full(s)
     }
 
     /// Whether fetching should resume: at most one batch is waiting.
@@ -373,3 +386,38 @@ impl Partition {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether the loop may stop taking records from Kafka for a moment
+/// instead of pausing the full partitions: some partition is full, every
+/// full one is progressing, and no partition has records waiting with
+/// room for more (the others are empty, or stopped).
+///
+/// Why: pausing a partition makes librdkafka discard what it prefetched
+/// for it, and resuming fetches it again (about half a second per cycle
+/// against this project's test broker); a single busy partition paused
+/// every two batches applied 16x fewer records per second than without
+/// pauses. Not polling leaves the prefetched records in librdkafka, which
+/// stops fetching by itself at its queue limits. Pausing stays for what
+/// it is needed for: a blocked partition while others flow, and holds
+/// longer than a bound (the caller's), so the member keeps polling.
+pub(crate) fn may_hold<'a>(
+    partitions: impl IntoIterator<Item = &'a Partition>,
+    s: &Settings,
+) -> bool {
+    let mut any_full = false;
+    for p in partitions {
+        if p.stopped.is_some() {
+            continue;
+        }
+        if p.is_full(s) {
+            if !p.progressing() {
+                return false;
+            }
+            any_full = true;
+        } else if !p.queue.is_empty() {
+            // Room for more, and records already coming: keep fetching.
+            return false;
+        }
+    }
+    any_full
+}

@@ -316,3 +316,40 @@ fn fetching_pauses_above_two_batches_and_resumes_below_one() {
         p.queue.iter().map(|r| r.bytes).sum::<usize>()
     );
 }
+
+#[test]
+fn the_loop_holds_only_while_every_busy_partition_is_full_and_progressing() {
+    let s = settings(OnPoison::Stop); // two batches of 3 fill a queue
+    let full = || partition(&[Some(1), Some(2), Some(3), Some(4), Some(5), Some(6)]);
+    let half = || partition(&[Some(1), Some(2)]);
+    let empty = || partition(&[]);
+    assert!(full().is_full(&s) && !half().is_full(&s));
+
+    assert!(may_hold([&full()], &s), "one full partition: hold");
+    assert!(
+        may_hold([&full(), &empty()], &s),
+        "an empty one does not need fetching now"
+    );
+    assert!(
+        !may_hold([&full(), &half()], &s),
+        "a partition with room and records: fetch"
+    );
+    assert!(!may_hold([&empty(), &half()], &s), "nothing full: fetch");
+    assert!(
+        !may_hold(std::iter::empty::<&Partition>(), &s),
+        "no partitions: fetch"
+    );
+
+    let mut retrying = full();
+    retrying.retry_at = Some(Instant::now() + Duration::from_secs(1));
+    assert!(
+        !may_hold([&retrying], &s),
+        "a full partition that is not progressing: pause it, keep polling"
+    );
+    let mut stopped = half();
+    stopped.stopped = Some("poison".into());
+    assert!(
+        may_hold([&full(), &stopped], &s),
+        "a stopped partition is paused already"
+    );
+}
