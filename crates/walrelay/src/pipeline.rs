@@ -960,6 +960,10 @@ mod tests {
     #[test]
     fn after_a_stop_request_only_errors_a_restart_cannot_fix_fail_the_process() {
         let refused = RelayError::Postgres(walrelay_pg::Error::StreamStopped);
+        // `pg_ctl stop -m fast`: the walsender ends the copy.
+        let server_shutdown = RelayError::Postgres(walrelay_pg::Error::StreamEndedByServer {
+            by: "CommandComplete \"COPY 0\"".into(),
+        });
         let delivery =
             RelayError::Kafka(SinkError::Flush(RDKafkaErrorCode::BrokerTransportFailure));
         let in_use = RelayError::SlotInUse {
@@ -981,6 +985,11 @@ mod tests {
         assert_eq!(after_failure(&dropped, true), AfterFailure::Fail);
         assert_eq!(after_failure(&bad, true), AfterFailure::Fail);
         assert_eq!(after_failure(&refused, false), AfterFailure::Retry);
+        assert_eq!(after_failure(&server_shutdown, false), AfterFailure::Retry);
+        assert_eq!(
+            after_failure(&server_shutdown, true),
+            AfterFailure::CleanStop
+        );
         assert_eq!(after_failure(&delivery, false), AfterFailure::Retry);
         assert_eq!(after_failure(&in_use, false), AfterFailure::StandBy);
         assert_eq!(after_failure(&dropped, false), AfterFailure::Fail);
