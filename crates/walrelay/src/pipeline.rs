@@ -811,7 +811,8 @@ impl<'a> Session<'a> {
             }
             None => Bytes::new(),
         };
-        record.headers.push((self.prev_key_header.clone(), prev));
+        // With walrelay's own headers, before the application's.
+        record.insert_walrelay_header(self.prev_key_header.clone(), prev);
         let seq = self.tracker.register_event(record.size());
         if let Some(m) = self.metrics {
             let counters = match self.topic_counters.get(&record.topic) {

@@ -244,6 +244,27 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
             prev = key_of(r).to_hex();
         }
     }
+    // walrelay's headers first, each once, then the application's
+    // (docs/relay.md): prev-key too, although the pipeline adds it last.
+    for r in &records {
+        let reserved: Vec<bool> = r
+            .headers
+            .iter()
+            .map(|(k, _)| walrelay::record::header::is_reserved(k))
+            .collect();
+        let own = reserved.iter().take_while(|r| **r).count();
+        assert!(
+            reserved[own..].iter().all(|r| !r),
+            "a walrelay header after the application's: {:?}",
+            r.headers
+        );
+        let mut names: Vec<&str> = r.headers[..own].iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names.last(), Some(&"walrelay-prev-key"), "{:?}", r.headers);
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n, "each walrelay header once: {:?}", r.headers);
+    }
     // Keys strictly increase per partition, and are unique.
     let (fresh, duplicates) = apply_high_water_marks(&records)?;
     assert_eq!(duplicates, 0, "one session, no replay: no duplicates");
