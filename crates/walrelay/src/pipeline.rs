@@ -44,7 +44,7 @@ use crate::metrics::{Metrics, TopicCounters};
 use crate::partition::{partition_for_key, partition_for_keyless};
 use crate::record::{header, Record};
 use crate::route::{BadEvent, MessageRoute, RouteError, Router, TxInfo};
-use crate::sink::{Delivery, KafkaSink, SinkConfig, SinkError};
+use crate::sink::{Delivery, KafkaSink, SinkError};
 
 /// Why a session ended.
 #[derive(Debug, thiserror::Error)]
@@ -475,10 +475,7 @@ impl<'a> Session<'a> {
                 slot,
             )
         });
-        let sink = KafkaSink::new(&SinkConfig::new(
-            &config.kafka.bootstrap_servers,
-            config.kafka.properties.clone(),
-        ))?;
+        let sink = KafkaSink::new(&crate::kafka_client::producer_config(&config.kafka))?;
         let options = StreamOptions {
             status_interval: config.postgres.status_interval,
             initial_flush: confirmed,

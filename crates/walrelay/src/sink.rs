@@ -284,11 +284,7 @@ impl SinkConfig {
 
     fn validate_with(&self, secrets: Secrets) -> Result<(), SinkError> {
         let props = self.properties_with(secrets, true)?;
-        let mut client_config = ClientConfig::new();
-        for (name, value) in &props {
-            client_config.set(name, value);
-        }
-        client_config
+        crate::kafka_client::to_client_config(&props)
             .create_native_config()
             .map(drop)
             .map_err(create_error)
@@ -1061,10 +1057,7 @@ impl KafkaSink {
     /// Creates the producer (it connects in the background).
     pub fn new(config: &SinkConfig) -> Result<KafkaSink, SinkError> {
         let props = config.effective_properties()?;
-        let mut client_config = ClientConfig::new();
-        for (name, value) in &props {
-            client_config.set(name, value);
-        }
+        let mut client_config = crate::kafka_client::to_client_config(&props);
         // librdkafka's log level gates what reaches `ClientContext::log`.
         client_config.set_log_level(
             if props.contains_key("debug")

@@ -890,24 +890,12 @@ fn kafka_settings(options: &Options) -> anyhow::Result<KafkaConfig> {
     Ok(kafka)
 }
 
+/// `walrelay verify`'s reader: the one builder of Kafka client properties
+/// ([`crate::kafka_client`], secrets resolved), with a group id of its own.
 fn consumer_config(kafka: &KafkaConfig) -> anyhow::Result<ClientConfig> {
-    let mut c = ClientConfig::new();
-    // Overridable defaults.
-    c.set("client.id", "walrelay-verify")
-        .set("fetch.wait.max.ms", "100")
-        .set("socket.connection.setup.timeout.ms", "10000");
-    // `env:`/`file:` secret references, as for the relay's producer.
-    for (k, v) in &crate::secrets::resolve_properties(&kafka.properties)? {
-        c.set(k, v);
-    }
-    // What makes this a read-only, group-less reader.
-    c.set("bootstrap.servers", &kafka.bootstrap_servers)
-        .set("group.id", format!("walrelay-verify-{:016x}", random_u64()))
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("allow.auto.create.topics", "false");
+    let mut c =
+        crate::kafka_client::client_config(kafka, crate::kafka_client::KafkaClient::Verify)?;
+    c.set("group.id", format!("walrelay-verify-{:016x}", random_u64()));
     Ok(c)
 }
 
