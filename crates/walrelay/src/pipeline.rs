@@ -356,6 +356,11 @@ struct Session<'a> {
     metric_events: HashMap<u64, SentEvent>,
     /// Per-topic counters, looked up once per topic and session.
     topic_counters: HashMap<Arc<str>, TopicCounters>,
+    /// Relations whose check failed (not an outbox, a configured column
+    /// missing), by relation id: the error is raised at the first change
+    /// to the table, with that change's LSN (a Relation message carries
+    /// none). Usually empty; checked only when not.
+    rejected: HashMap<u32, RouteError>,
 }
 
 /// An event in flight, as the metrics see it.
@@ -513,6 +518,7 @@ impl<'a> Session<'a> {
             metrics,
             metric_events: HashMap::new(),
             topic_counters: HashMap::new(),
+            rejected: HashMap::new(),
         })
     }
 
@@ -676,10 +682,18 @@ impl<'a> Session<'a> {
                 self.tx = None;
             }
             PgOutputMessage::Relation(r) => {
-                self.router.check_relation(&r, lsn)?;
+                match self.router.check_relation(&r, lsn) {
+                    Ok(()) => {
+                        self.rejected.remove(&r.id);
+                    }
+                    Err(e) => {
+                        self.rejected.insert(r.id, e);
+                    }
+                }
                 self.relations.insert(r);
             }
             PgOutputMessage::Insert(i) => {
+                self.check_relation(i.relation_id, lsn)?;
                 let tx = self.tx.clone().ok_or_else(|| outside_tx("INSERT", lsn))?;
                 let row = self
                     .relations
@@ -704,6 +718,7 @@ impl<'a> Session<'a> {
             // with a warning that nobody reads. It gets a key like an
             // INSERT, so that as a dead letter it sits in stream order.
             PgOutputMessage::Update(u) => {
+                self.check_relation(u.relation_id, lsn)?;
                 let tx = self.tx.clone().ok_or_else(|| outside_tx("UPDATE", lsn))?;
                 let row = self
                     .relations
@@ -723,8 +738,16 @@ impl<'a> Session<'a> {
             }
             // Deleting published outbox rows is how applications keep the
             // table small (often in the same transaction as the INSERT).
-            PgOutputMessage::Delete(_) => debug!(%lsn, "DELETE from an outbox table ignored"),
-            PgOutputMessage::Truncate(_) => info!(%lsn, "TRUNCATE of an outbox table ignored"),
+            PgOutputMessage::Delete(d) => {
+                self.check_relation(d.relation_id, lsn)?;
+                debug!(%lsn, "DELETE from an outbox table ignored");
+            }
+            PgOutputMessage::Truncate(t) => {
+                for id in &t.relation_ids {
+                    self.check_relation(*id, lsn)?;
+                }
+                info!(%lsn, "TRUNCATE of an outbox table ignored");
+            }
             PgOutputMessage::Message(m) => {
                 // An ignored prefix gets no key; anything else gets its key
                 // before routing, so that a dead letter has the key the
@@ -855,6 +878,18 @@ impl<'a> Session<'a> {
 }
 
 impl Session<'_> {
+    /// The error of a table whose Relation failed its check, at the LSN of
+    /// this change to it.
+    fn check_relation(&self, relation_id: u32, lsn: Lsn) -> Result<(), RelayError> {
+        if self.rejected.is_empty() {
+            return Ok(());
+        }
+        match self.rejected.get(&relation_id) {
+            Some(e) => Err(e.clone().at(lsn).into()),
+            None => Ok(()),
+        }
+    }
+
     /// Log and count a dead-letter record as it is sent: the operator must
     /// learn about it without reading the dead-letter topic.
     fn dead_lettered(&self, record: &Record) {

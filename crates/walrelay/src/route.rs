@@ -179,6 +179,19 @@ impl RouteError {
         }
     }
 
+    /// The same error, reported at `lsn`: a problem found in a Relation
+    /// message (which carries no position of its own, the server sends
+    /// 0/0) is reported at the first change to that table.
+    pub fn at(mut self, at: Lsn) -> RouteError {
+        match &mut self {
+            RouteError::NotAnOutbox { lsn, .. } | RouteError::MissingColumn { lsn, .. } => {
+                *lsn = at
+            }
+            _ => {}
+        }
+        self
+    }
+
     /// Whether one event is bad, so that a dead-letter record can stand in
     /// for it. A change to a table that is not an outbox is not: it means
     /// the publication and the configuration disagree, and dead-lettering

@@ -333,9 +333,11 @@ async fn run_explains_a_missing_slot_and_a_table_outside_the_outbox_config() -> 
             .any(|s| matches!(s, Step::Warning(w) if w.contains("public.other"))),
         "{steps:?}"
     );
+    let before = env.current_wal_lsn().await?;
     env.client
         .batch_execute("INSERT INTO other VALUES (1)")
         .await?;
+    let after = env.current_wal_lsn().await?;
     config.relay.max_backoff = Duration::from_millis(100);
     let (_stop, stop_rx) = watch::channel(false);
     let err = tokio::time::timeout(WAIT, pipeline::run(config, stop_rx, None))
@@ -345,6 +347,17 @@ async fn run_explains_a_missing_slot_and_a_table_outside_the_outbox_config() -> 
     assert!(
         err.contains("public.other") && err.contains("not a configured outbox table"),
         "{err}"
+    );
+    // The INSERT's own position, not the Relation message's 0/0.
+    let at: walrelay_pgoutput::Lsn = err
+        .split("change to table public.other at ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .with_context(|| format!("no LSN in {err:?}"))?
+        .parse()?;
+    assert!(
+        before <= at && at < after,
+        "{before} <= {at} < {after}: {err}"
     );
     Ok(())
 }
