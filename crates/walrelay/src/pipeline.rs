@@ -614,7 +614,7 @@ impl<'a> Session<'a> {
                             m.observe_commit_to_ack(t);
                         }
                     }
-                    m.kafka_ok();
+                    m.acknowledged();
                 }
                 if self.trace.is_some() {
                     let key = self.trace_keys.remove(&d.seq).unwrap_or(EventKey(0));
