@@ -28,6 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, info_span, warn, Instrument};
+use walrelay_pg::log_limit::KeyedLogLimit;
 use walrelay_pg::xlog::ReplicationMessage;
 use walrelay_pg::{
     Config as PgConfig, PgOutputOptions, ReplicationConnection, ReplicationStream, StatusHandle,
@@ -260,7 +261,9 @@ async fn relay_sessions(
                 return Ok(());
             }
             AfterFailure::StandBy => {
-                if !standing_by {
+                if standing_by {
+                    debug!(error = %e, "the slot is still in use; polling again");
+                } else {
                     info!(error = %e, poll = ?config.relay.standby_poll, "the slot is in use by another connection; standing by to take over");
                     standing_by = true;
                 }
@@ -361,7 +364,15 @@ struct Session<'a> {
     /// to the table, with that change's LSN (a Relation message carries
     /// none). Usually empty; checked only when not.
     rejected: HashMap<u32, RouteError>,
+    /// One WARN per dead-letter kind and [`DEAD_LETTER_LOG_INTERVAL`]: a
+    /// stream of bad events must not flood the log (the metric counts
+    /// each one).
+    dead_letter_logs: KeyedLogLimit,
 }
+
+/// At most one "event diverted to the dead-letter topic" line per kind in
+/// this interval; the next says how many were not logged.
+pub const DEAD_LETTER_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
 /// An event in flight, as the metrics see it.
 struct SentEvent {
@@ -402,6 +413,7 @@ impl<'a> Session<'a> {
                 }
             };
             let result = session.relay(shutdown).await;
+            session.log_dead_letter_summary();
             *known = Some(known.map_or(session.confirmed, |k| k.max(session.confirmed)));
             result
         }
@@ -519,6 +531,7 @@ impl<'a> Session<'a> {
             metric_events: HashMap::new(),
             topic_counters: HashMap::new(),
             rejected: HashMap::new(),
+            dead_letter_logs: KeyedLogLimit::new(DEAD_LETTER_LOG_INTERVAL, 64),
         })
     }
 
@@ -902,6 +915,12 @@ impl Session<'_> {
                 .unwrap_or_default()
         };
         let kind = find(header::DEAD_LETTER_KIND);
+        if let Some(m) = self.metrics {
+            m.dead_letter_record(&kind);
+        }
+        let Some(suppressed) = self.dead_letter_logs.check(&kind) else {
+            return;
+        };
         let lsn = find(header::LSN);
         warn!(
             slot = %self.config.postgres.slot,
@@ -910,10 +929,20 @@ impl Session<'_> {
             %kind,
             topic = %record.topic,
             reason = %find(header::DEAD_LETTER_REASON),
+            suppressed,
             "event diverted to the dead-letter topic"
         );
-        if let Some(m) = self.metrics {
-            m.dead_letter_record(&kind);
+    }
+
+    /// The dead letters of this session not logged one by one, per kind.
+    fn log_dead_letter_summary(&self) {
+        for (kind, suppressed) in self.dead_letter_logs.take_suppressed() {
+            warn!(
+                slot = %self.config.postgres.slot,
+                %kind,
+                suppressed,
+                "more events diverted to the dead-letter topic than were logged one by one"
+            );
         }
     }
 }

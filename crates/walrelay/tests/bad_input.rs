@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use bytes::Bytes;
-use support::{apply_high_water_marks, check_confirmations_follow_acks, key_of, Env, WAIT};
+use support::{
+    apply_high_water_marks, check_confirmations_follow_acks, key_of, spawn_relay, Env, WAIT,
+};
 use tokio::sync::{mpsc, watch};
 use walrelay::config::{Config, OutboxConfig};
 use walrelay::envelope;
@@ -812,5 +814,55 @@ async fn walrelay_emit_refuses_reserved_header_names_in_the_callers_transaction(
         n, 4,
         "only the transactions with ordinary headers committed"
     );
+    Ok(())
+}
+
+/// 500 dead letters of one kind: the first is logged at once with its
+/// details, the rest only counted (one WARN per dead letter made 122 MB of
+/// log for 300,000 of them), and the count reaches the log at the end of
+/// the session. Every dead letter is still in the topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_dead_letters_is_logged_once_per_kind_and_interval() -> Result<()> {
+    let env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    setup::setup(&env.config(&bootstrap)).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let mut relay = spawn_relay(
+        &env,
+        &bootstrap,
+        &log,
+        &["--dead-letter-topic", DLQ, "--log", "warn"],
+    )?;
+    let n = 500;
+    env.client
+        .batch_execute(&format!(
+            "SELECT count(pg_logical_emit_message(true, 'mystery', 'bad ' || g)) FROM generate_series(1, {n}) g"
+        ))
+        .await?;
+    let end = env.current_wal_lsn().await?;
+    await_condition(WAIT, POLL, || async {
+        Ok(env.confirmed_flush_lsn("walrelay").await? >= end)
+    })
+    .await
+    .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()?;
+    ensure!(status.success());
+    ensure!(relay.wait()?.success());
+
+    let text = std::fs::read_to_string(&log)?;
+    let one_by_one = text
+        .matches("event diverted to the dead-letter topic")
+        .count();
+    assert_eq!(one_by_one, 1, "{text}");
+    assert!(
+        text.contains("more events diverted to the dead-letter topic than were logged one by one")
+            && text.contains(&format!("suppressed={}", n - 1)),
+        "the rest is counted in the log: {text}"
+    );
+    let records = read_until_quiet(&bootstrap, &[DLQ], Duration::from_secs(1), WAIT).await?;
+    assert_eq!(records.len(), n, "every dead letter is in the topic");
     Ok(())
 }
