@@ -196,7 +196,8 @@ pub enum Error {
     /// wrong with the stream: the server is going away, and a new
     /// connection resumes from the slot's confirmed position.
     #[error(
-        "the server ended the replication stream ({by}), as PostgreSQL does when it shuts down          or restarts cleanly; reconnecting resumes from the slot's confirmed position"
+        "the server ended the replication stream ({by}), as PostgreSQL does when it shuts down \
+         or restarts cleanly; reconnecting resumes from the slot's confirmed position"
     )]
     StreamEndedByServer {
         /// What the server sent: `CopyDone` or `CommandComplete "COPY 0"`.
@@ -363,7 +364,11 @@ mod tests {
             by: "CommandComplete \"COPY 0\"".into(),
         };
         assert!(e.is_transient());
-        assert!(e.to_string().contains("shuts down"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("as PostgreSQL does when it shuts down or restarts cleanly"),
+            "{e}"
+        );
         // A clean shutdown terminates the walsender with 57P01.
         let shutdown = Error::server(
             "streaming from the slot",

@@ -530,6 +530,7 @@ async fn a_clean_postgres_restart_mid_stream_reconnects_and_loses_nothing() -> R
                 || e.contains("closed the connection")),
         "the restart ended a session: {ended:?}"
     );
+    println!("sessions ended by the restart: {ended:?}");
     check_confirmations_follow_acks(&all)?;
 
     let records = read_until_quiet(&bootstrap, &["events"], Duration::from_secs(1), WAIT).await?;
