@@ -16,6 +16,9 @@
 -- '{"id": 1}' resolves to it and invalid JSON fails at emit time, inside the
 -- application's transaction, not later in the relay).
 --
+-- Header names walrelay reserves for itself (idempotency-key and every
+-- walrelay-*, in any letter case) are refused at emit time.
+--
 -- Returns the LSN of the emitted message.
 
 CREATE SCHEMA IF NOT EXISTS walrelay;
@@ -30,6 +33,7 @@ SET search_path = pg_catalog
 AS $fn$
 DECLARE
     header bytea;
+    reserved text;
 BEGIN
     IF topic IS NULL OR topic = '' THEN
         RAISE EXCEPTION 'walrelay.emit: topic must be a non-empty string'
@@ -43,6 +47,22 @@ BEGIN
     IF headers IS NOT NULL AND jsonb_typeof(headers) <> 'object' THEN
         RAISE EXCEPTION 'walrelay.emit: headers must be a JSON object, not %', jsonb_typeof(headers)
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- walrelay's own header names (the rule of walrelay::record::header::
+    -- is_reserved): a copy from the application could forge a key or a gap.
+    -- Refused here, in the caller's transaction, rather than later in the
+    -- relay.
+    IF headers IS NOT NULL THEN
+        SELECT name INTO reserved
+          FROM jsonb_object_keys(headers) AS name
+         WHERE lower(name) = 'idempotency-key' OR lower(name) LIKE 'walrelay-%'
+         ORDER BY name
+         LIMIT 1;
+        IF reserved IS NOT NULL THEN
+            RAISE EXCEPTION 'walrelay.emit: header % is reserved for walrelay (idempotency-key and every walrelay-* header)', quote_literal(reserved)
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'rename the header: walrelay sets its own headers on every record, and a copy from the application could make consumers take a forged key or gap for walrelay''s';
+        END IF;
     END IF;
     header := convert_to(
         jsonb_strip_nulls(jsonb_build_object(

@@ -177,9 +177,10 @@ impl fmt::Display for RecordMeta {
 }
 
 /// Whether a header name belongs to walrelay (`idempotency-key`, and every
-/// `walrelay-*`): an application can never set one.
+/// `walrelay-*`): an application can never set one. The relay's own rule
+/// ([`header::is_reserved`]), so that both always agree.
 pub fn is_reserved(name: &str) -> bool {
-    name == header::IDEMPOTENCY_KEY || name.starts_with("walrelay-")
+    header::is_reserved(name)
 }
 
 /// A required header as text: absent and null are both "missing".

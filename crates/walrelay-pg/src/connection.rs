@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use postgres_protocol::message::frontend;
@@ -20,6 +21,7 @@ use crate::commands::{self, IdentifySystem, PgOutputOptions, SlotInfo};
 use crate::config::Config;
 use crate::error::{sqlstate, Error};
 use crate::framing::{FrameReader, DEFAULT_MAX_FRAME_LEN};
+use crate::log_limit::LogLimit;
 use crate::stream::{ReplicationStream, StreamOptions};
 use crate::tls::{self, Stream};
 
@@ -250,8 +252,14 @@ impl ReplicationConnection {
                 other => return Err(unexpected("session start", &other)),
             }
         }
-        info!(peer = %conn.peer, tls = is_tls, pid = conn.process_id,
-              server_version = conn.parameter("server_version").unwrap_or("?"), "replication connection established");
+        // A standby connects every second or so: one line a minute, with
+        // the number of connections not logged.
+        static ESTABLISHED: LogLimit = LogLimit::new(Duration::from_secs(60));
+        if let Some(suppressed) = ESTABLISHED.check() {
+            info!(peer = %conn.peer, tls = is_tls, pid = conn.process_id,
+                  server_version = conn.parameter("server_version").unwrap_or("?"),
+                  suppressed, "replication connection established");
+        }
         Ok(conn)
     }
 

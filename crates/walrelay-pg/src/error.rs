@@ -189,6 +189,20 @@ pub enum Error {
 
     #[error("the replication stream has stopped")]
     StreamStopped,
+
+    /// The server ended the replication stream on its own (a CopyDone, or
+    /// the CommandComplete a walsender sends when PostgreSQL shuts down
+    /// cleanly: `pg_ctl stop/restart -m fast` or `-m smart`). Nothing is
+    /// wrong with the stream: the server is going away, and a new
+    /// connection resumes from the slot's confirmed position.
+    #[error(
+        "the server ended the replication stream ({by}), as PostgreSQL does when it shuts down \
+         or restarts cleanly; reconnecting resumes from the slot's confirmed position"
+    )]
+    StreamEndedByServer {
+        /// What the server sent: `CopyDone` or `CommandComplete "COPY 0"`.
+        by: String,
+    },
 }
 
 fn advice_suffix(e: &DbError) -> String {
@@ -230,6 +244,7 @@ impl Error {
             Error::Io { .. }
             | Error::Closed(_)
             | Error::StreamStopped
+            | Error::StreamEndedByServer { .. }
             | Error::ConnectTimeout { .. } => true,
             // The server is down, restarting or unreachable: try again.
             // Certificate and TLS configuration problems are not.
@@ -341,6 +356,28 @@ mod tests {
         assert!(
             !db("55000", "logical decoding requires wal_level >= logical").is_slot_invalidated()
         );
+    }
+
+    #[test]
+    fn the_server_ending_the_stream_is_transient() {
+        let e = Error::StreamEndedByServer {
+            by: "CommandComplete \"COPY 0\"".into(),
+        };
+        assert!(e.is_transient());
+        assert!(
+            e.to_string()
+                .contains("as PostgreSQL does when it shuts down or restarts cleanly"),
+            "{e}"
+        );
+        // A clean shutdown terminates the walsender with 57P01.
+        let shutdown = Error::server(
+            "streaming from the slot",
+            db(
+                "57P01",
+                "terminating connection due to administrator command",
+            ),
+        );
+        assert!(shutdown.is_transient());
     }
 
     #[test]

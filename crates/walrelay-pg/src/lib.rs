@@ -16,6 +16,7 @@
 //! | [`connection`] | startup, simple queries, `IDENTIFY_SYSTEM`, slots, `START_REPLICATION` |
 //! | [`stream`] | the CopyBoth I/O task: backpressure and standby status updates |
 //! | [`xlog`] | XLogData, keepalive and status-update messages (pure) |
+//! | [`log_limit`] | rate limits for log lines that repeat (pure) |
 //!
 //! The pgoutput payloads are decoded by the pure `walrelay-pgoutput` crate.
 //!
@@ -32,6 +33,7 @@ pub mod config;
 pub mod connection;
 pub mod error;
 pub mod framing;
+pub mod log_limit;
 pub mod stream;
 pub mod tls;
 pub mod xlog;

@@ -427,9 +427,16 @@ impl IoTask {
                 Ok(None)
             }
             BackendMessage::ParameterStatus { .. } => Ok(None),
-            BackendMessage::CopyDone => Err(Error::Protocol(
-                "the server ended the replication stream (CopyDone) unexpectedly".into(),
-            )),
+            // The server ends the copy when it shuts down cleanly: a
+            // walsender told to stop sends CommandComplete "COPY 0" (without
+            // a CopyDone first), and may send CopyDone. Either is the server
+            // going away, not a broken protocol: a transient end.
+            BackendMessage::CopyDone => Err(Error::StreamEndedByServer {
+                by: "CopyDone".into(),
+            }),
+            BackendMessage::CommandComplete { tag } => Err(Error::StreamEndedByServer {
+                by: format!("CommandComplete {tag:?}"),
+            }),
             other => Err(unexpected("streaming", &other)),
         }
     }
@@ -603,5 +610,26 @@ mod tests {
         }
         let end = stream.recv().await.expect("the error is delivered");
         assert!(end.is_err(), "expected an error, got {end:?}");
+    }
+
+    /// What a walsender sends when PostgreSQL shuts down cleanly
+    /// (`pg_ctl stop -m fast`): CommandComplete "COPY 0", no CopyDone.
+    #[tokio::test]
+    async fn the_server_ending_the_copy_is_a_transient_end_after_the_data_before_it() {
+        for (tag, body) in [(b'C', &b"COPY 0\0"[..]), (b'c', &b""[..])] {
+            let (mut stream, mut server) = stream_pair(StreamOptions::default()).await;
+            let mut bytes = xlog_frame(7, b"payload");
+            bytes.push(tag);
+            bytes.extend(((body.len() + 4) as i32).to_be_bytes());
+            bytes.extend(body);
+            server.write_all(&bytes).await.unwrap();
+            let m = stream.recv().await.expect("stream open").expect("message");
+            assert_eq!(lsn_of(m), 7);
+            let end = stream.recv().await.expect("the end is delivered");
+            match end {
+                Err(e @ Error::StreamEndedByServer { .. }) => assert!(e.is_transient()),
+                other => panic!("expected StreamEndedByServer, got {other:?}"),
+            }
+        }
     }
 }

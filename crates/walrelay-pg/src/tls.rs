@@ -817,11 +817,16 @@ pub async fn negotiate(
             Ok(Stream::Tls(Box::new(tls)))
         }
         b'N' if mode == SslMode::Prefer => {
-            tracing::info!(
-                host,
-                port,
-                "server does not support TLS; continuing unencrypted (sslmode=prefer)"
-            );
+            static UNENCRYPTED: crate::log_limit::LogLimit =
+                crate::log_limit::LogLimit::new(Duration::from_secs(60));
+            if let Some(suppressed) = UNENCRYPTED.check() {
+                tracing::info!(
+                    host,
+                    port,
+                    suppressed,
+                    "server does not support TLS; continuing unencrypted (sslmode=prefer)"
+                );
+            }
             Ok(Stream::Tcp(tcp))
         }
         b'N' => Err(TlsError::TlsNotSupported {

@@ -48,8 +48,10 @@ pub enum Command {
     /// Show the slot and publication as PostgreSQL sees them: plugin,
     /// active walsender, confirmed_flush_lsn, lag in bytes, wal_status,
     /// safe_wal_size, published tables. Exit codes: 0 ok, 1 could not
-    /// check, 2 slot or publication missing, 3 slot invalidated (lost),
-    /// 4 slot at risk or lag over --max-lag-bytes.
+    /// check, 2 slot or publication missing or wal_level not logical,
+    /// 3 slot invalidated (lost), 4 slot at risk or lag over
+    /// --max-lag-bytes, 5 no relay connected (with --require-active),
+    /// 64 invalid command line.
     Status(StatusArgs),
 }
 
@@ -62,6 +64,34 @@ pub struct StatusArgs {
     /// Exit 4 when the slot lags the current WAL by more than this.
     #[arg(long, value_name = "BYTES")]
     pub max_lag_bytes: Option<i64>,
+    /// Exit 5 when no relay streams from the slot (it is not active),
+    /// e.g. for a check that walrelay is running.
+    #[arg(long)]
+    pub require_active: bool,
+}
+
+impl StatusArgs {
+    /// The checks these flags ask for.
+    pub fn limits(&self) -> crate::status::Limits {
+        crate::status::Limits {
+            max_lag_bytes: self.max_lag_bytes,
+            require_active: self.require_active,
+        }
+    }
+}
+
+/// The exit code for a command line clap refused: 64 (EX_USAGE) for
+/// `walrelay status`, whose 2 means "slot missing"; clap's own code (2)
+/// for the other commands, as documented for `walrelay verify`.
+pub fn usage_exit_code(args: impl IntoIterator<Item = std::ffi::OsString>) -> i32 {
+    use clap::CommandFactory;
+    let matches = Cli::command()
+        .ignore_errors(true)
+        .try_get_matches_from(args);
+    match matches.ok().as_ref().and_then(|m| m.subcommand_name()) {
+        Some("status") => crate::status::USAGE,
+        _ => 2,
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -394,6 +424,31 @@ mod tests {
         assert_eq!(again.outbox, c.outbox);
         assert_eq!(again.messages, c.messages);
         assert_eq!(again.dead_letter.topic.as_deref(), Some("dlq"));
+    }
+
+    #[test]
+    fn status_usage_errors_have_a_code_of_their_own() {
+        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            usage_exit_code(args(&["walrelay", "status", "--max-lag-bytes", "x"])),
+            crate::status::USAGE
+        );
+        assert_eq!(
+            usage_exit_code(args(&["walrelay", "--slot", "s", "status", "--bogus"])),
+            crate::status::USAGE
+        );
+        assert_eq!(usage_exit_code(args(&["walrelay", "verify", "--bogus"])), 2);
+        assert_eq!(usage_exit_code(args(&["walrelay", "--bogus"])), 2);
+    }
+
+    #[test]
+    fn an_empty_source_id_is_refused() {
+        let cli = Cli::try_parse_from(["walrelay", "--source-id", "", "config"]).unwrap();
+        let err = cli.options.effective_config().unwrap_err().to_string();
+        assert!(
+            err.contains("relay.source_id") && err.contains("must not be empty"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -279,6 +279,17 @@ impl Config {
                 "must name at least one broker (host:port)",
             ));
         }
+        if let Some(source) = &self.relay.source_id {
+            if source.trim().is_empty() {
+                return Err(invalid(
+                    "relay.source_id",
+                    "must not be empty: every record would carry `walrelay-source: \"\"`, and \
+                     consumers keep their high-water marks per source; leave it unset for the \
+                     default <system identifier>/<database>/<slot> (unset WALRELAY_SOURCE_ID \
+                     rather than setting it to nothing)",
+                ));
+            }
+        }
         if self.relay.standby_poll.is_zero() {
             return Err(invalid("relay.standby_poll", "must be greater than zero"));
         }

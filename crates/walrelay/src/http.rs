@@ -24,7 +24,6 @@ use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, Producer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -32,6 +31,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, info, warn};
 
 use crate::config::KafkaConfig;
+use crate::kafka_client::{self, KafkaClient};
 use crate::metrics::{self, Metrics};
 
 /// How often [`KafkaProbe`] asks Kafka for metadata.
@@ -189,11 +189,11 @@ pub struct KafkaProbe {
 impl KafkaProbe {
     /// Starts probing at once.
     pub fn start(kafka: &KafkaConfig, metrics: Metrics) -> KafkaProbe {
-        let properties = probe_properties(kafka);
+        let kafka = kafka.clone();
         let (stop, stop_rx) = std_mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("walrelay-kafka-probe".into())
-            .spawn(move || probe_loop(&properties, &metrics, &stop_rx));
+            .spawn(move || probe_loop(&kafka, &metrics, &stop_rx));
         if let Err(e) = spawned {
             warn!(error = %e, "cannot start the Kafka readiness probe");
         }
@@ -206,45 +206,34 @@ impl KafkaProbe {
     }
 }
 
-fn probe_properties(kafka: &KafkaConfig) -> BTreeMap<String, String> {
-    let mut props = kafka.properties.clone();
-    if !props.contains_key("bootstrap.servers") && !props.contains_key("metadata.broker.list") {
-        props.insert(
-            "bootstrap.servers".to_owned(),
-            kafka.bootstrap_servers.clone(),
-        );
-    }
-    props
-        .entry("client.id".to_owned())
-        .or_insert_with(|| "walrelay".to_owned())
-        .push_str("-probe");
-    props
+/// The probe's librdkafka properties: the relay's producer settings
+/// (brokers, security, secrets resolved) under its own client id, from the
+/// one place that builds them for every client ([`kafka_client`]).
+fn probe_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, String> {
+    kafka_client::properties(kafka, KafkaClient::Probe)
+        .map_err(|e| format!("cannot configure the Kafka client: {e}"))
 }
 
-fn probe_loop(
-    properties: &BTreeMap<String, String>,
-    metrics: &Metrics,
-    stop: &std_mpsc::Receiver<()>,
-) {
+fn probe_loop(kafka: &KafkaConfig, metrics: &Metrics, stop: &std_mpsc::Receiver<()>) {
     let mut client: Option<BaseProducer> = None;
     let mut was_ok: Option<bool> = None;
     loop {
         let outcome = match &client {
             Some(c) => probe_once(c),
-            None => {
-                let mut cc = ClientConfig::new();
-                for (k, v) in properties {
-                    cc.set(k, v);
+            // Resolved each time a client is created, like the producer's:
+            // a secret file that appears or rotates later is picked up.
+            None => match probe_properties(kafka).and_then(|p| {
+                kafka_client::to_client_config(&p)
+                    .create::<BaseProducer>()
+                    .map_err(|e| format!("cannot create a Kafka client: {e}"))
+            }) {
+                Ok(c) => {
+                    let outcome = probe_once(&c);
+                    client = Some(c);
+                    outcome
                 }
-                match cc.create::<BaseProducer>() {
-                    Ok(c) => {
-                        let outcome = probe_once(&c);
-                        client = Some(c);
-                        outcome
-                    }
-                    Err(e) => Err(format!("cannot create a Kafka client: {e}")),
-                }
-            }
+                Err(reason) => Err(reason),
+            },
         };
         match outcome {
             Ok(brokers) => {
@@ -293,14 +282,43 @@ mod tests {
             bootstrap_servers: "b:9092".into(),
             ..KafkaConfig::default()
         };
-        let p = probe_properties(&k);
+        let p = probe_properties(&k).unwrap();
         assert_eq!(p["bootstrap.servers"], "b:9092");
         assert_eq!(p["client.id"], "walrelay-probe");
         k.properties.insert("client.id".into(), "app".into());
         k.properties
             .insert("security.protocol".into(), "ssl".into());
-        let p = probe_properties(&k);
+        let p = probe_properties(&k).unwrap();
         assert_eq!(p["client.id"], "app-probe");
         assert_eq!(p["security.protocol"], "ssl");
+    }
+
+    /// The probe used to send `env:NAME` / `file:/path` to the broker as
+    /// the password, so `/readyz` never turned ready with secret
+    /// references.
+    #[test]
+    fn probe_resolves_secret_references() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pw");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let mut k = KafkaConfig {
+            bootstrap_servers: "b:9092".into(),
+            ..KafkaConfig::default()
+        };
+        k.properties
+            .insert("security.protocol".into(), "sasl_plaintext".into());
+        k.properties
+            .insert("sasl.mechanisms".into(), "PLAIN".into());
+        k.properties.insert("sasl.username".into(), "relay".into());
+        k.properties
+            .insert("sasl.password".into(), format!("file:{}", path.display()));
+        let p = probe_properties(&k).unwrap();
+        assert_eq!(p["sasl.password"], "s3cret");
+        std::fs::remove_file(&path).unwrap();
+        let reason = probe_properties(&k).unwrap_err();
+        assert!(
+            reason.contains("sasl.password") && reason.contains("cannot read the secret file"),
+            "{reason}"
+        );
     }
 }

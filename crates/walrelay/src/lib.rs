@@ -29,6 +29,7 @@ pub mod config;
 /// librdkafka); re-exported here because the router is its main user.
 pub use walrelay_envelope as envelope;
 pub mod http;
+pub mod kafka_client;
 pub mod key;
 pub mod metrics;
 pub mod partition;

@@ -26,7 +26,19 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are "errors" that exit 0.
+            let code = if e.use_stderr() {
+                cli::usage_exit_code(std::env::args_os())
+            } else {
+                0
+            };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
     let filter = EnvFilter::try_new(&cli.options.log).context("invalid --log filter")?;
     // Logs go to stderr: stdout carries command output (`setup`'s report,
     // `config`'s TOML).
@@ -100,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Verify(_) => unreachable!("handled before the configuration is loaded"),
         Command::Status(args) => {
-            let status = match walrelay::status::status(&config, args.max_lag_bytes).await {
+            let status = match walrelay::status::status(&config, args.limits()).await {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("walrelay status: {e}");

@@ -32,6 +32,34 @@ pub const COMMIT_TO_ACK_BUCKETS: [f64; 16] = [
 /// keeps the relay ready.
 pub const KAFKA_FRESHNESS: Duration = Duration::from_secs(30);
 
+/// How long events may wait in flight with no acknowledgement from Kafka
+/// before the relay is not ready. The readiness probe only proves that
+/// Kafka answers metadata requests; a stall in which the producer's
+/// records are not acknowledged (a partition without a leader, a broker
+/// that accepts connections but does not write) must show too. Well
+/// under `message.timeout.ms` (30 s), which ends the session.
+pub const ACK_STALL_BOUND: Duration = Duration::from_secs(10);
+
+/// How long Kafka has acknowledged nothing while events wait, if longer
+/// than `bound` (pure; times in ms as [`Health`] keeps them, 0 = never).
+/// The wait is counted from the later of the last acknowledgement and the
+/// moment events started waiting, so a first event after an idle hour is
+/// not a stall.
+pub fn ack_stall(
+    in_flight: u64,
+    waiting_since_ms: u64,
+    last_ack_ms: u64,
+    now_ms: u64,
+    bound: Duration,
+) -> Option<Duration> {
+    if in_flight == 0 {
+        return None;
+    }
+    let since = waiting_since_ms.max(last_ack_ms);
+    let waited = Duration::from_millis(now_ms.saturating_sub(since));
+    (waited > bound).then_some(waited)
+}
+
 /// The content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -90,6 +118,10 @@ struct Health {
     kafka_ok: AtomicU64,
     /// The last failed contact with Kafka: when (as above) and why.
     kafka_err: Mutex<Option<(u64, String)>>,
+    /// When Kafka last acknowledged a record (as above).
+    last_ack: AtomicU64,
+    /// When the in-flight count last rose from zero (as above).
+    waiting_since: AtomicU64,
     origin: Instant,
 }
 
@@ -145,6 +177,12 @@ impl Default for Metrics {
 impl Metrics {
     /// A fresh registry with every walrelay metric registered (all zero).
     pub fn new() -> Metrics {
+        Self::with_origin(Instant::now())
+    }
+
+    /// With the readiness clock started at `origin` (tests start it in the
+    /// past to have old timestamps without waiting).
+    fn with_origin(origin: Instant) -> Metrics {
         let mut registry = Registry::with_prefix("walrelay");
         let events = Family::<TopicLabels, Counter>::default();
         let event_bytes = Family::<TopicLabels, Counter>::default();
@@ -269,7 +307,9 @@ impl Metrics {
                     phase: Mutex::new(Phase::Starting),
                     kafka_ok: AtomicU64::new(0),
                     kafka_err: Mutex::new(None),
-                    origin: Instant::now(),
+                    last_ack: AtomicU64::new(0),
+                    waiting_since: AtomicU64::new(0),
+                    origin,
                 },
             }),
         }
@@ -317,6 +357,15 @@ impl Metrics {
         h.kafka_ok.store(h.now_ms(), Ordering::Relaxed);
     }
 
+    /// Kafka acknowledged a record: it is reachable, and the relay's
+    /// records are moving (see [`ACK_STALL_BOUND`]).
+    pub fn acknowledged(&self) {
+        let h = &self.inner.health;
+        let now = h.now_ms();
+        h.last_ack.store(now, Ordering::Relaxed);
+        h.kafka_ok.store(now, Ordering::Relaxed);
+    }
+
     /// A contact with Kafka failed outside of a session (the readiness
     /// probe): not ready until the next success.
     pub fn kafka_unreachable(&self, reason: impl Into<String>) {
@@ -337,6 +386,10 @@ impl Metrics {
 
     /// The tracker's in-flight totals.
     pub fn set_in_flight(&self, events: usize, bytes: usize) {
+        if events > 0 && self.inner.in_flight_events.get() == 0 {
+            let h = &self.inner.health;
+            h.waiting_since.store(h.now_ms(), Ordering::Relaxed);
+        }
         self.inner.in_flight_events.set(events as u64);
         self.inner.in_flight_bytes.set(bytes as u64);
     }
@@ -422,6 +475,19 @@ impl Metrics {
             Phase::Failed(e) => return Err(format!("session failed, reconnecting: {e}")),
             Phase::Draining => return Err("stopping: draining in-flight events".into()),
             Phase::Stopped => return Err("stopped".into()),
+        }
+        let in_flight = self.inner.in_flight_events.get();
+        if let Some(waited) = ack_stall(
+            in_flight,
+            h.waiting_since.load(Ordering::Relaxed),
+            h.last_ack.load(Ordering::Relaxed),
+            h.now_ms(),
+            ACK_STALL_BOUND,
+        ) {
+            return Err(format!(
+                "Kafka acknowledged nothing for {} s while {in_flight} events are in flight",
+                waited.as_secs()
+            ));
         }
         let ok = h.kafka_ok.load(Ordering::Relaxed);
         if let Some((at, reason)) = &*h.kafka_err.lock().unwrap_or_else(PoisonError::into_inner) {
@@ -567,6 +633,61 @@ mod tests {
         assert!(m.readiness().unwrap_err().contains("draining"));
         m.stopped();
         assert_eq!(m.readiness().unwrap_err(), "stopped");
+    }
+
+    #[test]
+    fn a_stall_is_nothing_acknowledged_for_longer_than_the_bound_while_events_wait() {
+        let bound = Duration::from_secs(10);
+        // Nothing in flight: never a stall, however old the last ack.
+        assert_eq!(ack_stall(0, 1, 1, 60_000, bound), None);
+        // Events waiting since 1 s, last ack at 0.5 s.
+        assert_eq!(ack_stall(5, 1_000, 500, 11_000, bound), None);
+        assert_eq!(
+            ack_stall(5, 1_000, 500, 11_001, bound),
+            Some(Duration::from_millis(10_001))
+        );
+        // Acks keep coming: the wait counts from the last one.
+        assert_eq!(ack_stall(5, 1_000, 9_000, 15_000, bound), None);
+        // The first event after an idle hour waits from when it was sent.
+        assert_eq!(ack_stall(1, 3_600_000, 1_000, 3_600_500, bound), None);
+        // 23 s without an ack (the reported stall) is not ready.
+        assert!(ack_stall(100, 1_000, 1_000, 24_000, bound).is_some());
+    }
+
+    #[test]
+    fn readiness_falls_while_acknowledgements_stall() {
+        // A clock that started a minute ago: timestamps near 0 are old.
+        let Some(origin) = Instant::now().checked_sub(Duration::from_secs(60)) else {
+            return; // a machine up for less than a minute
+        };
+        let m = Metrics::with_origin(origin);
+        m.session_started(Lsn(1));
+        m.acknowledged();
+        m.set_in_flight(3, 300);
+        assert_eq!(m.readiness(), Ok(()));
+        // Events waiting and the last ack both a minute old, while the
+        // probe keeps reaching Kafka.
+        let h = &m.inner.health;
+        h.waiting_since.store(1, Ordering::Relaxed);
+        h.last_ack.store(1, Ordering::Relaxed);
+        m.kafka_ok();
+        let reason = m.readiness().unwrap_err();
+        assert!(
+            reason.contains("Kafka acknowledged nothing for")
+                && reason.contains("while 3 events are in flight"),
+            "{reason}"
+        );
+        assert_eq!(sample(&m.encode(), "walrelay_ready"), Some(0.0));
+        // An acknowledgement clears it.
+        m.acknowledged();
+        assert_eq!(m.readiness(), Ok(()));
+        // So does nothing waiting.
+        h.last_ack.store(1, Ordering::Relaxed);
+        m.set_in_flight(0, 0);
+        assert_eq!(m.readiness(), Ok(()));
+        // Events that start waiting now are not stalled yet.
+        m.set_in_flight(1, 10);
+        assert_eq!(m.readiness(), Ok(()));
     }
 
     #[test]

@@ -28,6 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, info_span, warn, Instrument};
+use walrelay_pg::log_limit::KeyedLogLimit;
 use walrelay_pg::xlog::ReplicationMessage;
 use walrelay_pg::{
     Config as PgConfig, PgOutputOptions, ReplicationConnection, ReplicationStream, StatusHandle,
@@ -44,7 +45,7 @@ use crate::metrics::{Metrics, TopicCounters};
 use crate::partition::{partition_for_key, partition_for_keyless};
 use crate::record::{header, Record};
 use crate::route::{BadEvent, MessageRoute, RouteError, Router, TxInfo};
-use crate::sink::{Delivery, KafkaSink, SinkConfig, SinkError};
+use crate::sink::{Delivery, KafkaSink, SinkError};
 
 /// Why a session ended.
 #[derive(Debug, thiserror::Error)]
@@ -260,7 +261,9 @@ async fn relay_sessions(
                 return Ok(());
             }
             AfterFailure::StandBy => {
-                if !standing_by {
+                if standing_by {
+                    debug!(error = %e, "the slot is still in use; polling again");
+                } else {
                     info!(error = %e, poll = ?config.relay.standby_poll, "the slot is in use by another connection; standing by to take over");
                     standing_by = true;
                 }
@@ -356,7 +359,20 @@ struct Session<'a> {
     metric_events: HashMap<u64, SentEvent>,
     /// Per-topic counters, looked up once per topic and session.
     topic_counters: HashMap<Arc<str>, TopicCounters>,
+    /// Relations whose check failed (not an outbox, a configured column
+    /// missing), by relation id: the error is raised at the first change
+    /// to the table, with that change's LSN (a Relation message carries
+    /// none). Usually empty; checked only when not.
+    rejected: HashMap<u32, RouteError>,
+    /// One WARN per dead-letter kind and [`DEAD_LETTER_LOG_INTERVAL`]: a
+    /// stream of bad events must not flood the log (the metric counts
+    /// each one).
+    dead_letter_logs: KeyedLogLimit,
 }
+
+/// At most one "event diverted to the dead-letter topic" line per kind in
+/// this interval; the next says how many were not logged.
+pub const DEAD_LETTER_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
 /// An event in flight, as the metrics see it.
 struct SentEvent {
@@ -397,6 +413,7 @@ impl<'a> Session<'a> {
                 }
             };
             let result = session.relay(shutdown).await;
+            session.log_dead_letter_summary();
             *known = Some(known.map_or(session.confirmed, |k| k.max(session.confirmed)));
             result
         }
@@ -475,10 +492,7 @@ impl<'a> Session<'a> {
                 slot,
             )
         });
-        let sink = KafkaSink::new(&SinkConfig::new(
-            &config.kafka.bootstrap_servers,
-            config.kafka.properties.clone(),
-        ))?;
+        let sink = KafkaSink::new(&crate::kafka_client::producer_config(&config.kafka))?;
         let options = StreamOptions {
             status_interval: config.postgres.status_interval,
             initial_flush: confirmed,
@@ -516,6 +530,8 @@ impl<'a> Session<'a> {
             metrics,
             metric_events: HashMap::new(),
             topic_counters: HashMap::new(),
+            rejected: HashMap::new(),
+            dead_letter_logs: KeyedLogLimit::new(DEAD_LETTER_LOG_INTERVAL, 64),
         })
     }
 
@@ -611,7 +627,7 @@ impl<'a> Session<'a> {
                             m.observe_commit_to_ack(t);
                         }
                     }
-                    m.kafka_ok();
+                    m.acknowledged();
                 }
                 if self.trace.is_some() {
                     let key = self.trace_keys.remove(&d.seq).unwrap_or(EventKey(0));
@@ -679,10 +695,18 @@ impl<'a> Session<'a> {
                 self.tx = None;
             }
             PgOutputMessage::Relation(r) => {
-                self.router.check_relation(&r, lsn)?;
+                match self.router.check_relation(&r, lsn) {
+                    Ok(()) => {
+                        self.rejected.remove(&r.id);
+                    }
+                    Err(e) => {
+                        self.rejected.insert(r.id, e);
+                    }
+                }
                 self.relations.insert(r);
             }
             PgOutputMessage::Insert(i) => {
+                self.check_relation(i.relation_id, lsn)?;
                 let tx = self.tx.clone().ok_or_else(|| outside_tx("INSERT", lsn))?;
                 let row = self
                     .relations
@@ -707,6 +731,7 @@ impl<'a> Session<'a> {
             // with a warning that nobody reads. It gets a key like an
             // INSERT, so that as a dead letter it sits in stream order.
             PgOutputMessage::Update(u) => {
+                self.check_relation(u.relation_id, lsn)?;
                 let tx = self.tx.clone().ok_or_else(|| outside_tx("UPDATE", lsn))?;
                 let row = self
                     .relations
@@ -726,8 +751,16 @@ impl<'a> Session<'a> {
             }
             // Deleting published outbox rows is how applications keep the
             // table small (often in the same transaction as the INSERT).
-            PgOutputMessage::Delete(_) => debug!(%lsn, "DELETE from an outbox table ignored"),
-            PgOutputMessage::Truncate(_) => info!(%lsn, "TRUNCATE of an outbox table ignored"),
+            PgOutputMessage::Delete(d) => {
+                self.check_relation(d.relation_id, lsn)?;
+                debug!(%lsn, "DELETE from an outbox table ignored");
+            }
+            PgOutputMessage::Truncate(t) => {
+                for id in &t.relation_ids {
+                    self.check_relation(*id, lsn)?;
+                }
+                info!(%lsn, "TRUNCATE of an outbox table ignored");
+            }
             PgOutputMessage::Message(m) => {
                 // An ignored prefix gets no key; anything else gets its key
                 // before routing, so that a dead letter has the key the
@@ -811,7 +844,8 @@ impl<'a> Session<'a> {
             }
             None => Bytes::new(),
         };
-        record.headers.push((self.prev_key_header.clone(), prev));
+        // With walrelay's own headers, before the application's.
+        record.insert_walrelay_header(self.prev_key_header.clone(), prev);
         let seq = self.tracker.register_event(record.size());
         if let Some(m) = self.metrics {
             let counters = match self.topic_counters.get(&record.topic) {
@@ -857,6 +891,18 @@ impl<'a> Session<'a> {
 }
 
 impl Session<'_> {
+    /// The error of a table whose Relation failed its check, at the LSN of
+    /// this change to it.
+    fn check_relation(&self, relation_id: u32, lsn: Lsn) -> Result<(), RelayError> {
+        if self.rejected.is_empty() {
+            return Ok(());
+        }
+        match self.rejected.get(&relation_id) {
+            Some(e) => Err(e.clone().at(lsn).into()),
+            None => Ok(()),
+        }
+    }
+
     /// Log and count a dead-letter record as it is sent: the operator must
     /// learn about it without reading the dead-letter topic.
     fn dead_lettered(&self, record: &Record) {
@@ -869,6 +915,12 @@ impl Session<'_> {
                 .unwrap_or_default()
         };
         let kind = find(header::DEAD_LETTER_KIND);
+        if let Some(m) = self.metrics {
+            m.dead_letter_record(&kind);
+        }
+        let Some(suppressed) = self.dead_letter_logs.check(&kind) else {
+            return;
+        };
         let lsn = find(header::LSN);
         warn!(
             slot = %self.config.postgres.slot,
@@ -877,10 +929,20 @@ impl Session<'_> {
             %kind,
             topic = %record.topic,
             reason = %find(header::DEAD_LETTER_REASON),
+            suppressed,
             "event diverted to the dead-letter topic"
         );
-        if let Some(m) = self.metrics {
-            m.dead_letter_record(&kind);
+    }
+
+    /// The dead letters of this session not logged one by one, per kind.
+    fn log_dead_letter_summary(&self) {
+        for (kind, suppressed) in self.dead_letter_logs.take_suppressed() {
+            warn!(
+                slot = %self.config.postgres.slot,
+                %kind,
+                suppressed,
+                "more events diverted to the dead-letter topic than were logged one by one"
+            );
         }
     }
 }
@@ -960,6 +1022,10 @@ mod tests {
     #[test]
     fn after_a_stop_request_only_errors_a_restart_cannot_fix_fail_the_process() {
         let refused = RelayError::Postgres(walrelay_pg::Error::StreamStopped);
+        // `pg_ctl stop -m fast`: the walsender ends the copy.
+        let server_shutdown = RelayError::Postgres(walrelay_pg::Error::StreamEndedByServer {
+            by: "CommandComplete \"COPY 0\"".into(),
+        });
         let delivery =
             RelayError::Kafka(SinkError::Flush(RDKafkaErrorCode::BrokerTransportFailure));
         let in_use = RelayError::SlotInUse {
@@ -981,6 +1047,11 @@ mod tests {
         assert_eq!(after_failure(&dropped, true), AfterFailure::Fail);
         assert_eq!(after_failure(&bad, true), AfterFailure::Fail);
         assert_eq!(after_failure(&refused, false), AfterFailure::Retry);
+        assert_eq!(after_failure(&server_shutdown, false), AfterFailure::Retry);
+        assert_eq!(
+            after_failure(&server_shutdown, true),
+            AfterFailure::CleanStop
+        );
         assert_eq!(after_failure(&delivery, false), AfterFailure::Retry);
         assert_eq!(after_failure(&in_use, false), AfterFailure::StandBy);
         assert_eq!(after_failure(&dropped, false), AfterFailure::Fail);

@@ -46,6 +46,27 @@ pub mod header {
     pub const DEAD_LETTER_PREFIX: &str = "walrelay-dead-letter-prefix";
     /// On a dead-letter record of an outbox row: `schema.table`.
     pub const DEAD_LETTER_TABLE: &str = "walrelay-dead-letter-table";
+
+    /// Every header whose name starts with this belongs to walrelay.
+    pub const RESERVED_PREFIX: &str = "walrelay-";
+
+    /// Whether a header name is walrelay's: `idempotency-key` and every
+    /// `walrelay-*`, in any letter case. Such a header can never come from
+    /// an application (an envelope's or an outbox row's headers, refused
+    /// by the router and by `walrelay.emit`): a copy next to walrelay's
+    /// would let a consumer or `walrelay verify` take a forged key as a
+    /// high-water mark, or report a gap that never happened. Any letter
+    /// case, because some consumers compare header names that way.
+    ///
+    /// The one definition of the rule in Rust: the router, `walrelay
+    /// verify` and the consumer library use it; `sql/walrelay.sql` repeats
+    /// it for `walrelay.emit` (a test keeps the two in step).
+    pub fn is_reserved(name: &str) -> bool {
+        let prefix = RESERVED_PREFIX.len();
+        name.eq_ignore_ascii_case(IDEMPOTENCY_KEY)
+            || (name.len() >= prefix
+                && name.as_bytes()[..prefix].eq_ignore_ascii_case(RESERVED_PREFIX.as_bytes()))
+    }
 }
 
 /// One record to produce.
@@ -58,7 +79,10 @@ pub struct Record {
     pub key: Option<Bytes>,
     /// `None` produces a tombstone (a record with a null value).
     pub value: Option<Bytes>,
-    /// Headers in order: walrelay's own first, then the application's.
+    /// Headers in order: walrelay's own first (each exactly once, all of
+    /// them [`header::is_reserved`]), then the application's (none of them
+    /// reserved). The pipeline adds `walrelay-prev-key` after walrelay's
+    /// others ([`Record::insert_walrelay_header`]).
     pub headers: Vec<(Arc<str>, Bytes)>,
     /// The event's idempotency key (also in the `idempotency-key` header).
     pub event_key: EventKey,
@@ -69,6 +93,18 @@ pub struct Record {
 }
 
 impl Record {
+    /// Adds a walrelay header after walrelay's others and before the
+    /// application's. Allocation-free when the router left room for it
+    /// (it does, for `walrelay-prev-key`).
+    pub fn insert_walrelay_header(&mut self, name: Arc<str>, value: Bytes) {
+        let at = self
+            .headers
+            .iter()
+            .position(|(k, _)| !header::is_reserved(k))
+            .unwrap_or(self.headers.len());
+        self.headers.insert(at, (name, value));
+    }
+
     /// Bytes this record occupies in memory while in flight (payload,
     /// key, headers): what the in-flight byte budget counts.
     pub fn size(&self) -> usize {
@@ -80,5 +116,75 @@ impl Record {
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>()
             + self.topic.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_names_are_idempotency_key_and_every_walrelay_header_in_any_case() {
+        for name in [
+            "idempotency-key",
+            "Idempotency-Key",
+            "walrelay-prev-key",
+            "walrelay-source",
+            "WALRELAY-anything",
+            "walrelay-",
+            header::DEAD_LETTER_KIND,
+        ] {
+            assert!(header::is_reserved(name), "{name}");
+        }
+        for name in [
+            "",
+            "idempotency",
+            "idempotency-key2",
+            "walrelay",
+            "x-walrelay-source",
+            "trace",
+            "walrelay_source",
+            "wälrelay-x",
+        ] {
+            assert!(!header::is_reserved(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_walrelay_header_goes_after_walrelays_and_before_the_applications() {
+        let h = |k: &str| (Arc::<str>::from(k), Bytes::from_static(b"v"));
+        let mut headers = Vec::with_capacity(5);
+        headers.extend([
+            h("idempotency-key"),
+            h("walrelay-source"),
+            h("trace"),
+            h("id"),
+        ]);
+        let mut r = Record {
+            topic: Arc::from("t"),
+            key: None,
+            value: None,
+            headers,
+            event_key: EventKey(1),
+            timestamp_ms: None,
+        };
+        let capacity = r.headers.capacity();
+        r.insert_walrelay_header(Arc::from(header::PREV_KEY), Bytes::new());
+        let names: Vec<&str> = r.headers.iter().map(|(k, _)| &**k).collect();
+        assert_eq!(
+            names,
+            [
+                "idempotency-key",
+                "walrelay-source",
+                "walrelay-prev-key",
+                "trace",
+                "id"
+            ]
+        );
+        assert_eq!(r.headers.capacity(), capacity, "no reallocation");
+        // Only walrelay headers: at the end.
+        r.headers.truncate(2);
+        r.insert_walrelay_header(Arc::from(header::PREV_KEY), Bytes::new());
+        assert_eq!(&*r.headers[2].0, "walrelay-prev-key");
     }
 }

@@ -120,6 +120,20 @@ pub enum RouteError {
          (deleting published rows is fine)"
     )]
     OutboxUpdate { table: String, lsn: Lsn },
+    /// An application header with a name walrelay reserves for itself
+    /// ([`header::is_reserved`]): published, it would sit next to
+    /// walrelay's own and could forge a key or a gap.
+    #[error(
+        "{origin} at {lsn} sets the header {header:?}, whose name is reserved for walrelay \
+         (idempotency-key and every walrelay-* header): a consumer or `walrelay verify` could \
+         take it for walrelay's own (a forged key or gap); rename the application's header"
+    )]
+    ReservedHeader {
+        /// `walrelay.emit envelope` or `outbox row in schema.table`.
+        origin: String,
+        header: String,
+        lsn: Lsn,
+    },
 }
 
 /// Every [`RouteError::kind`], for metrics that list each kind from the
@@ -136,6 +150,7 @@ pub const DEAD_LETTER_KINDS: &[&str] = &[
     "bad-headers",
     "outbox-update",
     "dead-letter-topic",
+    "reserved-header",
 ];
 
 impl RouteError {
@@ -160,7 +175,21 @@ impl RouteError {
             RouteError::BadHeaders { .. } => "bad-headers",
             RouteError::OutboxUpdate { .. } => "outbox-update",
             RouteError::DeadLetterTopic { .. } => "dead-letter-topic",
+            RouteError::ReservedHeader { .. } => "reserved-header",
         }
+    }
+
+    /// The same error, reported at `lsn`: a problem found in a Relation
+    /// message (which carries no position of its own, the server sends
+    /// 0/0) is reported at the first change to that table.
+    pub fn at(mut self, at: Lsn) -> RouteError {
+        match &mut self {
+            RouteError::NotAnOutbox { lsn, .. } | RouteError::MissingColumn { lsn, .. } => {
+                *lsn = at
+            }
+            _ => {}
+        }
+        self
     }
 
     /// Whether one event is bad, so that a dead-letter record can stand in
@@ -456,6 +485,13 @@ impl Router {
                         lsn: msg.lsn,
                     });
                 }
+                if let Some(name) = reserved_header(env.headers.iter().map(|(k, _)| k)) {
+                    return Err(RouteError::ReservedHeader {
+                        origin: "walrelay.emit envelope".to_owned(),
+                        header: name.clone(),
+                        lsn: msg.lsn,
+                    });
+                }
                 let mut headers = self.base_headers(key, msg.lsn, tx, env.headers.len());
                 for (k, v) in env.headers {
                     headers.push((Arc::from(k.as_str()), Bytes::from(v)));
@@ -613,6 +649,13 @@ impl Router {
                 })?,
             },
         };
+        if let Some(name) = reserved_header(app_headers.iter().map(|(k, _)| k)) {
+            return Err(RouteError::ReservedHeader {
+                origin: format!("outbox row in {}", table()),
+                header: name.clone(),
+                lsn,
+            });
+        }
 
         let mut headers = self.base_headers(key, lsn, Some(tx), 2 + app_headers.len());
         if let Some(id) = id {
@@ -662,6 +705,11 @@ pub fn row_json(row: &Row<'_>) -> String {
     }
     out.push('}');
     out
+}
+
+/// The first application header name that walrelay reserves, if any.
+fn reserved_header<'a>(mut names: impl Iterator<Item = &'a String>) -> Option<&'a String> {
+    names.find(|k| header::is_reserved(k))
 }
 
 fn parse_headers(json: &[u8]) -> Result<Vec<(String, String)>, String> {
@@ -892,6 +940,103 @@ mod tests {
         assert_eq!(header(&r, "type"), Some(&b"created"[..]));
         assert_eq!(header(&r, "trace"), Some(&b"t1"[..]));
         assert_eq!(header(&r, "n"), Some(&b"2"[..]));
+    }
+
+    #[test]
+    fn application_headers_with_reserved_names_are_bad_events() {
+        let mut router = Router::new(&config(), "src");
+        for forged in [
+            "walrelay-prev-key",
+            "idempotency-key",
+            "Idempotency-Key",
+            "walrelay-source",
+        ] {
+            let content = envelope::encode(
+                "payments",
+                Some("p-1"),
+                &[("trace", "t"), (forged, "0000000000000000000000000000abcd")],
+                Some(b"{}"),
+            );
+            let msg = message(envelope::PREFIX, content);
+            let err = router
+                .message_record(&MessageRoute::Envelope, None, EventKey::new(1, 1), &msg)
+                .unwrap_err();
+            assert_eq!(err.kind(), "reserved-header");
+            assert!(err.dead_letterable());
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("{forged:?}"))
+                    && text.starts_with("walrelay.emit envelope at 0/100")
+                    && text.contains("rename the application's header"),
+                "{text}"
+            );
+        }
+
+        let rel = outbox_relation(&[
+            "id",
+            "aggregatetype",
+            "aggregateid",
+            "type",
+            "payload",
+            "headers",
+        ]);
+        router.check_relation(&rel, Lsn(1)).unwrap();
+        let mut cache = RelationCache::new();
+        cache.insert(rel);
+        let tuple = TupleData {
+            columns: vec![
+                text("e-1"),
+                text("order"),
+                text("o-1"),
+                text("created"),
+                text("{}"),
+                text("{\"idempotency-key\": \"ffffffffffffffffffffffffffffffff\"}"),
+            ],
+        };
+        let row = cache.row(1, &tuple).unwrap();
+        let err = router
+            .outbox_record(&tx(), EventKey::new(1, 2), Lsn(0x200), &row)
+            .unwrap_err();
+        assert_eq!(err.kind(), "reserved-header");
+        assert!(
+            err.to_string().starts_with(
+                "outbox row in public.outbox at 0/200 sets the header \"idempotency-key\""
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn walrelays_headers_come_first_each_once() {
+        let mut router = Router::new(&config(), "src");
+        let content = envelope::encode(
+            "payments",
+            Some("p-1"),
+            &[("trace", "t"), ("z", "1")],
+            Some(b"{}"),
+        );
+        let msg = message(envelope::PREFIX, content);
+        let r = router
+            .message_record(
+                &MessageRoute::Envelope,
+                Some(&tx()),
+                EventKey::new(1, 1),
+                &msg,
+            )
+            .unwrap();
+        let reserved: Vec<bool> = r
+            .headers
+            .iter()
+            .map(|(k, _)| header::is_reserved(k))
+            .collect();
+        let first_app = reserved.iter().position(|r| !r).unwrap();
+        assert!(reserved[..first_app].iter().all(|r| *r));
+        assert!(reserved[first_app..].iter().all(|r| !r), "{:?}", r.headers);
+        let mut names: Vec<&str> = r.headers[..first_app].iter().map(|(k, _)| &**k).collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "each walrelay header once");
     }
 
     #[test]

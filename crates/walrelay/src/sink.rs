@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
@@ -30,6 +30,8 @@ use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
 };
 use tokio::sync::Notify;
+
+use walrelay_pg::log_limit::KeyedLogLimit;
 
 use crate::record::Record;
 
@@ -284,11 +286,7 @@ impl SinkConfig {
 
     fn validate_with(&self, secrets: Secrets) -> Result<(), SinkError> {
         let props = self.properties_with(secrets, true)?;
-        let mut client_config = ClientConfig::new();
-        for (name, value) in &props {
-            client_config.set(name, value);
-        }
-        client_config
+        crate::kafka_client::to_client_config(&props)
             .create_native_config()
             .map(drop)
             .map_err(create_error)
@@ -928,20 +926,40 @@ struct SinkContext {
     fatal: Mutex<Option<String>>,
 }
 
+/// At most one librdkafka log line per facility (and one error event per
+/// error code) in this interval; the next one says how many were left out.
+pub const LIBRDKAFKA_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+/// librdkafka repeats its complaints many times a second while a broker is
+/// down (each also as an error event): per facility or error code, one
+/// line per [`LIBRDKAFKA_LOG_INTERVAL`]. For the whole process, so that the
+/// producers of successive sessions during an outage share it.
+static LIBRDKAFKA_LOGS: LazyLock<KeyedLogLimit> =
+    LazyLock::new(|| KeyedLogLimit::new(LIBRDKAFKA_LOG_INTERVAL, 64));
+
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        // Debug output is asked for explicitly: all of it.
+        let suppressed = if matches!(level, RDKafkaLogLevel::Debug) {
+            0
+        } else {
+            match LIBRDKAFKA_LOGS.check(fac) {
+                Some(n) => n,
+                None => return,
+            }
+        };
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
             | RDKafkaLogLevel::Critical
             | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "librdkafka", facility = fac, "{message}")
+                tracing::error!(target: "librdkafka", facility = fac, suppressed, "{message}")
             }
             RDKafkaLogLevel::Warning => {
-                tracing::warn!(target: "librdkafka", facility = fac, "{message}")
+                tracing::warn!(target: "librdkafka", facility = fac, suppressed, "{message}")
             }
             RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "librdkafka", facility = fac, "{message}")
+                tracing::info!(target: "librdkafka", facility = fac, suppressed, "{message}")
             }
             RDKafkaLogLevel::Debug => {
                 tracing::debug!(target: "librdkafka", facility = fac, "{message}")
@@ -963,7 +981,12 @@ impl ClientContext for SinkContext {
             let mut fatal = self.fatal.lock().unwrap_or_else(PoisonError::into_inner);
             fatal.get_or_insert_with(|| reason.to_owned());
         } else {
-            tracing::warn!(target: "librdkafka", "Kafka producer error: {error}: {reason}");
+            let code = error
+                .rdkafka_error_code()
+                .map_or_else(|| "other".to_owned(), |c| format!("error:{c:?}"));
+            if let Some(suppressed) = LIBRDKAFKA_LOGS.check(&code) {
+                tracing::warn!(target: "librdkafka", suppressed, "Kafka producer error: {error}: {reason}");
+            }
         }
     }
 }
@@ -1061,10 +1084,7 @@ impl KafkaSink {
     /// Creates the producer (it connects in the background).
     pub fn new(config: &SinkConfig) -> Result<KafkaSink, SinkError> {
         let props = config.effective_properties()?;
-        let mut client_config = ClientConfig::new();
-        for (name, value) in &props {
-            client_config.set(name, value);
-        }
+        let mut client_config = crate::kafka_client::to_client_config(&props);
         // librdkafka's log level gates what reaches `ClientContext::log`.
         client_config.set_log_level(
             if props.contains_key("debug")
@@ -1373,5 +1393,63 @@ fn partition_count(producer: &Inner, topic: &str, timeout: Duration) -> Result<u
         }
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Log output captured in memory.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A broker that is down: librdkafka reports each failed connection
+    /// attempt as a log line and as an error event, about 30 a second.
+    /// walrelay logged every one of them.
+    #[test]
+    fn librdkafka_complaining_about_a_broker_that_is_down_is_logged_once_per_interval() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let context = SinkContext {
+            deliveries: Arc::new(DeliveryQueue::default()),
+            fatal: Mutex::new(None),
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..300 {
+                // A facility of this test's own: the limit is process-wide.
+                context.log(
+                    RDKafkaLogLevel::Error,
+                    "TESTFAIL",
+                    "sasl_plaintext://b:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection refused",
+                );
+                context.error(
+                    KafkaError::Global(RDKafkaErrorCode::AllBrokersDown),
+                    "1/1 brokers are down",
+                );
+            }
+        });
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches("Connect to ipv4").count(), 1, "{text}");
+        assert_eq!(text.matches("1/1 brokers are down").count(), 1, "{text}");
+        assert!(text.contains("suppressed=0"), "{text}");
     }
 }

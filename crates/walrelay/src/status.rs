@@ -9,7 +9,10 @@
 //! | 1 | walrelay could not check (connection or configuration error) |
 //! | 2 | the slot or the publication is missing, or the slot is not a logical pgoutput slot |
 //! | 3 | the slot is invalidated (`wal_status = lost`): events were lost, recreate it |
+//! | 2 | also: `wal_level` is not `logical` (named as such, not blamed on the slot) |
 //! | 4 | the slot is at risk (`wal_status = unreserved`) or lags more than `--max-lag-bytes` |
+//! | 5 | with `--require-active`: the slot is fine but no relay streams from it |
+//! | 64 | the command line is invalid (see [`USAGE`]) |
 
 use serde::Serialize;
 use walrelay_pg::commands::quote_literal;
@@ -17,6 +20,11 @@ use walrelay_pg::{Config as PgConfig, ReplicationConnection};
 
 use crate::config::Config;
 use crate::pipeline::RelayError;
+
+/// Exit code of `walrelay status` for an invalid command line (EX_USAGE),
+/// so that it cannot be mistaken for a verdict: clap's own code, 2, is
+/// "missing" here.
+pub const USAGE: i32 = 64;
 
 /// What `walrelay status` reports.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -42,6 +50,8 @@ pub struct Status {
     pub publication_exists: bool,
     /// `schema.table` of every published table.
     pub publication_tables: Vec<String>,
+    /// The server's `wal_level`; walrelay needs `logical`.
+    pub wal_level: Option<String>,
     pub health: Health,
 }
 
@@ -50,41 +60,64 @@ pub struct Status {
 #[serde(rename_all = "snake_case")]
 pub enum Health {
     Ok,
+    /// `wal_level` is not `logical`: no logical slot can work, whatever
+    /// the slot's state (a set-up problem, exit 2 like `Missing`).
+    WalLevel,
     Missing,
     Lost,
     AtRisk,
+    /// Asked for with `--require-active`: the slot is fine, but no relay
+    /// streams from it, so nothing is being published.
+    Inactive,
 }
 
 impl Health {
     pub fn exit_code(self) -> i32 {
         match self {
             Health::Ok => 0,
-            Health::Missing => 2,
+            Health::WalLevel | Health::Missing => 2,
             Health::Lost => 3,
             Health::AtRisk => 4,
+            Health::Inactive => 5,
         }
     }
 }
 
-/// Decide the health from the facts (pure, unit-tested).
-pub fn assess(s: &Status, max_lag_bytes: Option<i64>) -> Health {
+/// What `walrelay status` checks beyond the slot's own state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// `--max-lag-bytes`: more lag is [`Health::AtRisk`].
+    pub max_lag_bytes: Option<i64>,
+    /// `--require-active`: no relay connected is [`Health::Inactive`].
+    pub require_active: bool,
+}
+
+/// Decide the health from the facts (pure, unit-tested). The most severe
+/// finding wins; a wrong `wal_level` comes first, as it explains a
+/// missing slot.
+pub fn assess(s: &Status, limits: Limits) -> Health {
+    if s.wal_level.as_deref().is_some_and(|l| l != "logical") {
+        return Health::WalLevel;
+    }
     if !s.slot_exists || !s.publication_exists || s.plugin.as_deref() != Some("pgoutput") {
         return Health::Missing;
     }
     match s.wal_status.as_deref() {
         Some("lost") => Health::Lost,
         Some("unreserved") => Health::AtRisk,
-        _ => match (max_lag_bytes, s.lag_bytes) {
+        _ => match (limits.max_lag_bytes, s.lag_bytes) {
             (Some(max), Some(lag)) if lag > max => Health::AtRisk,
+            _ if limits.require_active && !s.active => Health::Inactive,
             _ => Health::Ok,
         },
     }
 }
 
 /// Query the server.
-pub async fn status(config: &Config, max_lag_bytes: Option<i64>) -> Result<Status, RelayError> {
+pub async fn status(config: &Config, limits: Limits) -> Result<Status, RelayError> {
     let pg = PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
     let mut conn = ReplicationConnection::connect(&pg).await?;
+    let wal_level = Some(conn.show("wal_level").await?);
     let slot = &config.postgres.slot;
     let publication = &config.postgres.publication;
     let rows = conn
@@ -149,9 +182,10 @@ pub async fn status(config: &Config, max_lag_bytes: Option<i64>) -> Result<Statu
         publication: publication.clone(),
         publication_exists,
         publication_tables,
+        wal_level,
         health: Health::Ok,
     };
-    s.health = assess(&s, max_lag_bytes);
+    s.health = assess(&s, limits);
     Ok(s)
 }
 
@@ -159,6 +193,13 @@ pub async fn status(config: &Config, max_lag_bytes: Option<i64>) -> Result<Statu
 pub fn render(s: &Status) -> String {
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let mut out = String::new();
+    if let Some(level) = s.wal_level.as_deref().filter(|l| *l != "logical") {
+        out.push_str(&format!(
+            "wal_level            {level}: logical decoding is off, so no logical slot can be \
+             created or read; set wal_level=logical (ALTER SYSTEM SET wal_level = logical) and \
+             restart PostgreSQL, then run `walrelay setup`\n"
+        ));
+    }
     if s.slot_exists {
         out.push_str(&format!(
             "slot                 {} ({} {}, database {})\n",
@@ -224,6 +265,8 @@ pub fn render(s: &Status) -> String {
         "health               {}\n",
         match s.health {
             Health::Ok => "ok",
+            Health::WalLevel => "WAL_LEVEL: wal_level is not logical: set wal_level=logical and restart PostgreSQL (exit 2)",
+            Health::Inactive => "INACTIVE: the slot is fine but no relay is connected, so nothing is being published: start `walrelay run` or find out why it stopped (exit 5, --require-active)",
             Health::Missing => "MISSING: the slot or publication is missing or not pgoutput (exit 2)",
             Health::Lost => "LOST: the slot was invalidated; WAL it needed is gone, and the events committed after confirmed_flush_lsn cannot be relayed: drop the slot, recreate it with `walrelay setup` under a new relay.source_id, backfill or reconcile the lost events, raise max_slot_wal_keep_size (docs/operations.md) (exit 3)",
             Health::AtRisk => "AT RISK: WAL may be removed before walrelay confirms it, or lag is over the limit: find out why walrelay is not confirming before the slot is lost (exit 4)",
@@ -253,21 +296,76 @@ mod tests {
             publication: "walrelay".into(),
             publication_exists: true,
             publication_tables: vec!["public.outbox".into()],
+            wal_level: Some("logical".into()),
             health: Health::Ok,
         }
+    }
+
+    fn lag(max: i64) -> Limits {
+        Limits {
+            max_lag_bytes: Some(max),
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn wal_level_is_named_before_the_slot_and_inactive_only_on_request() {
+        let replica = Status {
+            wal_level: Some("replica".into()),
+            slot_exists: false,
+            ..healthy()
+        };
+        assert_eq!(assess(&replica, Limits::default()), Health::WalLevel);
+        assert_eq!(Health::WalLevel.exit_code(), 2);
+        let text = render(&Status {
+            health: Health::WalLevel,
+            ..replica
+        });
+        assert!(
+            text.contains("wal_level            replica") && text.contains("set wal_level=logical"),
+            "{text}"
+        );
+        let idle = Status {
+            active: false,
+            active_pid: None,
+            ..healthy()
+        };
+        assert_eq!(assess(&idle, Limits::default()), Health::Ok);
+        let required = Limits {
+            require_active: true,
+            ..Limits::default()
+        };
+        assert_eq!(assess(&idle, required), Health::Inactive);
+        assert_eq!(Health::Inactive.exit_code(), 5);
+        assert_eq!(assess(&healthy(), required), Health::Ok);
+        // Worse findings still win.
+        let lost = Status {
+            wal_status: Some("lost".into()),
+            ..idle
+        };
+        assert_eq!(assess(&lost, required), Health::Lost);
+        let codes = [
+            Health::Ok,
+            Health::Missing,
+            Health::Lost,
+            Health::AtRisk,
+            Health::Inactive,
+        ]
+        .map(Health::exit_code);
+        assert!(!codes.contains(&USAGE) && !codes.contains(&1));
     }
 
     #[test]
     fn health_and_exit_codes() {
         let s = healthy();
-        assert_eq!(assess(&s, None), Health::Ok);
-        assert_eq!(assess(&s, Some(4096)), Health::Ok);
-        assert_eq!(assess(&s, Some(4095)), Health::AtRisk);
+        assert_eq!(assess(&s, Limits::default()), Health::Ok);
+        assert_eq!(assess(&s, lag(4096)), Health::Ok);
+        assert_eq!(assess(&s, lag(4095)), Health::AtRisk);
         let lost = Status {
             wal_status: Some("lost".into()),
             ..healthy()
         };
-        assert_eq!(assess(&lost, None).exit_code(), 3);
+        assert_eq!(assess(&lost, Limits::default()).exit_code(), 3);
         let rendered = render(&Status {
             health: Health::Lost,
             safe_wal_size: None,
@@ -281,17 +379,17 @@ mod tests {
             wal_status: Some("unreserved".into()),
             ..healthy()
         };
-        assert_eq!(assess(&unreserved, None).exit_code(), 4);
+        assert_eq!(assess(&unreserved, Limits::default()).exit_code(), 4);
         let missing = Status {
             slot_exists: false,
             ..healthy()
         };
-        assert_eq!(assess(&missing, None).exit_code(), 2);
+        assert_eq!(assess(&missing, Limits::default()).exit_code(), 2);
         let wrong_plugin = Status {
             plugin: Some("wal2json".into()),
             ..healthy()
         };
-        assert_eq!(assess(&wrong_plugin, None), Health::Missing);
+        assert_eq!(assess(&wrong_plugin, Limits::default()), Health::Missing);
     }
 
     #[test]

@@ -153,6 +153,12 @@ pub enum Finding {
         header: &'static str,
         value: String,
     },
+    /// A walrelay header (`idempotency-key`, `walrelay-*`) that occurs more
+    /// than once: walrelay writes each of its headers once, so a copy came
+    /// from elsewhere (an application header named like walrelay's) and
+    /// neither can be trusted. The record is counted as malformed and not
+    /// classified.
+    DuplicateHeader { offset: i64, header: String },
 }
 
 /// Statistics of one source in one partition.
@@ -383,6 +389,15 @@ impl PartitionState {
     }
 }
 
+/// The first reserved header name ([`header::is_reserved`]) that occurs
+/// more than once, if any.
+fn duplicated_reserved<'h>(headers: &[(&'h str, &[u8])]) -> Option<&'h str> {
+    headers.iter().enumerate().find_map(|(i, (name, _))| {
+        (header::is_reserved(name) && headers[..i].iter().any(|(earlier, _)| earlier == name))
+            .then_some(*name)
+    })
+}
+
 /// The first header called `name`.
 fn find_header<'h>(headers: &[(&str, &'h [u8])], name: &str) -> Option<&'h [u8]> {
     headers.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
@@ -431,6 +446,16 @@ impl Analyzer {
         p.records += 1;
         let first_offset = *p.first_offset.get_or_insert(offset);
         p.last_offset = Some(offset);
+        if let Some(name) = duplicated_reserved(headers) {
+            p.malformed += 1;
+            if p.findings.len() < MAX_FINDINGS {
+                p.findings.push(Finding::DuplicateHeader {
+                    offset,
+                    header: name.to_owned(),
+                });
+            }
+            return;
+        }
         let Some(raw_key) = find_header(headers, header::IDEMPOTENCY_KEY) else {
             p.without_headers += 1;
             return;
@@ -687,15 +712,20 @@ fn render_findings(report: &Report) -> String {
     for p in &report.partitions {
         let at = format!("{}/{}", p.topic, p.partition);
         for f in &p.findings {
-            if let Finding::Malformed {
-                offset,
-                header,
-                value,
-            } = f
-            {
-                lines.push(format!(
+            match f {
+                Finding::Malformed {
+                    offset,
+                    header,
+                    value,
+                } => lines.push(format!(
                     "malformed: {at} offset {offset}: {header} {value:?} is not 32 lowercase hex digits"
-                ));
+                )),
+                Finding::DuplicateHeader { offset, header } => lines.push(format!(
+                    "malformed: {at} offset {offset}: the walrelay header {header} occurs more than \
+                     once (a copy was added by someone else, e.g. an application header named \
+                     like walrelay's); the record is not trusted"
+                )),
+                _ => {}
             }
         }
         total += p.malformed;
@@ -720,7 +750,7 @@ fn render_findings(report: &Report) -> String {
                         "gap: {at} source {source} offset {offset}: key {key} follows prev-key \
                          {prev_key}, which never arrived"
                     ),
-                    Finding::Malformed { .. } => continue,
+                    Finding::Malformed { .. } | Finding::DuplicateHeader { .. } => continue,
                 });
             }
         }
@@ -860,24 +890,12 @@ fn kafka_settings(options: &Options) -> anyhow::Result<KafkaConfig> {
     Ok(kafka)
 }
 
+/// `walrelay verify`'s reader: the one builder of Kafka client properties
+/// ([`crate::kafka_client`], secrets resolved), with a group id of its own.
 fn consumer_config(kafka: &KafkaConfig) -> anyhow::Result<ClientConfig> {
-    let mut c = ClientConfig::new();
-    // Overridable defaults.
-    c.set("client.id", "walrelay-verify")
-        .set("fetch.wait.max.ms", "100")
-        .set("socket.connection.setup.timeout.ms", "10000");
-    // `env:`/`file:` secret references, as for the relay's producer.
-    for (k, v) in &crate::secrets::resolve_properties(&kafka.properties)? {
-        c.set(k, v);
-    }
-    // What makes this a read-only, group-less reader.
-    c.set("bootstrap.servers", &kafka.bootstrap_servers)
-        .set("group.id", format!("walrelay-verify-{:016x}", random_u64()))
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("allow.auto.create.topics", "false");
+    let mut c =
+        crate::kafka_client::client_config(kafka, crate::kafka_client::KafkaClient::Verify)?;
+    c.set("group.id", format!("walrelay-verify-{:016x}", random_u64()));
     Ok(c)
 }
 
@@ -1314,6 +1332,43 @@ mod tests {
         assert!(report.partitions[1].sources.is_empty());
         assert_eq!(report.totals.without_headers, 2);
         assert_eq!(report.verdict(), Verdict::Clean);
+    }
+
+    #[test]
+    fn a_walrelay_header_carried_twice_makes_the_record_malformed() {
+        let mut records = session(0, 0, SRC, &[1, 2, 3]);
+        // An application header named like walrelay's prev-key would
+        // otherwise report a gap that never happened; a second
+        // idempotency-key would raise the high-water mark.
+        records[1].headers.push((header::PREV_KEY, hex(0xabcd)));
+        records[2]
+            .headers
+            .push((header::IDEMPOTENCY_KEY, hex(u128::MAX)));
+        let report = run(&records);
+        let p = &report.partitions[0];
+        assert_eq!(p.malformed, 2, "{report:#?}");
+        assert_eq!(
+            p.findings,
+            vec![
+                Finding::DuplicateHeader {
+                    offset: 1,
+                    header: header::PREV_KEY.into()
+                },
+                Finding::DuplicateHeader {
+                    offset: 2,
+                    header: header::IDEMPOTENCY_KEY.into()
+                },
+            ]
+        );
+        assert_eq!(report.totals.gaps, 0, "the forged prev-key is not trusted");
+        assert_eq!(report.verdict(), Verdict::Malformed);
+        assert_eq!(report.verdict().exit_code(), exit::GAPS);
+        assert!(render_findings(&report).contains("occurs more than once"));
+        // Application headers may repeat.
+        let mut records = session(0, 0, SRC, &[1]);
+        records[0].headers.push(("trace", b"1".to_vec()));
+        records[0].headers.push(("trace", b"2".to_vec()));
+        assert_eq!(run(&records).verdict(), Verdict::Clean);
     }
 
     #[test]

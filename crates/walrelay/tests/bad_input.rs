@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use bytes::Bytes;
-use support::{apply_high_water_marks, check_confirmations_follow_acks, key_of, Env, WAIT};
+use support::{
+    apply_high_water_marks, check_confirmations_follow_acks, key_of, spawn_relay, Env, WAIT,
+};
 use tokio::sync::{mpsc, watch};
 use walrelay::config::{Config, OutboxConfig};
 use walrelay::envelope;
@@ -136,7 +138,46 @@ struct Case {
 fn cases() -> Vec<Case> {
     let malformed = raw_envelope("{bad}", b"payload");
     let no_topic = raw_envelope(r#"{"key": "k-1"}"#, b"payload");
+    // walrelay.emit refuses it, so written by hand: a forged prev-key
+    // would make `walrelay verify` report a gap that never happened.
+    let forged_prev = envelope::encode(
+        "good",
+        Some("k-forged"),
+        &[("walrelay-prev-key", "0000000000000000000000000000abcd")],
+        Some(b"{}"),
+    );
     vec![
+        Case {
+            name: "reserved-header-envelope",
+            prepare: String::new(),
+            bad: format!(
+                "SELECT pg_logical_emit_message(true, 'walrelay.v1', {})",
+                bytea(&forged_prev)
+            ),
+            kind: "reserved-header",
+            value: forged_prev,
+            origin: ("walrelay-dead-letter-prefix", "walrelay.v1"),
+            says: vec![
+                "walrelay.emit envelope at",
+                "sets the header \"walrelay-prev-key\", whose name is reserved for walrelay",
+                "rename the application's header",
+            ],
+        },
+        // A second idempotency-key: a consumer reading the last one would
+        // take ffff... as its high-water mark and skip everything after.
+        Case {
+            name: "reserved-header-outbox",
+            prepare: String::new(),
+            bad: "INSERT INTO outbox VALUES ('r-1', 'order', 'k', 'T', '{}', '{\"idempotency-key\": \"ffffffffffffffffffffffffffffffff\"}')".into(),
+            kind: "reserved-header",
+            value: br#"{"id":"r-1","aggregatetype":"order","aggregateid":"k","type":"T","payload":"{}","headers":"{\"idempotency-key\": \"ffffffffffffffffffffffffffffffff\"}"}"#
+                .to_vec(),
+            origin: ("walrelay-dead-letter-table", "public.outbox"),
+            says: vec![
+                "outbox row in public.outbox at",
+                "sets the header \"idempotency-key\", whose name is reserved for walrelay",
+            ],
+        },
         Case {
             name: "malformed-envelope",
             prepare: String::new(),
@@ -550,6 +591,12 @@ async fn without_a_dead_letter_topic_each_bad_input_stops_the_relay_before_it() 
         for says in &case.says {
             assert!(err.contains(says), "{}: {err:?} lacks {says:?}", case.name);
         }
+        // The event's own position (a Relation message has none: 0/0).
+        assert!(
+            !err.contains(" at 0/0") && !err.contains("seen at 0/0"),
+            "{}: {err}",
+            case.name
+        );
         assert!(
             err.ends_with(DEAD_LETTER_HINT),
             "{}: the error offers the dead-letter topic: {err}",
@@ -716,4 +763,106 @@ fn envelope_helpers_agree() {
     // The test's hand-made envelopes use the real layout.
     let good = envelope::encode("t", None, &[], Some(b"p"));
     assert_eq!(raw_envelope(r#"{"topic":"t"}"#, b"p"), good);
+}
+
+/// `walrelay.emit` refuses walrelay's header names in the application's
+/// own transaction (which then rolls back), under the same rule as the
+/// relay ([`walrelay::record::header::is_reserved`]), and accepts others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walrelay_emit_refuses_reserved_header_names_in_the_callers_transaction() -> Result<()> {
+    let env = Env::postgres_only(Default::default()).await?;
+    let config = env.config("127.0.0.1:9");
+    setup::setup(&config).await?;
+    let c = &env.client;
+    c.batch_execute("CREATE TABLE side (n int)").await?;
+    for name in [
+        "walrelay-prev-key",
+        "idempotency-key",
+        "Idempotency-Key",
+        "WALRELAY-source",
+        "walrelay-anything",
+        "trace",
+        "x-walrelay-source",
+        "idempotency-key-2",
+        "walrelay",
+    ] {
+        let reserved = walrelay::record::header::is_reserved(name);
+        let sql = format!(
+            "BEGIN; INSERT INTO side VALUES (1); \
+             SELECT walrelay.emit('t', 'k', '{{}}'::jsonb, jsonb_build_object('{name}', 'v')); COMMIT;"
+        );
+        let result = c.batch_execute(&sql).await;
+        if reserved {
+            let err = result.expect_err(name);
+            let db = err.as_db_error().context("a server error")?;
+            assert_eq!(db.code().code(), "22023", "{name}: {db:?}");
+            assert!(
+                db.message()
+                    .contains(&format!("header '{name}' is reserved for walrelay")),
+                "{name}: {}",
+                db.message()
+            );
+            assert!(db.hint().is_some_and(|h| h.contains("rename the header")));
+            c.batch_execute("ROLLBACK").await?;
+        } else {
+            result.with_context(|| format!("{name} is an ordinary header"))?;
+        }
+    }
+    // The refused transactions left nothing behind.
+    let n: i64 = c.query_one("SELECT count(*) FROM side", &[]).await?.get(0);
+    assert_eq!(
+        n, 4,
+        "only the transactions with ordinary headers committed"
+    );
+    Ok(())
+}
+
+/// 500 dead letters of one kind: the first is logged at once with its
+/// details, the rest only counted (one WARN per dead letter made 122 MB of
+/// log for 300,000 of them), and the count reaches the log at the end of
+/// the session. Every dead letter is still in the topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_dead_letters_is_logged_once_per_kind_and_interval() -> Result<()> {
+    let env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    setup::setup(&env.config(&bootstrap)).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let mut relay = spawn_relay(
+        &env,
+        &bootstrap,
+        &log,
+        &["--dead-letter-topic", DLQ, "--log", "warn"],
+    )?;
+    let n = 500;
+    env.client
+        .batch_execute(&format!(
+            "SELECT count(pg_logical_emit_message(true, 'mystery', 'bad ' || g)) FROM generate_series(1, {n}) g"
+        ))
+        .await?;
+    let end = env.current_wal_lsn().await?;
+    await_condition(WAIT, POLL, || async {
+        Ok(env.confirmed_flush_lsn("walrelay").await? >= end)
+    })
+    .await
+    .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()?;
+    ensure!(status.success());
+    ensure!(relay.wait()?.success());
+
+    let text = std::fs::read_to_string(&log)?;
+    let one_by_one = text
+        .matches("event diverted to the dead-letter topic")
+        .count();
+    assert_eq!(one_by_one, 1, "{text}");
+    assert!(
+        text.contains("more events diverted to the dead-letter topic than were logged one by one")
+            && text.contains(&format!("suppressed={}", n - 1)),
+        "the rest is counted in the log: {text}"
+    );
+    let records = read_until_quiet(&bootstrap, &[DLQ], Duration::from_secs(1), WAIT).await?;
+    assert_eq!(records.len(), n, "every dead letter is in the topic");
+    Ok(())
 }

@@ -507,7 +507,14 @@ fn troubleshooting_quotes_walrelays_real_messages() {
 #[test]
 fn operations_lists_the_status_exit_codes() {
     let doc = read("docs/operations.md");
-    for health in [Health::Ok, Health::Missing, Health::Lost, Health::AtRisk] {
+    for health in [
+        Health::Ok,
+        Health::WalLevel,
+        Health::Missing,
+        Health::Lost,
+        Health::AtRisk,
+        Health::Inactive,
+    ] {
         let code = health.exit_code();
         assert!(
             doc.contains(&format!("| {code} |")),
@@ -515,4 +522,8 @@ fn operations_lists_the_status_exit_codes() {
         );
     }
     assert!(doc.contains("| 1 |"), "exit code 1 (could not check)");
+    assert!(
+        doc.contains(&format!("| {} |", walrelay::status::USAGE)),
+        "usage error exit code"
+    );
 }

@@ -12,8 +12,14 @@ use support::{apply_high_water_marks, spawn_relay, Env, WAIT};
 use walrelay_testkit::{await_condition, read_until_quiet};
 
 /// A slow status interval (unconfirmed events at the kill) and info logs
-/// (the test waits for the "standing by" line).
-const STANDBY_ARGS: &[&str] = &["--status-interval", "5s", "--log", "info"];
+/// (the test waits for the "standing by" line), with the relay's debug
+/// lines to count the standby's polls.
+const STANDBY_ARGS: &[&str] = &[
+    "--status-interval",
+    "5s",
+    "--log",
+    "info,walrelay::pipeline=debug",
+];
 
 async fn active_pid(env: &Env) -> Result<Option<i32>> {
     Ok(env
@@ -62,6 +68,20 @@ async fn a_standby_relay_takes_over_within_seconds_without_loss() -> Result<()> 
         first,
         "the standby must not take the slot from the active relay"
     );
+    // A standby connects once a second: its INFO log does not say so each
+    // time (it did, twice a second with sslmode=prefer).
+    await_condition(WAIT, Duration::from_millis(100), || async {
+        let log = std::fs::read_to_string(&log_b)?;
+        Ok(log
+            .matches("the slot is still in use; polling again")
+            .count()
+            >= 4)
+    })
+    .await
+    .context("the standby polls the slot")?;
+    let log = std::fs::read_to_string(&log_b)?;
+    let established = log.matches("replication connection established").count();
+    assert_eq!(established, 1, "{log}");
 
     emit(&env, 0, 20).await?;
     // Kill the active relay with acknowledged but (5 s status interval)

@@ -244,6 +244,27 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
             prev = key_of(r).to_hex();
         }
     }
+    // walrelay's headers first, each once, then the application's
+    // (docs/relay.md): prev-key too, although the pipeline adds it last.
+    for r in &records {
+        let reserved: Vec<bool> = r
+            .headers
+            .iter()
+            .map(|(k, _)| walrelay::record::header::is_reserved(k))
+            .collect();
+        let own = reserved.iter().take_while(|r| **r).count();
+        assert!(
+            reserved[own..].iter().all(|r| !r),
+            "a walrelay header after the application's: {:?}",
+            r.headers
+        );
+        let mut names: Vec<&str> = r.headers[..own].iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names.last(), Some(&"walrelay-prev-key"), "{:?}", r.headers);
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n, "each walrelay header once: {:?}", r.headers);
+    }
     // Keys strictly increase per partition, and are unique.
     let (fresh, duplicates) = apply_high_water_marks(&records)?;
     assert_eq!(duplicates, 0, "one session, no replay: no duplicates");
@@ -312,9 +333,11 @@ async fn run_explains_a_missing_slot_and_a_table_outside_the_outbox_config() -> 
             .any(|s| matches!(s, Step::Warning(w) if w.contains("public.other"))),
         "{steps:?}"
     );
+    let before = env.current_wal_lsn().await?;
     env.client
         .batch_execute("INSERT INTO other VALUES (1)")
         .await?;
+    let after = env.current_wal_lsn().await?;
     config.relay.max_backoff = Duration::from_millis(100);
     let (_stop, stop_rx) = watch::channel(false);
     let err = tokio::time::timeout(WAIT, pipeline::run(config, stop_rx, None))
@@ -324,6 +347,17 @@ async fn run_explains_a_missing_slot_and_a_table_outside_the_outbox_config() -> 
     assert!(
         err.contains("public.other") && err.contains("not a configured outbox table"),
         "{err}"
+    );
+    // The INSERT's own position, not the Relation message's 0/0.
+    let at: walrelay_pgoutput::Lsn = err
+        .split("change to table public.other at ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .with_context(|| format!("no LSN in {err:?}"))?
+        .parse()?;
+    assert!(
+        before <= at && at < after,
+        "{before} <= {at} < {after}: {err}"
     );
     Ok(())
 }
@@ -426,6 +460,85 @@ async fn survives_postgres_loss_and_ignores_outbox_deletes() -> Result<()> {
     assert!(
         order.iter().all(|r| r.value_str() == Some("{\"v\": 1}")),
         "only the INSERT is published, not the DELETE"
+    );
+    Ok(())
+}
+
+/// `pg_ctl restart -m fast` while the relay streams a backlog: the
+/// walsender ends the copy (CommandComplete "COPY 0") and exits. That is
+/// PostgreSQL going away cleanly, not a protocol violation: the relay
+/// reconnects with backoff and every event arrives exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_postgres_restart_mid_stream_reconnects_and_loses_nothing() -> Result<()> {
+    let mut env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let config = env.config(&bootstrap);
+    setup::setup(&config).await?;
+    let start = env.confirmed_flush_lsn("walrelay").await?;
+    let (batches, per_batch) = (40, 500);
+    for b in 0..batches {
+        env.client
+            .batch_execute(&format!(
+                "SELECT count(walrelay.emit('events', 'k-' || (g % 7), jsonb_build_object('b', {b}, 'g', g))) FROM generate_series(1, {per_batch}) g"
+            ))
+            .await?;
+    }
+    let mut relay = start_relay(config);
+    // Restart once the relay confirmed part of the backlog: it is streaming.
+    await_condition(WAIT, Duration::from_millis(5), || async {
+        Ok(env.confirmed_flush_lsn("walrelay").await? > start)
+    })
+    .await?;
+    let cluster = env.cluster;
+    let cluster = tokio::task::spawn_blocking(move || -> Result<_> {
+        cluster.restart()?; // pg_ctl stop -m fast, then start
+        Ok(cluster)
+    })
+    .await??;
+    env.cluster = cluster;
+    env.client = env.cluster.client().await?;
+    env.client
+        .batch_execute("SELECT walrelay.emit('events', 'after', '{\"after\": true}'::jsonb)")
+        .await?;
+    let end = env.current_wal_lsn().await?;
+    await_condition(WAIT, Duration::from_millis(100), || async {
+        anyhow::ensure!(
+            !relay.task.is_finished(),
+            "the relay stopped after a clean PostgreSQL restart"
+        );
+        Ok(env.confirmed_flush_lsn("walrelay").await? >= end)
+    })
+    .await
+    .map_err(|e| e.context(format!("relay task finished: {}", relay.task.is_finished())))?;
+    let mut all = Vec::new();
+    while let Ok(t) = relay.trace.try_recv() {
+        all.push(t);
+    }
+    all.extend(relay.stop().await?);
+    let ended: Vec<_> = all
+        .iter()
+        .filter_map(|t| match t {
+            Trace::SessionEnded { error: Some(e) } => Some(e.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        ended
+            .iter()
+            .any(|e| e.contains("ended the replication stream")
+                || e.contains("57P01")
+                || e.contains("closed the connection")),
+        "the restart ended a session: {ended:?}"
+    );
+    println!("sessions ended by the restart: {ended:?}");
+    check_confirmations_follow_acks(&all)?;
+
+    let records = read_until_quiet(&bootstrap, &["events"], Duration::from_secs(1), WAIT).await?;
+    let (fresh, _duplicates) = apply_high_water_marks(&records)?;
+    assert_eq!(
+        fresh.values().map(Vec::len).sum::<usize>(),
+        batches * per_batch + 1,
+        "every event exactly once after high-water-mark dedup"
     );
     Ok(())
 }

@@ -1,0 +1,202 @@
+//! The one place where walrelay's Kafka configuration (`[kafka]`,
+//! `--bootstrap-servers`, `--kafka-property`) becomes librdkafka
+//! properties, for every Kafka client walrelay creates:
+//!
+//! | client | properties |
+//! |---|---|
+//! | [`KafkaClient::Producer`] (`walrelay run`) | [`SinkConfig::effective_properties`]: walrelay's defaults, the user's properties, the enforced delivery guarantees |
+//! | [`KafkaClient::Probe`] (`/readyz`) | the producer's, under the client id `<client.id>-probe` |
+//! | [`KafkaClient::Verify`] (`walrelay verify`) | reader defaults, the user's properties, then what makes it a read-only reader |
+//!
+//! In each of them secret references (`env:NAME`, `file:/path`) are
+//! resolved ([`crate::secrets`]) and TLS/SASL settings are checked, each
+//! time a client is created, so a rotated secret file is picked up on the
+//! next client. A client built from the raw properties would send
+//! `env:NAME` to the broker as the password; that is why no client may
+//! build its own.
+
+use std::collections::BTreeMap;
+
+use rdkafka::config::ClientConfig;
+
+use crate::config::KafkaConfig;
+use crate::sink::{check_security, SinkConfig, SinkError};
+
+/// Which Kafka client the properties are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaClient {
+    /// The relay's idempotent producer.
+    Producer,
+    /// The readiness probe: a producer client that only fetches metadata.
+    Probe,
+    /// `walrelay verify`'s group-less reader (the caller adds a unique
+    /// `group.id`).
+    Verify,
+}
+
+/// The producer's configuration, from the Kafka settings.
+pub fn producer_config(kafka: &KafkaConfig) -> SinkConfig {
+    SinkConfig::new(&kafka.bootstrap_servers, kafka.properties.clone())
+}
+
+/// The librdkafka properties for `client`, secrets resolved. The result
+/// holds secrets in clear text: log it only through
+/// [`crate::sink::redact`].
+pub fn properties(
+    kafka: &KafkaConfig,
+    client: KafkaClient,
+) -> Result<BTreeMap<String, String>, SinkError> {
+    match client {
+        KafkaClient::Producer => producer_config(kafka).effective_properties(),
+        KafkaClient::Probe => {
+            let mut props = producer_config(kafka).effective_properties()?;
+            props
+                .entry("client.id".to_owned())
+                .or_insert_with(|| "walrelay".to_owned())
+                .push_str("-probe");
+            Ok(props)
+        }
+        KafkaClient::Verify => verify_properties(kafka),
+    }
+}
+
+/// A librdkafka client configuration for `client` ([`properties`]).
+pub fn client_config(kafka: &KafkaConfig, client: KafkaClient) -> Result<ClientConfig, SinkError> {
+    Ok(to_client_config(&properties(kafka, client)?))
+}
+
+/// A property map as a librdkafka client configuration.
+pub fn to_client_config(props: &BTreeMap<String, String>) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (name, value) in props {
+        c.set(name, value);
+    }
+    c
+}
+
+/// Overridable defaults of `walrelay verify`'s reader.
+const VERIFY_DEFAULTS: &[(&str, &str)] = &[
+    ("client.id", "walrelay-verify"),
+    ("fetch.wait.max.ms", "100"),
+    ("socket.connection.setup.timeout.ms", "10000"),
+];
+
+fn verify_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, SinkError> {
+    let user =
+        crate::secrets::resolve_properties(&kafka.properties).map_err(|e| SinkError::Config {
+            property: e.property().to_owned(),
+            reason: e.detail(),
+        })?;
+    check_security(&user)?;
+    let mut props: BTreeMap<String, String> = VERIFY_DEFAULTS
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    props.extend(user);
+    // What makes this a read-only reader that commits nothing.
+    for (k, v) in [
+        ("enable.auto.commit", "false"),
+        ("enable.auto.offset.store", "false"),
+        ("enable.partition.eof", "false"),
+        ("auto.offset.reset", "earliest"),
+        ("allow.auto.create.topics", "false"),
+    ] {
+        props.insert(k.to_owned(), v.to_owned());
+    }
+    props.remove("metadata.broker.list");
+    props.insert(
+        "bootstrap.servers".to_owned(),
+        kafka.bootstrap_servers.clone(),
+    );
+    Ok(props)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sasl_with_password_file() -> (tempfile::TempDir, KafkaConfig) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kafka-password");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let mut kafka = KafkaConfig {
+            bootstrap_servers: "b:9092".into(),
+            ..KafkaConfig::default()
+        };
+        for (k, v) in [
+            ("security.protocol", "sasl_plaintext".to_owned()),
+            ("sasl.mechanisms", "PLAIN".to_owned()),
+            ("sasl.username", "relay".to_owned()),
+            ("sasl.password", format!("file:{}", path.display())),
+        ] {
+            kafka.properties.insert(k.into(), v);
+        }
+        (dir, kafka)
+    }
+
+    #[test]
+    fn every_client_gets_the_secret_not_its_reference() {
+        let (_dir, kafka) = sasl_with_password_file();
+        for client in [
+            KafkaClient::Producer,
+            KafkaClient::Probe,
+            KafkaClient::Verify,
+        ] {
+            let p = properties(&kafka, client).unwrap();
+            assert_eq!(p["sasl.password"], "s3cret", "{client:?}");
+            assert_eq!(p["security.protocol"], "sasl_plaintext", "{client:?}");
+            assert_eq!(p["bootstrap.servers"], "b:9092", "{client:?}");
+            // librdkafka accepts it as a whole.
+            client_config(&kafka, client)
+                .unwrap()
+                .create_native_config()
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn an_unreadable_secret_is_an_error_for_every_client_naming_the_property() {
+        let (dir, kafka) = sasl_with_password_file();
+        drop(dir);
+        for client in [
+            KafkaClient::Producer,
+            KafkaClient::Probe,
+            KafkaClient::Verify,
+        ] {
+            let err = properties(&kafka, client).unwrap_err().to_string();
+            assert!(err.contains("sasl.password"), "{client:?}: {err}");
+            assert!(!err.contains("s3cret"), "{client:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn each_client_keeps_its_own_settings() {
+        let mut kafka = KafkaConfig {
+            bootstrap_servers: "b:9092".into(),
+            ..KafkaConfig::default()
+        };
+        let probe = properties(&kafka, KafkaClient::Probe).unwrap();
+        assert_eq!(probe["client.id"], "walrelay-probe");
+        // The probe has the producer's defaults (it checks the relay's
+        // settings), the reader has its own.
+        assert_eq!(probe["message.timeout.ms"], "30000");
+        let verify = properties(&kafka, KafkaClient::Verify).unwrap();
+        assert_eq!(verify["client.id"], "walrelay-verify");
+        assert_eq!(verify["enable.auto.commit"], "false");
+        assert!(!verify.contains_key("enable.idempotence"));
+        kafka.properties.insert("client.id".into(), "app".into());
+        kafka
+            .properties
+            .insert("enable.auto.commit".into(), "true".into());
+        assert_eq!(
+            properties(&kafka, KafkaClient::Probe).unwrap()["client.id"],
+            "app-probe"
+        );
+        let verify = properties(&kafka, KafkaClient::Verify).unwrap();
+        assert_eq!(verify["client.id"], "app");
+        assert_eq!(
+            verify["enable.auto.commit"], "false",
+            "verify never commits"
+        );
+    }
+}
