@@ -89,6 +89,9 @@ pub struct ReplicationConnection {
     peer: String,
     is_tls: bool,
     max_frame_len: usize,
+    /// Opened with `replication=database` (a walsender); `false` for a
+    /// plain SQL connection from [`ReplicationConnection::connect_sql`].
+    replication: bool,
 }
 
 impl std::fmt::Debug for ReplicationConnection {
@@ -113,8 +116,25 @@ impl ReplicationConnection {
     /// (a guard against corrupt length fields; events larger than this
     /// cannot be received).
     pub async fn connect_with_limit(config: &Config, max_frame_len: usize) -> Result<Self, Error> {
+        Self::connect_mode(config, max_frame_len, true).await
+    }
+
+    /// A plain SQL connection (no `replication` parameter) with the same
+    /// settings, TLS and authentication: for catalog checks beside a
+    /// stream. It occupies an ordinary backend, not one of
+    /// `max_wal_senders`, and simple queries are all it can do (no
+    /// replication commands, no [`Self::start_replication`]).
+    pub async fn connect_sql(config: &Config) -> Result<Self, Error> {
+        Self::connect_mode(config, DEFAULT_MAX_FRAME_LEN, false).await
+    }
+
+    async fn connect_mode(
+        config: &Config,
+        max_frame_len: usize,
+        replication: bool,
+    ) -> Result<Self, Error> {
         config.validate()?;
-        let attempt = Self::connect_any(config, max_frame_len);
+        let attempt = Self::connect_any(config, max_frame_len, replication);
         match config.get_connect_timeout() {
             Some(t) => {
                 tokio::time::timeout(t, attempt)
@@ -128,7 +148,11 @@ impl ReplicationConnection {
         }
     }
 
-    async fn connect_any(config: &Config, max_frame_len: usize) -> Result<Self, Error> {
+    async fn connect_any(
+        config: &Config,
+        max_frame_len: usize,
+        replication: bool,
+    ) -> Result<Self, Error> {
         let mut last_err = None;
         for (host, port) in config.host_ports() {
             let password = config.resolve_password_for(host, port);
@@ -138,6 +162,7 @@ impl ReplicationConnection {
                 port,
                 password.as_ref().map(|p| p.as_bytes()),
                 max_frame_len,
+                replication,
             )
             .await
             {
@@ -165,6 +190,7 @@ impl ReplicationConnection {
         port: u16,
         password: Option<&[u8]>,
         max_frame_len: usize,
+        replication: bool,
     ) -> Result<Self, Error> {
         let stream = tls::connect(config, host, port).await?;
         let is_tls = stream.is_tls();
@@ -179,15 +205,18 @@ impl ReplicationConnection {
             peer: format!("{host}:{port}"),
             is_tls,
             max_frame_len,
+            replication,
         };
 
         let mut params: Vec<(&str, &str)> = vec![
             ("user", config.get_user()),
             ("database", config.get_dbname()),
-            ("replication", "database"),
             ("application_name", config.get_application_name()),
             ("client_encoding", "UTF8"),
         ];
+        if replication {
+            params.push(("replication", "database"));
+        }
         if let Some(options) = config.get_options() {
             params.push(("options", options));
         }
@@ -251,7 +280,8 @@ impl ReplicationConnection {
             }
         }
         info!(peer = %conn.peer, tls = is_tls, pid = conn.process_id,
-              server_version = conn.parameter("server_version").unwrap_or("?"), "replication connection established");
+              server_version = conn.parameter("server_version").unwrap_or("?"), replication,
+              "connection established");
         Ok(conn)
     }
 
@@ -521,6 +551,12 @@ impl ReplicationConnection {
         pgoutput: &PgOutputOptions,
         options: StreamOptions,
     ) -> Result<ReplicationStream, Error> {
+        if !self.replication {
+            return Err(Error::Precondition {
+                problem: "START_REPLICATION on a plain SQL connection".into(),
+                fix: "open the connection with ReplicationConnection::connect".into(),
+            });
+        }
         let cmd = commands::start_replication_command(slot, start, pgoutput)?;
         debug!(peer = %self.peer, %cmd, "starting replication");
         frontend::query(&cmd, &mut self.out).map_err(Error::io("encoding START_REPLICATION"))?;

@@ -198,7 +198,7 @@ impl Metrics {
         );
         registry.register(
             "server_wal_end_lsn",
-            "The server's end of WAL as last reported on the replication stream, as a byte position",
+            "The server's current WAL position (pg_current_wal_lsn(), sampled every publication_check_interval, or the replication stream's wal_end if higher), as a byte position",
             server_wal_end_lsn.clone(),
         );
         registry.register_with_unit(
@@ -347,12 +347,19 @@ impl Metrics {
         self.update_lag();
     }
 
-    /// The server's end of WAL, from a keepalive or an XLogData header.
+    /// The server's WAL position: `pg_current_wal_lsn()` from the periodic
+    /// publication check (which keeps sampling while the relay does not
+    /// read: Kafka down, between sessions), or the `wal_end` of a keepalive
+    /// or XLogData header. These sources run at different points, so the
+    /// gauge keeps the highest seen rather than going back and forth.
     pub fn set_server_wal_end(&self, lsn: Lsn) {
         if lsn.0 == 0 {
             return;
         }
-        self.inner.server_wal_end_lsn.set(lsn.0);
+        self.inner
+            .server_wal_end_lsn
+            .inner()
+            .fetch_max(lsn.0, Ordering::Relaxed);
         self.update_lag();
     }
 

@@ -41,7 +41,9 @@ use crate::checkpoint::{AckError, CheckpointTracker};
 use crate::config::Config;
 use crate::key::{EventKey, KeyAssigner, KeyError};
 use crate::metrics::{Metrics, TopicCounters};
+use crate::monitor::{self, Monitor, Outcome, Reports};
 use crate::partition::{partition_for_key, partition_for_keyless};
+use crate::publication::{self, PublicationError};
 use crate::record::{header, Record};
 use crate::route::{BadEvent, MessageRoute, RouteError, Router, TxInfo};
 use crate::sink::{Delivery, KafkaSink, SinkConfig, SinkError};
@@ -73,6 +75,10 @@ pub enum RelayError {
     },
     #[error("{problem}; {fix}")]
     Setup { problem: String, fix: String },
+    /// The publication does not cover the configured outbox tables (at
+    /// start, or it changed while the relay ran): rows would be skipped.
+    #[error("{0}")]
+    Publication(#[from] PublicationError),
     #[error(
         "replication slot \"{slot}\" is active for PID {}: another walrelay or client streams from it, and a slot serves one connection at a time",
         pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
@@ -134,6 +140,28 @@ impl RelayError {
             RelayError::Kafka(e) => e.restarts_pipeline(),
             RelayError::SlotInUse { .. } => true,
             _ => false,
+        }
+    }
+
+    /// The walsender's "publication ... does not exist" (42704, up to
+    /// PostgreSQL 17, when the publication is dropped while streaming),
+    /// told with its fix like the periodic check tells it.
+    fn about_publication(self, publication: &str) -> RelayError {
+        let RelayError::Postgres(e) = &self else {
+            return self;
+        };
+        match e.db_error() {
+            Some(db)
+                if db.code == walrelay_pg::error::sqlstate::UNDEFINED_OBJECT
+                    && db.message.starts_with("publication ") =>
+            {
+                RelayError::Publication(PublicationError {
+                    problems: vec![publication::Problem::PublicationMissing {
+                        publication: publication.to_owned(),
+                    }],
+                })
+            }
+            _ => self,
         }
     }
 
@@ -238,11 +266,25 @@ async fn relay_sessions(
     // The highest confirmed position seen for the slot in this process:
     // once set, the slot existed, and a missing slot means it was dropped.
     let mut known: Option<Lsn> = None;
+    let pg = PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
+    // Lives across sessions, so that the lag gauge keeps moving while
+    // sessions fail and restart.
+    let monitor = Monitor::spawn(pg, config.clone(), metrics.cloned());
     loop {
         let started = tokio::time::Instant::now();
-        let result = Session::run(&config, &mut shutdown, trace.as_ref(), metrics, &mut known)
-            .await
-            .map_err(|e| e.about_slot(&config.postgres.slot, known));
+        let result = Session::run(
+            &config,
+            &mut shutdown,
+            trace.as_ref(),
+            metrics,
+            &mut known,
+            monitor.reports(),
+        )
+        .await
+        .map_err(|e| {
+            e.about_slot(&config.postgres.slot, known)
+                .about_publication(&config.postgres.publication)
+        });
         if let Some(t) = &trace {
             let _ = t.send(Trace::SessionEnded {
                 error: result.as_ref().err().map(ToString::to_string),
@@ -356,6 +398,18 @@ struct Session<'a> {
     metric_events: HashMap<u64, SentEvent>,
     /// Per-topic counters, looked up once per topic and session.
     topic_counters: HashMap<Arc<str>, TopicCounters>,
+    /// Reports of the periodic publication check.
+    checks: Reports,
+    /// When this session's own start-up check began: earlier reports are
+    /// older news.
+    checked_since: tokio::time::Instant,
+    /// The server's WAL position sampled by the last clean publication
+    /// check. Nothing above it is confirmed, keepalives included: WAL
+    /// written after a publication change that the checks have not seen
+    /// yet may lack rows pgoutput skipped.
+    vouched: Lsn,
+    /// The last check could not run (logged once per streak).
+    check_unavailable: bool,
 }
 
 /// An event in flight, as the metrics see it.
@@ -367,6 +421,8 @@ struct SentEvent {
 
 enum Action {
     Shutdown,
+    /// A publication check reported (`false`: the check task is gone).
+    Checked(bool),
     Delivery(Delivery),
     Message(Option<Result<ReplicationMessage, walrelay_pg::Error>>),
 }
@@ -378,6 +434,7 @@ impl<'a> Session<'a> {
         trace: Option<&'a TraceSender>,
         metrics: Option<&'a Metrics>,
         known: &mut Option<Lsn>,
+        checks: Reports,
     ) -> Result<(), RelayError> {
         let pg =
             PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
@@ -390,7 +447,7 @@ impl<'a> Session<'a> {
             let mut stop = shutdown.clone();
             let mut session = tokio::select! {
                 biased;
-                s = Session::start(config, &pg, &slot, trace, metrics, known) => s?,
+                s = Session::start(config, &pg, &slot, trace, metrics, known, checks) => s?,
                 _ = stop.wait_for(|stop| *stop) => {
                     info!("stop requested before streaming started");
                     return Ok(());
@@ -423,12 +480,17 @@ impl<'a> Session<'a> {
         trace: Option<&'a TraceSender>,
         metrics: Option<&'a Metrics>,
         known: &mut Option<Lsn>,
+        mut checks: Reports,
     ) -> Result<Session<'a>, RelayError> {
         let mut conn = ReplicationConnection::connect(pg).await?;
         let system = conn.identify_system().await?;
         conn.check_wal_level().await?;
-        conn.check_publications(std::slice::from_ref(&config.postgres.publication))
-            .await?;
+        // Refuse to start on a publication that would skip outbox rows
+        // (pgoutput itself never says so). Reports of the periodic check
+        // from before this point are superseded by this one.
+        let checked_since = tokio::time::Instant::now();
+        checks.borrow_and_update();
+        let vouched = publication::check(&mut conn, config).await?.verdict()?;
         let Some(info) = conn.slot_info(slot).await? else {
             // Never create the slot here: a new slot starts at the
             // current WAL position and would skip what was committed
@@ -516,6 +578,10 @@ impl<'a> Session<'a> {
             metrics,
             metric_events: HashMap::new(),
             topic_counters: HashMap::new(),
+            checks,
+            checked_since,
+            vouched,
+            check_unavailable: false,
         })
     }
 
@@ -545,11 +611,19 @@ impl<'a> Session<'a> {
             let action = tokio::select! {
                 biased;
                 _ = &mut stop => Action::Shutdown,
+                c = self.checks.changed() => Action::Checked(c.is_ok()),
                 d = self.sink.next_delivery() => Action::Delivery(d),
                 m = self.stream.recv(), if room => Action::Message(m),
             };
             match action {
                 Action::Shutdown => return self.drain().await,
+                Action::Checked(true) => self.on_check()?,
+                Action::Checked(false) => {
+                    return Err(RelayError::Setup {
+                        problem: "the periodic publication check stopped".into(),
+                        fix: "this is a bug in walrelay: restart it and report the log".into(),
+                    });
+                }
                 Action::Delivery(d) => {
                     self.on_delivery(d)?;
                     // Reports come in bursts (one per produce request):
@@ -589,6 +663,27 @@ impl<'a> Session<'a> {
                 }
             }
             self.confirm();
+        }
+        // What Kafka acknowledged since the last periodic check is vouched
+        // for by one more check, so that a clean stop confirms it all.
+        let pg = PgConfig::from_env_and_str(&self.config.postgres.url)
+            .map_err(walrelay_pg::Error::from)?;
+        match tokio::time::timeout(
+            Duration::from_secs(10),
+            monitor::check_once(&pg, self.config),
+        )
+        .await
+        {
+            Ok(Ok(checked)) => {
+                let lsn = checked.verdict()?;
+                self.vouched = self.vouched.max(lsn);
+            }
+            Ok(Err(e)) => {
+                warn!(error = %e, vouched = %self.vouched, "cannot check the publication before stopping; confirming only up to the last check (the next start replays the rest)");
+            }
+            Err(_) => {
+                warn!(vouched = %self.vouched, "the publication check before stopping did not answer within 10 s; confirming only up to the last check (the next start replays the rest)");
+            }
         }
         self.confirm();
         // A failure here only means the last status update may not have
@@ -637,7 +732,8 @@ impl<'a> Session<'a> {
                 self.tracker.in_flight_bytes(),
             );
         }
-        if let Some(lsn) = self.tracker.poll_confirm() {
+        // Never past the last clean publication check (see `vouched`).
+        if let Some(lsn) = self.tracker.confirmable().map(|l| l.min(self.vouched)) {
             if lsn > self.confirmed {
                 self.confirmed = lsn;
                 self.status.confirm(lsn);
@@ -645,6 +741,39 @@ impl<'a> Session<'a> {
                     m.set_confirmed(lsn);
                 }
                 self.trace(Trace::Confirmed { lsn });
+            }
+        }
+    }
+
+    /// A periodic publication check reported: a clean one lets
+    /// confirmation advance, a drift ends the session before anything
+    /// after it is confirmed.
+    fn on_check(&mut self) -> Result<(), RelayError> {
+        let Some(report) = self.checks.borrow_and_update().clone() else {
+            return Ok(());
+        };
+        if report.started < self.checked_since {
+            return Ok(());
+        }
+        match &report.outcome {
+            Outcome::Vouched(lsn) => {
+                if self.check_unavailable {
+                    info!(vouched = %lsn, "the publication check works again");
+                    self.check_unavailable = false;
+                }
+                self.vouched = self.vouched.max(*lsn);
+                Ok(())
+            }
+            Outcome::Drift(e) => {
+                error!(error = %e, confirmed = %self.confirmed, "the publication changed so that outbox rows would be skipped; stopping without confirming anything after it");
+                Err(RelayError::Publication(e.clone()))
+            }
+            Outcome::Unavailable(why) => {
+                if !self.check_unavailable {
+                    warn!(error = %why, vouched = %self.vouched, "cannot check the publication; confirming nothing past the last check until it works again");
+                    self.check_unavailable = true;
+                }
+                Ok(())
             }
         }
     }
