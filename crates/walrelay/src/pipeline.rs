@@ -808,7 +808,14 @@ impl<'a> Session<'a> {
                 self.tx = None;
             }
             PgOutputMessage::Relation(r) => {
-                self.router.check_relation(&r, lsn)?;
+                // With publish_via_partition_root, pgoutput describes the
+                // partition a row is in as well as the root, and the change
+                // then names the root: a Relation alone says nothing about
+                // which tables have changes. A table that is not an outbox
+                // fails at its first INSERT or UPDATE instead.
+                if self.router.is_outbox(&r) {
+                    self.router.check_relation(&r, lsn)?;
+                }
                 self.relations.insert(r);
             }
             PgOutputMessage::Insert(i) => {
@@ -841,8 +848,15 @@ impl<'a> Session<'a> {
                     .relations
                     .row(u.relation_id, &u.new)
                     .map_err(|error| RelayError::Row { lsn, error })?;
-                let key = self.keys.event(lsn)?;
                 let relation = row.relation();
+                if !self.router.is_outbox(relation) {
+                    return Err(RouteError::NotAnOutbox {
+                        table: format!("{}.{}", relation.namespace, relation.name),
+                        lsn,
+                    }
+                    .into());
+                }
+                let key = self.keys.event(lsn)?;
                 let error = RouteError::OutboxUpdate {
                     table: format!("{}.{}", relation.namespace, relation.name),
                     lsn,
