@@ -606,18 +606,23 @@ impl<'a> Session<'a> {
         // missed; the value only ever goes from false to true.
         let stop = shutdown.changed();
         tokio::pin!(stop);
+        // Likewise one future per publication check, not per turn.
+        let mut next_check = wait_for_check(self.checks.clone());
         loop {
             let room = self.has_room();
             let action = tokio::select! {
                 biased;
                 _ = &mut stop => Action::Shutdown,
-                c = self.checks.changed() => Action::Checked(c.is_ok()),
+                c = &mut next_check => Action::Checked(c),
                 d = self.sink.next_delivery() => Action::Delivery(d),
                 m = self.stream.recv(), if room => Action::Message(m),
             };
             match action {
                 Action::Shutdown => return self.drain().await,
-                Action::Checked(true) => self.on_check()?,
+                Action::Checked(true) => {
+                    self.on_check()?;
+                    next_check = wait_for_check(self.checks.clone());
+                }
                 Action::Checked(false) => {
                     return Err(RelayError::Setup {
                         problem: "the periodic publication check stopped".into(),
@@ -1026,6 +1031,15 @@ impl Session<'_> {
             m.dead_letter_record(&kind);
         }
     }
+}
+
+/// Resolves when the publication check reports again (`false`: its task
+/// is gone). `checks` is a clone of the session's receiver after its last
+/// `borrow_and_update`, so it waits for the next report.
+fn wait_for_check(
+    mut checks: Reports,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
+    Box::pin(async move { checks.changed().await.is_ok() })
 }
 
 /// The structured fields of a Kafka error that ends a session (the
