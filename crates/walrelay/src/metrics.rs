@@ -366,7 +366,10 @@ impl Metrics {
     fn update_lag(&self) {
         let end = self.inner.server_wal_end_lsn.get();
         let confirmed = self.inner.confirmed_flush_lsn.get();
-        if end > 0 {
+        // Before the first session (a standby waiting for the slot) the
+        // process knows no confirmed position: no lag rather than the
+        // whole WAL position.
+        if end > 0 && confirmed > 0 {
             self.inner.slot_lag_bytes.set(end.saturating_sub(confirmed));
         }
     }
@@ -490,6 +493,20 @@ mod tests {
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn the_server_position_only_rises_and_lag_needs_a_confirmed_position() {
+        let m = Metrics::new();
+        m.set_server_wal_end(Lsn(1_000));
+        let text = m.encode();
+        assert_eq!(sample(&text, "walrelay_slot_lag_bytes"), Some(0.0));
+        m.set_confirmed(Lsn(400));
+        // A keepalive's wal_end behind the sampled pg_current_wal_lsn().
+        m.set_server_wal_end(Lsn(900));
+        let text = m.encode();
+        assert_eq!(sample(&text, "walrelay_server_wal_end_lsn"), Some(1000.0));
+        assert_eq!(sample(&text, "walrelay_slot_lag_bytes"), Some(600.0));
     }
 
     #[test]

@@ -16,6 +16,15 @@
 //! acknowledged it and everything before it (the tracker's rule), so a
 //! restart loses nothing; consumers drop the replayed duplicates by key.
 //!
+//! The publication: pgoutput skips the rows of a table the publication
+//! does not cover without any error, so each session starts with a
+//! publication check (`publication.rs`), and a task beside the sessions
+//! (`monitor.rs`) repeats it on a plain SQL connection. A drift ends the
+//! session for good; and nothing past the WAL position sampled before the
+//! last clean check is ever confirmed (`Session::vouched`), so the slot
+//! never moves past rows skipped after a change the checks have not seen
+//! yet.
+//!
 //! Memory: at most `max_in_flight_events` / `max_in_flight_bytes` records
 //! wait for Kafka. At the limit the loop stops reading the stream, the
 //! stream's bounded channel fills, and TCP backpressure reaches the
