@@ -30,7 +30,7 @@ cargo test --workspace --lib --bins --tests --examples --locked -- --test-thread
 echo "==> benches, each case once (criterion's test mode; it takes no harness flags)"
 cargo test --workspace --benches --locked
 
-echo "==> PostgreSQL 18: replication stream, relay end to end, bad input, slot errors, short chaos run"
+echo "==> PostgreSQL 18: replication stream, relay end to end, bad input, slot errors, publication checks, partitioned outbox, short chaos run"
 WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --test relay_e2e \
-    --test bad_input --test slot_errors --test short \
+    --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test short \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"

@@ -430,3 +430,46 @@ async fn events_survive_a_walsender_termination() -> Result<()> {
         .any(|e| matches!(e, Event::Message { content, .. } if &content[..] == b"before")));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_sql_connection_is_an_ordinary_backend_and_cannot_stream() -> Result<()> {
+    let db = TestDb::start().await?;
+    let mut conn = ReplicationConnection::connect_sql(&db.config()).await?;
+    let pid = conn.process_id();
+    let rows = conn
+        .simple_query(&format!(
+            "SELECT backend_type FROM pg_stat_activity WHERE pid = {pid}"
+        ))
+        .await?;
+    // Not a walsender: it does not take one of max_wal_senders.
+    assert_eq!(
+        rows.first()
+            .context("its own pg_stat_activity row")?
+            .get("backend_type")?,
+        Some("client backend")
+    );
+    let refused = conn
+        .start_replication(
+            "nosuch",
+            Lsn::ZERO,
+            &PgOutputOptions::new([PUBLICATION.to_owned()]),
+            StreamOptions::default(),
+        )
+        .await
+        .expect_err("a plain connection cannot stream");
+    assert!(
+        refused.to_string().contains("plain SQL connection"),
+        "{refused}"
+    );
+
+    let mut replication = ReplicationConnection::connect(&db.config()).await?;
+    let pid = replication.process_id();
+    let rows = replication
+        .simple_query(&format!(
+            "SELECT backend_type FROM pg_stat_activity WHERE pid = {pid}"
+        ))
+        .await?;
+    assert_eq!(rows[0].get("backend_type")?, Some("walsender"));
+    replication.close().await?;
+    Ok(())
+}

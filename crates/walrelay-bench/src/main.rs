@@ -205,7 +205,7 @@ async fn main() -> Result<()> {
         notes: cli.note.clone(),
     };
     results.notes.push(format!(
-        "walrelay drains with `--status-interval {}ms`; the drain ends when the slot's confirmed_flush_lsn reaches the backlog's end",
+        "walrelay drains with `status_interval` and `publication_check_interval` of {}ms; the drain ends when the slot's confirmed_flush_lsn reaches the backlog's end",
         drain::STATUS_INTERVAL.as_millis()
     ));
     if !cli.walrelay_args.is_empty() {

@@ -91,6 +91,9 @@ pub struct ReplicationConnection {
     peer: String,
     is_tls: bool,
     max_frame_len: usize,
+    /// Opened with `replication=database` (a walsender); `false` for a
+    /// plain SQL connection from [`ReplicationConnection::connect_sql`].
+    replication: bool,
 }
 
 impl std::fmt::Debug for ReplicationConnection {
@@ -115,8 +118,25 @@ impl ReplicationConnection {
     /// (a guard against corrupt length fields; events larger than this
     /// cannot be received).
     pub async fn connect_with_limit(config: &Config, max_frame_len: usize) -> Result<Self, Error> {
+        Self::connect_mode(config, max_frame_len, true).await
+    }
+
+    /// A plain SQL connection (no `replication` parameter) with the same
+    /// settings, TLS and authentication: for catalog checks beside a
+    /// stream. It occupies an ordinary backend, not one of
+    /// `max_wal_senders`, and simple queries are all it can do (no
+    /// replication commands, no [`Self::start_replication`]).
+    pub async fn connect_sql(config: &Config) -> Result<Self, Error> {
+        Self::connect_mode(config, DEFAULT_MAX_FRAME_LEN, false).await
+    }
+
+    async fn connect_mode(
+        config: &Config,
+        max_frame_len: usize,
+        replication: bool,
+    ) -> Result<Self, Error> {
         config.validate()?;
-        let attempt = Self::connect_any(config, max_frame_len);
+        let attempt = Self::connect_any(config, max_frame_len, replication);
         match config.get_connect_timeout() {
             Some(t) => {
                 tokio::time::timeout(t, attempt)
@@ -130,7 +150,11 @@ impl ReplicationConnection {
         }
     }
 
-    async fn connect_any(config: &Config, max_frame_len: usize) -> Result<Self, Error> {
+    async fn connect_any(
+        config: &Config,
+        max_frame_len: usize,
+        replication: bool,
+    ) -> Result<Self, Error> {
         let mut last_err = None;
         for (host, port) in config.host_ports() {
             let password = config.resolve_password_for(host, port);
@@ -140,6 +164,7 @@ impl ReplicationConnection {
                 port,
                 password.as_ref().map(|p| p.as_bytes()),
                 max_frame_len,
+                replication,
             )
             .await
             {
@@ -167,6 +192,7 @@ impl ReplicationConnection {
         port: u16,
         password: Option<&[u8]>,
         max_frame_len: usize,
+        replication: bool,
     ) -> Result<Self, Error> {
         let stream = tls::connect(config, host, port).await?;
         let is_tls = stream.is_tls();
@@ -181,15 +207,18 @@ impl ReplicationConnection {
             peer: format!("{host}:{port}"),
             is_tls,
             max_frame_len,
+            replication,
         };
 
         let mut params: Vec<(&str, &str)> = vec![
             ("user", config.get_user()),
             ("database", config.get_dbname()),
-            ("replication", "database"),
             ("application_name", config.get_application_name()),
             ("client_encoding", "UTF8"),
         ];
+        if replication {
+            params.push(("replication", "database"));
+        }
         if let Some(options) = config.get_options() {
             params.push(("options", options));
         }
@@ -255,7 +284,9 @@ impl ReplicationConnection {
         // A standby connects every second or so: one line a minute, with
         // the number of connections not logged.
         static ESTABLISHED: LogLimit = LogLimit::new(Duration::from_secs(60));
-        if let Some(suppressed) = ESTABLISHED.check() {
+        if !replication {
+            debug!(peer = %conn.peer, tls = is_tls, pid = conn.process_id, "SQL connection established");
+        } else if let Some(suppressed) = ESTABLISHED.check() {
             info!(peer = %conn.peer, tls = is_tls, pid = conn.process_id,
                   server_version = conn.parameter("server_version").unwrap_or("?"),
                   suppressed, "replication connection established");
@@ -529,6 +560,12 @@ impl ReplicationConnection {
         pgoutput: &PgOutputOptions,
         options: StreamOptions,
     ) -> Result<ReplicationStream, Error> {
+        if !self.replication {
+            return Err(Error::Precondition {
+                problem: "START_REPLICATION on a plain SQL connection".into(),
+                fix: "open the connection with ReplicationConnection::connect".into(),
+            });
+        }
         let cmd = commands::start_replication_command(slot, start, pgoutput)?;
         debug!(peer = %self.peer, %cmd, "starting replication");
         frontend::query(&cmd, &mut self.out).map_err(Error::io("encoding START_REPLICATION"))?;

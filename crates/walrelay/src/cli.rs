@@ -130,6 +130,13 @@ pub struct Options {
     #[arg(long, env = "WALRELAY_STATUS_INTERVAL", global = true, value_parser = humantime::parse_duration)]
     pub status_interval: Option<Duration>,
 
+    /// How often `run` checks that the publication still covers every
+    /// configured outbox table, on a plain SQL connection, and samples the
+    /// server's WAL position for walrelay_slot_lag_bytes, e.g. "2s"
+    /// [default: 2s].
+    #[arg(long, env = "WALRELAY_PUBLICATION_CHECK_INTERVAL", global = true, value_parser = humantime::parse_duration)]
+    pub publication_check_interval: Option<Duration>,
+
     /// Kafka bootstrap servers, host:port[,host:port...].
     #[arg(long, env = "WALRELAY_KAFKA_BOOTSTRAP_SERVERS", global = true)]
     pub bootstrap_servers: Option<String>,
@@ -251,6 +258,9 @@ impl Options {
         if let Some(v) = self.status_interval {
             c.postgres.status_interval = v;
         }
+        if let Some(v) = self.publication_check_interval {
+            c.postgres.publication_check_interval = v;
+        }
         if let Some(v) = &self.bootstrap_servers {
             c.kafka.bootstrap_servers = v.clone();
         }
@@ -303,10 +313,11 @@ pub fn render(config: &Config) -> String {
         .map(|c| c.redacted_url())
         .unwrap_or_else(|_| "<unparsable>".into());
     out.push_str(&format!(
-        "[postgres]\nurl = {masked_url:?}\nslot = {:?}\npublication = {:?}\nstatus_interval = {:?}\n\n",
+        "[postgres]\nurl = {masked_url:?}\nslot = {:?}\npublication = {:?}\nstatus_interval = {:?}\npublication_check_interval = {:?}\n\n",
         config.postgres.slot,
         config.postgres.publication,
-        humantime::format_duration(config.postgres.status_interval).to_string()
+        humantime::format_duration(config.postgres.status_interval).to_string(),
+        humantime::format_duration(config.postgres.publication_check_interval).to_string()
     ));
     out.push_str(&format!(
         "[kafka]\nbootstrap_servers = {:?}\n\n[kafka.properties]\n",

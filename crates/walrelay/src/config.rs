@@ -82,6 +82,13 @@ pub struct PostgresConfig {
     /// How often the confirmed position is reported to the server.
     #[serde(deserialize_with = "duration")]
     pub status_interval: Duration,
+    /// How often `run` checks, on a plain SQL connection, that the
+    /// publication still covers every configured outbox (see
+    /// `publication.rs`) and samples the server's WAL position for the lag
+    /// gauge. Nothing past the last clean check is confirmed, so this is
+    /// also how far confirmation trails the stream.
+    #[serde(deserialize_with = "duration")]
+    pub publication_check_interval: Duration,
 }
 
 impl Default for PostgresConfig {
@@ -91,6 +98,7 @@ impl Default for PostgresConfig {
             slot: "walrelay".into(),
             publication: "walrelay".into(),
             status_interval: Duration::from_secs(1),
+            publication_check_interval: Duration::from_secs(2),
         }
     }
 }
@@ -118,6 +126,10 @@ impl std::fmt::Debug for PostgresConfig {
             .field("slot", &self.slot)
             .field("publication", &self.publication)
             .field("status_interval", &self.status_interval)
+            .field(
+                "publication_check_interval",
+                &self.publication_check_interval,
+            )
             .finish()
     }
 }
@@ -271,6 +283,14 @@ impl Config {
             return Err(invalid(
                 "postgres.status_interval",
                 "must be between 1ms and 30s (the server drops a replication connection that is silent for wal_sender_timeout, 60s by default)",
+            ));
+        }
+        if self.postgres.publication_check_interval < Duration::from_millis(10)
+            || self.postgres.publication_check_interval > Duration::from_secs(300)
+        {
+            return Err(invalid(
+                "postgres.publication_check_interval",
+                "must be between 10ms and 5min (nothing after the last check is confirmed to PostgreSQL, so a long interval holds WAL back)",
             ));
         }
         if self.kafka.bootstrap_servers.trim().is_empty() {

@@ -15,6 +15,7 @@
 //! | [`checkpoint`] | which LSN may be confirmed, given what Kafka acknowledged |
 //! | [`pipeline`] | the loop tying them together, and restarts from the slot |
 //! | [`metrics`], [`http`] | Prometheus metrics, `/metrics`, `/healthz`, `/readyz` |
+//! | [`publication`], [`monitor`] | what the publication must contain for the configuration; the periodic check while `run` runs |
 //! | [`setup`] | `walrelay setup`: helpers, publication, slot |
 //! | [`status`] | `walrelay status`: the slot as PostgreSQL sees it |
 //! | [`config`], [`cli`] | configuration file, environment and flags |
@@ -32,8 +33,10 @@ pub mod http;
 pub mod kafka_client;
 pub mod key;
 pub mod metrics;
+pub mod monitor;
 pub mod partition;
 pub mod pipeline;
+pub mod publication;
 pub mod record;
 pub mod route;
 pub mod secrets;

@@ -236,7 +236,7 @@ impl Metrics {
         );
         registry.register(
             "server_wal_end_lsn",
-            "The server's end of WAL as last reported on the replication stream, as a byte position",
+            "The server's current WAL position (pg_current_wal_lsn(), sampled every publication_check_interval, or the replication stream's wal_end if higher), as a byte position",
             server_wal_end_lsn.clone(),
         );
         registry.register_with_unit(
@@ -400,19 +400,29 @@ impl Metrics {
         self.update_lag();
     }
 
-    /// The server's end of WAL, from a keepalive or an XLogData header.
+    /// The server's WAL position: `pg_current_wal_lsn()` from the periodic
+    /// publication check (which keeps sampling while the relay does not
+    /// read: Kafka down, between sessions), or the `wal_end` of a keepalive
+    /// or XLogData header. These sources run at different points, so the
+    /// gauge keeps the highest seen rather than going back and forth.
     pub fn set_server_wal_end(&self, lsn: Lsn) {
         if lsn.0 == 0 {
             return;
         }
-        self.inner.server_wal_end_lsn.set(lsn.0);
+        self.inner
+            .server_wal_end_lsn
+            .inner()
+            .fetch_max(lsn.0, Ordering::Relaxed);
         self.update_lag();
     }
 
     fn update_lag(&self) {
         let end = self.inner.server_wal_end_lsn.get();
         let confirmed = self.inner.confirmed_flush_lsn.get();
-        if end > 0 {
+        // Before the first session (a standby waiting for the slot) the
+        // process knows no confirmed position: no lag rather than the
+        // whole WAL position.
+        if end > 0 && confirmed > 0 {
             self.inner.slot_lag_bytes.set(end.saturating_sub(confirmed));
         }
     }
@@ -549,6 +559,20 @@ mod tests {
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn the_server_position_only_rises_and_lag_needs_a_confirmed_position() {
+        let m = Metrics::new();
+        m.set_server_wal_end(Lsn(1_000));
+        let text = m.encode();
+        assert_eq!(sample(&text, "walrelay_slot_lag_bytes"), Some(0.0));
+        m.set_confirmed(Lsn(400));
+        // A keepalive's wal_end behind the sampled pg_current_wal_lsn().
+        m.set_server_wal_end(Lsn(900));
+        let text = m.encode();
+        assert_eq!(sample(&text, "walrelay_server_wal_end_lsn"), Some(1000.0));
+        assert_eq!(sample(&text, "walrelay_slot_lag_bytes"), Some(600.0));
     }
 
     #[test]

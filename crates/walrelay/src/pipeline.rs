@@ -16,6 +16,15 @@
 //! acknowledged it and everything before it (the tracker's rule), so a
 //! restart loses nothing; consumers drop the replayed duplicates by key.
 //!
+//! The publication: pgoutput skips the rows of a table the publication
+//! does not cover without any error, so each session starts with a
+//! publication check (`publication.rs`), and a task beside the sessions
+//! (`monitor.rs`) repeats it on a plain SQL connection. A drift ends the
+//! session for good; and nothing past the WAL position sampled before the
+//! last clean check is ever confirmed (`Session::vouched`), so the slot
+//! never moves past rows skipped after a change the checks have not seen
+//! yet.
+//!
 //! Memory: at most `max_in_flight_events` / `max_in_flight_bytes` records
 //! wait for Kafka. At the limit the loop stops reading the stream, the
 //! stream's bounded channel fills, and TCP backpressure reaches the
@@ -42,7 +51,9 @@ use crate::checkpoint::{AckError, CheckpointTracker};
 use crate::config::Config;
 use crate::key::{EventKey, KeyAssigner, KeyError};
 use crate::metrics::{Metrics, TopicCounters};
+use crate::monitor::{self, Monitor, Outcome, Reports};
 use crate::partition::{partition_for_key, partition_for_keyless};
+use crate::publication::{self, PublicationError};
 use crate::record::{header, Record};
 use crate::route::{BadEvent, MessageRoute, RouteError, Router, TxInfo};
 use crate::sink::{Delivery, KafkaSink, SinkError};
@@ -74,6 +85,10 @@ pub enum RelayError {
     },
     #[error("{problem}; {fix}")]
     Setup { problem: String, fix: String },
+    /// The publication does not cover the configured outbox tables (at
+    /// start, or it changed while the relay ran): rows would be skipped.
+    #[error("{0}")]
+    Publication(#[from] PublicationError),
     #[error(
         "replication slot \"{slot}\" is active for PID {}: another walrelay or client streams from it, and a slot serves one connection at a time",
         pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
@@ -135,6 +150,28 @@ impl RelayError {
             RelayError::Kafka(e) => e.restarts_pipeline(),
             RelayError::SlotInUse { .. } => true,
             _ => false,
+        }
+    }
+
+    /// The walsender's "publication ... does not exist" (42704, up to
+    /// PostgreSQL 17, when the publication is dropped while streaming),
+    /// told with its fix like the periodic check tells it.
+    fn about_publication(self, publication: &str) -> RelayError {
+        let RelayError::Postgres(e) = &self else {
+            return self;
+        };
+        match e.db_error() {
+            Some(db)
+                if db.code == walrelay_pg::error::sqlstate::UNDEFINED_OBJECT
+                    && db.message.starts_with("publication ") =>
+            {
+                RelayError::Publication(PublicationError {
+                    problems: vec![publication::Problem::PublicationMissing {
+                        publication: publication.to_owned(),
+                    }],
+                })
+            }
+            _ => self,
         }
     }
 
@@ -239,11 +276,25 @@ async fn relay_sessions(
     // The highest confirmed position seen for the slot in this process:
     // once set, the slot existed, and a missing slot means it was dropped.
     let mut known: Option<Lsn> = None;
+    let pg = PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
+    // Lives across sessions, so that the lag gauge keeps moving while
+    // sessions fail and restart.
+    let monitor = Monitor::spawn(pg, config.clone(), metrics.cloned());
     loop {
         let started = tokio::time::Instant::now();
-        let result = Session::run(&config, &mut shutdown, trace.as_ref(), metrics, &mut known)
-            .await
-            .map_err(|e| e.about_slot(&config.postgres.slot, known));
+        let result = Session::run(
+            &config,
+            &mut shutdown,
+            trace.as_ref(),
+            metrics,
+            &mut known,
+            monitor.reports(),
+        )
+        .await
+        .map_err(|e| {
+            e.about_slot(&config.postgres.slot, known)
+                .about_publication(&config.postgres.publication)
+        });
         if let Some(t) = &trace {
             let _ = t.send(Trace::SessionEnded {
                 error: result.as_ref().err().map(ToString::to_string),
@@ -368,6 +419,18 @@ struct Session<'a> {
     /// stream of bad events must not flood the log (the metric counts
     /// each one).
     dead_letter_logs: KeyedLogLimit,
+    /// Reports of the periodic publication check.
+    checks: Reports,
+    /// When this session's own start-up check began: earlier reports are
+    /// older news.
+    checked_since: tokio::time::Instant,
+    /// The server's WAL position sampled by the last clean publication
+    /// check. Nothing above it is confirmed, keepalives included: WAL
+    /// written after a publication change that the checks have not seen
+    /// yet may lack rows pgoutput skipped.
+    vouched: Lsn,
+    /// The last check could not run (logged once per streak).
+    check_unavailable: bool,
 }
 
 /// At most one "event diverted to the dead-letter topic" line per kind in
@@ -383,6 +446,8 @@ struct SentEvent {
 
 enum Action {
     Shutdown,
+    /// A publication check reported (`false`: the check task is gone).
+    Checked(bool),
     Delivery(Delivery),
     Message(Option<Result<ReplicationMessage, walrelay_pg::Error>>),
 }
@@ -394,6 +459,7 @@ impl<'a> Session<'a> {
         trace: Option<&'a TraceSender>,
         metrics: Option<&'a Metrics>,
         known: &mut Option<Lsn>,
+        checks: Reports,
     ) -> Result<(), RelayError> {
         let pg =
             PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
@@ -406,7 +472,7 @@ impl<'a> Session<'a> {
             let mut stop = shutdown.clone();
             let mut session = tokio::select! {
                 biased;
-                s = Session::start(config, &pg, &slot, trace, metrics, known) => s?,
+                s = Session::start(config, &pg, &slot, trace, metrics, known, checks) => s?,
                 _ = stop.wait_for(|stop| *stop) => {
                     info!("stop requested before streaming started");
                     return Ok(());
@@ -440,12 +506,17 @@ impl<'a> Session<'a> {
         trace: Option<&'a TraceSender>,
         metrics: Option<&'a Metrics>,
         known: &mut Option<Lsn>,
+        mut checks: Reports,
     ) -> Result<Session<'a>, RelayError> {
         let mut conn = ReplicationConnection::connect(pg).await?;
         let system = conn.identify_system().await?;
         conn.check_wal_level().await?;
-        conn.check_publications(std::slice::from_ref(&config.postgres.publication))
-            .await?;
+        // Refuse to start on a publication that would skip outbox rows
+        // (pgoutput itself never says so). Reports of the periodic check
+        // from before this point are superseded by this one.
+        let checked_since = tokio::time::Instant::now();
+        checks.borrow_and_update();
+        let vouched = publication::check(&mut conn, config).await?.verdict()?;
         let Some(info) = conn.slot_info(slot).await? else {
             // Never create the slot here: a new slot starts at the
             // current WAL position and would skip what was committed
@@ -532,6 +603,10 @@ impl<'a> Session<'a> {
             topic_counters: HashMap::new(),
             rejected: HashMap::new(),
             dead_letter_logs: KeyedLogLimit::new(DEAD_LETTER_LOG_INTERVAL, 64),
+            checks,
+            checked_since,
+            vouched,
+            check_unavailable: false,
         })
     }
 
@@ -556,16 +631,29 @@ impl<'a> Session<'a> {
         // missed; the value only ever goes from false to true.
         let stop = shutdown.changed();
         tokio::pin!(stop);
+        // Likewise one future per publication check, not per turn.
+        let mut next_check = wait_for_check(self.checks.clone());
         loop {
             let room = self.has_room();
             let action = tokio::select! {
                 biased;
                 _ = &mut stop => Action::Shutdown,
+                c = &mut next_check => Action::Checked(c),
                 d = self.sink.next_delivery() => Action::Delivery(d),
                 m = self.stream.recv(), if room => Action::Message(m),
             };
             match action {
                 Action::Shutdown => return self.drain().await,
+                Action::Checked(true) => {
+                    self.on_check()?;
+                    next_check = wait_for_check(self.checks.clone());
+                }
+                Action::Checked(false) => {
+                    return Err(RelayError::Setup {
+                        problem: "the periodic publication check stopped".into(),
+                        fix: "this is a bug in walrelay: restart it and report the log".into(),
+                    });
+                }
                 Action::Delivery(d) => {
                     self.on_delivery(d)?;
                     // Reports come in bursts (one per produce request):
@@ -605,6 +693,27 @@ impl<'a> Session<'a> {
                 }
             }
             self.confirm();
+        }
+        // What Kafka acknowledged since the last periodic check is vouched
+        // for by one more check, so that a clean stop confirms it all.
+        let pg = PgConfig::from_env_and_str(&self.config.postgres.url)
+            .map_err(walrelay_pg::Error::from)?;
+        match tokio::time::timeout(
+            Duration::from_secs(10),
+            monitor::check_once(&pg, self.config),
+        )
+        .await
+        {
+            Ok(Ok(checked)) => {
+                let lsn = checked.verdict()?;
+                self.vouched = self.vouched.max(lsn);
+            }
+            Ok(Err(e)) => {
+                warn!(error = %e, vouched = %self.vouched, "cannot check the publication before stopping; confirming only up to the last check (the next start replays the rest)");
+            }
+            Err(_) => {
+                warn!(vouched = %self.vouched, "the publication check before stopping did not answer within 10 s; confirming only up to the last check (the next start replays the rest)");
+            }
         }
         self.confirm();
         // A failure here only means the last status update may not have
@@ -653,7 +762,8 @@ impl<'a> Session<'a> {
                 self.tracker.in_flight_bytes(),
             );
         }
-        if let Some(lsn) = self.tracker.poll_confirm() {
+        // Never past the last clean publication check (see `vouched`).
+        if let Some(lsn) = self.tracker.confirmable().map(|l| l.min(self.vouched)) {
             if lsn > self.confirmed {
                 self.confirmed = lsn;
                 self.status.confirm(lsn);
@@ -661,6 +771,39 @@ impl<'a> Session<'a> {
                     m.set_confirmed(lsn);
                 }
                 self.trace(Trace::Confirmed { lsn });
+            }
+        }
+    }
+
+    /// A periodic publication check reported: a clean one lets
+    /// confirmation advance, a drift ends the session before anything
+    /// after it is confirmed.
+    fn on_check(&mut self) -> Result<(), RelayError> {
+        let Some(report) = self.checks.borrow_and_update().clone() else {
+            return Ok(());
+        };
+        if report.started < self.checked_since {
+            return Ok(());
+        }
+        match &report.outcome {
+            Outcome::Vouched(lsn) => {
+                if self.check_unavailable {
+                    info!(vouched = %lsn, "the publication check works again");
+                    self.check_unavailable = false;
+                }
+                self.vouched = self.vouched.max(*lsn);
+                Ok(())
+            }
+            Outcome::Drift(e) => {
+                error!(error = %e, confirmed = %self.confirmed, "the publication changed so that outbox rows would be skipped; stopping without confirming anything after it");
+                Err(RelayError::Publication(e.clone()))
+            }
+            Outcome::Unavailable(why) => {
+                if !self.check_unavailable {
+                    warn!(error = %why, vouched = %self.vouched, "cannot check the publication; confirming nothing past the last check until it works again");
+                    self.check_unavailable = true;
+                }
+                Ok(())
             }
         }
     }
@@ -737,8 +880,15 @@ impl<'a> Session<'a> {
                     .relations
                     .row(u.relation_id, &u.new)
                     .map_err(|error| RelayError::Row { lsn, error })?;
-                let key = self.keys.event(lsn)?;
                 let relation = row.relation();
+                if !self.router.is_outbox(relation) {
+                    return Err(RouteError::NotAnOutbox {
+                        table: format!("{}.{}", relation.namespace, relation.name),
+                        lsn,
+                    }
+                    .into());
+                }
+                let key = self.keys.event(lsn)?;
                 let error = RouteError::OutboxUpdate {
                     table: format!("{}.{}", relation.namespace, relation.name),
                     lsn,
@@ -945,6 +1095,15 @@ impl Session<'_> {
             );
         }
     }
+}
+
+/// Resolves when the publication check reports again (`false`: its task
+/// is gone). `checks` is a clone of the session's receiver after its last
+/// `borrow_and_update`, so it waits for the next report.
+fn wait_for_check(
+    mut checks: Reports,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
+    Box::pin(async move { checks.changed().await.is_ok() })
 }
 
 /// The structured fields of a Kafka error that ends a session (the

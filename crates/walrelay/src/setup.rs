@@ -58,21 +58,29 @@ pub async fn setup(config: &Config) -> Result<Vec<Step>, RelayError> {
     // 2. Publication.
     let publication = &config.postgres.publication;
     let mut wanted = Vec::new();
+    // A partitioned outbox needs publish_via_partition_root: without it
+    // pgoutput names each change after its partition, which is not the
+    // configured table.
+    let mut partitioned = Vec::new();
     for o in &config.outbox {
         let (schema, table) = o.qualified_name();
-        let exists = !conn
+        let rows = conn
             .simple_query(&format!(
-                "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = {} AND tablename = {}",
+                "SELECT c.relkind::text AS relkind FROM pg_catalog.pg_class c \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = {} AND c.relname = {} AND c.relkind IN ('r', 'p')",
                 quote_literal(&schema),
                 quote_literal(&table)
             ))
-            .await?
-            .is_empty();
-        if !exists {
+            .await?;
+        let Some(row) = rows.first() else {
             return Err(RelayError::Setup {
                 problem: format!("outbox table {schema}.{table} does not exist"),
                 fix: "create it first (columns id, aggregatetype, aggregateid, type, payload jsonb and an optional headers jsonb; see docs/relay.md) or fix [[outbox]] table".into(),
             });
+        };
+        if row.get_required("relkind")? == "p" {
+            partitioned.push((schema.clone(), table.clone()));
         }
         wanted.push((schema, table));
     }
@@ -94,17 +102,45 @@ pub async fn setup(config: &Config) -> Result<Vec<Step>, RelayError> {
                 wanted.iter().map(qualified).collect::<Vec<_>>().join(", ")
             )
         };
+        let with = if partitioned.is_empty() {
+            ""
+        } else {
+            " WITH (publish_via_partition_root = true)"
+        };
         conn.simple_query(&format!(
-            "CREATE PUBLICATION {}{tables}",
+            "CREATE PUBLICATION {}{tables}{with}",
             quote_identifier(publication)
         ))
         .await?;
         steps.push(Step::Created(if wanted.is_empty() {
             format!("publication {publication} (no tables: logical messages only)")
         } else {
-            format!("publication {publication} for {}", describe(&wanted))
+            format!("publication {publication} for {}{with}", describe(&wanted))
         }));
     } else {
+        let via_root = conn
+            .simple_query(&format!(
+                "SELECT pubviaroot::text AS v FROM pg_catalog.pg_publication WHERE pubname = {}",
+                quote_literal(publication)
+            ))
+            .await?
+            .first()
+            .map(|r| r.get_required("v").map(|v| v == "true"))
+            .transpose()?
+            .unwrap_or(false);
+        if !partitioned.is_empty() && !via_root {
+            // Set first: until then pg_publication_tables lists the
+            // partitions instead of the root.
+            conn.simple_query(&format!(
+                "ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
+                quote_identifier(publication)
+            ))
+            .await?;
+            steps.push(Step::Changed(format!(
+                "publication {publication}: publish_via_partition_root = true, for partitioned {} (changes already in the slot from before this still name the partitions: see docs/troubleshooting.md)",
+                describe(&partitioned)
+            )));
+        }
         let rows = conn
             .simple_query(&format!(
                 "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = {}",
@@ -149,6 +185,14 @@ pub async fn setup(config: &Config) -> Result<Vec<Step>, RelayError> {
                 quote_identifier(publication)
             )));
         }
+    }
+
+    // Whatever setup does not change itself (a row filter, INSERTs not
+    // published) would still skip rows: `run` refuses it, so say it now.
+    let facts = crate::publication::fetch(&mut conn, config).await?;
+    let problems = crate::publication::assess(publication, &facts);
+    if !problems.is_empty() {
+        return Err(crate::publication::PublicationError { problems }.into());
     }
 
     // 3. Slot (after the publication).

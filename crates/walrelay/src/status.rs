@@ -7,7 +7,7 @@
 //! |---|---|
 //! | 0 | the slot exists, is a pgoutput slot, keeps its WAL, and lag is within `--max-lag-bytes` |
 //! | 1 | walrelay could not check (connection or configuration error) |
-//! | 2 | the slot or the publication is missing, or the slot is not a logical pgoutput slot |
+//! | 2 | the slot or the publication is missing, the slot is not a logical pgoutput slot, or the publication does not cover the configured outbox tables (rows would be skipped) |
 //! | 3 | the slot is invalidated (`wal_status = lost`): events were lost, recreate it |
 //! | 2 | also: `wal_level` is not `logical` (named as such, not blamed on the slot) |
 //! | 4 | the slot is at risk (`wal_status = unreserved`) or lags more than `--max-lag-bytes` |
@@ -52,6 +52,9 @@ pub struct Status {
     pub publication_tables: Vec<String>,
     /// The server's `wal_level`; walrelay needs `logical`.
     pub wal_level: Option<String>,
+    /// Why the publication would let outbox rows go unsent, each with its
+    /// fix (the check `run` makes at start and periodically).
+    pub publication_problems: Vec<String>,
     pub health: Health,
 }
 
@@ -99,7 +102,11 @@ pub fn assess(s: &Status, limits: Limits) -> Health {
     if s.wal_level.as_deref().is_some_and(|l| l != "logical") {
         return Health::WalLevel;
     }
-    if !s.slot_exists || !s.publication_exists || s.plugin.as_deref() != Some("pgoutput") {
+    if !s.slot_exists
+        || !s.publication_exists
+        || s.plugin.as_deref() != Some("pgoutput")
+        || !s.publication_problems.is_empty()
+    {
         return Health::Missing;
     }
     match s.wal_status.as_deref() {
@@ -147,6 +154,13 @@ pub async fn status(config: &Config, limits: Limits) -> Result<Status, RelayErro
     for t in &tables {
         publication_tables.push(t.get_required("t")?.to_owned());
     }
+    let publication_problems = crate::publication::assess(
+        publication,
+        &crate::publication::fetch(&mut conn, config).await?,
+    )
+    .iter()
+    .map(ToString::to_string)
+    .collect();
     let current: Option<String> = if rows.is_empty() {
         let r = conn
             .simple_query("SELECT pg_current_wal_lsn()::text AS l")
@@ -183,6 +197,7 @@ pub async fn status(config: &Config, limits: Limits) -> Result<Status, RelayErro
         publication_exists,
         publication_tables,
         wal_level,
+        publication_problems,
         health: Health::Ok,
     };
     s.health = assess(&s, limits);
@@ -261,13 +276,16 @@ pub fn render(s: &Status) -> String {
             s.publication
         ));
     }
+    for p in &s.publication_problems {
+        out.push_str(&format!("publication problem  {p}\n"));
+    }
     out.push_str(&format!(
         "health               {}\n",
         match s.health {
             Health::Ok => "ok",
             Health::WalLevel => "WAL_LEVEL: wal_level is not logical: set wal_level=logical and restart PostgreSQL (exit 2)",
             Health::Inactive => "INACTIVE: the slot is fine but no relay is connected, so nothing is being published: start `walrelay run` or find out why it stopped (exit 5, --require-active)",
-            Health::Missing => "MISSING: the slot or publication is missing or not pgoutput (exit 2)",
+            Health::Missing => "MISSING: the slot or publication is missing or not pgoutput, or the publication does not cover the configured outbox tables (exit 2)",
             Health::Lost => "LOST: the slot was invalidated; WAL it needed is gone, and the events committed after confirmed_flush_lsn cannot be relayed: drop the slot, recreate it with `walrelay setup` under a new relay.source_id, backfill or reconcile the lost events, raise max_slot_wal_keep_size (docs/operations.md) (exit 3)",
             Health::AtRisk => "AT RISK: WAL may be removed before walrelay confirms it, or lag is over the limit: find out why walrelay is not confirming before the slot is lost (exit 4)",
         }
@@ -297,6 +315,7 @@ mod tests {
             publication_exists: true,
             publication_tables: vec!["public.outbox".into()],
             wal_level: Some("logical".into()),
+            publication_problems: vec![],
             health: Health::Ok,
         }
     }
@@ -390,6 +409,12 @@ mod tests {
             ..healthy()
         };
         assert_eq!(assess(&wrong_plugin, Limits::default()), Health::Missing);
+        let drift = Status {
+            publication_problems: vec!["outbox table public.outbox2 is not in publication".into()],
+            ..healthy()
+        };
+        assert_eq!(assess(&drift, Limits::default()).exit_code(), 2);
+        assert!(render(&drift).contains("publication problem  outbox table public.outbox2"));
     }
 
     #[test]

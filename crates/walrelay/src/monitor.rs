@@ -1,0 +1,144 @@
+//! The periodic publication check beside the stream.
+//!
+//! One task per `walrelay run`, living across sessions, with its own plain
+//! SQL connection (not a walsender: the stream's connection is busy in
+//! CopyBoth mode, and PostgreSQL 18 does not even report a dropped
+//! publication on it). Every `postgres.publication_check_interval` it runs
+//! [`publication::check`] and publishes a [`Report`]; sessions stop on a
+//! drift and confirm nothing past the last vouched position. Each check
+//! also feeds the server's current WAL position to the lag gauge, so
+//! `walrelay_slot_lag_bytes` keeps growing while the relay does not read
+//! (Kafka down, between sessions).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::debug;
+use walrelay_pg::{Config as PgConfig, ReplicationConnection};
+use walrelay_pgoutput::Lsn;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::publication::{self, PublicationError};
+
+/// A check that takes longer than this (a hanging server, a connection
+/// attempt without connect_timeout) counts as failed; the next one starts
+/// on a fresh connection.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The outcome of one check.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Nothing wrong: WAL up to this position may be confirmed.
+    Vouched(Lsn),
+    /// Running on would skip events.
+    Drift(PublicationError),
+    /// The check could not run (connection lost, timeout): vouches for
+    /// nothing, so confirmation waits.
+    Unavailable(String),
+}
+
+/// One check, and when it started (a session ignores checks that started
+/// before its own start-up check).
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub started: Instant,
+    pub outcome: Outcome,
+}
+
+/// The latest report, `None` before the first.
+pub type Reports = watch::Receiver<Option<Arc<Report>>>;
+
+/// The running check; dropping it stops the task.
+pub struct Monitor {
+    reports: Reports,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Monitor {
+    /// Start checking at once, then every interval.
+    pub fn spawn(pg: PgConfig, config: Config, metrics: Option<Metrics>) -> Monitor {
+        let (tx, reports) = watch::channel(None);
+        let task = tokio::spawn(run(pg, config, metrics, tx));
+        Monitor { reports, task }
+    }
+
+    /// A receiver of the reports.
+    pub fn reports(&self) -> Reports {
+        self.reports.clone()
+    }
+}
+
+async fn run(
+    pg: PgConfig,
+    config: Config,
+    metrics: Option<Metrics>,
+    tx: watch::Sender<Option<Arc<Report>>>,
+) {
+    let mut conn: Option<ReplicationConnection> = None;
+    let mut ticker = tokio::time::interval(config.postgres.publication_check_interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let started = Instant::now();
+        let outcome = match tokio::time::timeout(CHECK_TIMEOUT, once(&mut conn, &pg, &config)).await
+        {
+            Ok(Ok(checked)) => {
+                if let Some(m) = &metrics {
+                    m.set_server_wal_end(checked.wal_lsn);
+                }
+                match checked.verdict() {
+                    Ok(lsn) => Outcome::Vouched(lsn),
+                    Err(e) => Outcome::Drift(e),
+                }
+            }
+            Ok(Err(e)) => {
+                conn = None;
+                Outcome::Unavailable(e.to_string())
+            }
+            Err(_) => {
+                conn = None;
+                Outcome::Unavailable(format!("no answer within {CHECK_TIMEOUT:?}"))
+            }
+        };
+        debug!(?outcome, "publication check");
+        if tx
+            .send(Some(Arc::new(Report { started, outcome })))
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn once(
+    conn: &mut Option<ReplicationConnection>,
+    pg: &PgConfig,
+    config: &Config,
+) -> Result<publication::Checked, walrelay_pg::Error> {
+    let c = match conn {
+        Some(c) => c,
+        None => conn.insert(ReplicationConnection::connect_sql(pg).await?),
+    };
+    publication::check(c, config).await
+}
+
+/// One check on a connection of its own, for the drain before a stop.
+pub async fn check_once(
+    pg: &PgConfig,
+    config: &Config,
+) -> Result<publication::Checked, walrelay_pg::Error> {
+    let mut conn = ReplicationConnection::connect_sql(pg).await?;
+    let checked = publication::check(&mut conn, config).await;
+    let _ = conn.close().await;
+    checked
+}
