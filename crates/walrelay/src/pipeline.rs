@@ -514,9 +514,16 @@ impl<'a> Session<'a> {
         // Refuse to start on a publication that would skip outbox rows
         // (pgoutput itself never says so). Reports of the periodic check
         // from before this point are superseded by this one.
+        //
+        // On a connection of its own, never on the walsender's: catalog
+        // reads there load the outbox tables' *current* shape into the
+        // walsender's relation cache, and PostgreSQL 18's pgoutput then
+        // described rows written before an ALTER TABLE with the shape
+        // after it (a row turned into a missing-column dead letter, and a
+        // replay of the same WAL gave different records).
         let checked_since = tokio::time::Instant::now();
         checks.borrow_and_update();
-        let vouched = publication::check(&mut conn, config).await?.verdict()?;
+        let vouched = monitor::check_once(pg, config).await?.verdict()?;
         let Some(info) = conn.slot_info(slot).await? else {
             // Never create the slot here: a new slot starts at the
             // current WAL position and would skip what was committed

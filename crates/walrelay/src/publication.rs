@@ -264,8 +264,12 @@ impl Checked {
     }
 }
 
-/// Sample the WAL position, then read the facts and assess them. Works on
-/// a plain SQL connection and on a `replication=database` one.
+/// Sample the WAL position, then read the facts and assess them.
+///
+/// Only on a plain SQL connection ([`crate::monitor::check_once`]), never
+/// on the walsender that streams: reading the outbox tables' catalog rows
+/// there caches their current shape in the walsender, which PostgreSQL 18's
+/// pgoutput then used for rows written before a later ALTER TABLE.
 pub async fn check(
     conn: &mut ReplicationConnection,
     config: &Config,
