@@ -84,7 +84,11 @@ struct Cli {
     /// Records the consumers apply [default: 200000; quick: 3000].
     #[arg(long)]
     consumer_records: Option<u64>,
-    /// Rates of the consumers' latency runs, events/s.
+    /// Only these consumers: wr_batch, wr_record, inbox_500, inbox_1,
+    /// read (default all).
+    #[arg(long, value_delimiter = ',')]
+    consumers: Vec<String>,
+    /// Rates of the consumers' latency runs, events/s (0: none).
     #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
     consumer_rates: Vec<u64>,
     /// Where results go: a new folder per run, and `latest.md`.
@@ -282,11 +286,17 @@ async fn main() -> Result<()> {
                 .context("starting PostgreSQL and Tansu for the consumer runs")?;
         }
         let options = consumer::ConsumerOptions {
+            only: cli.consumers.clone(),
             records: cli
                 .consumer_records
                 .unwrap_or(if quick { 3_000 } else { 200_000 }),
             repeats,
-            rates: cli.consumer_rates.clone(),
+            rates: cli
+                .consumer_rates
+                .iter()
+                .copied()
+                .filter(|r| *r > 0)
+                .collect(),
             latency_duration: Duration::from_secs_f64(latency_secs),
         };
         let (runs, latency) = consumer::run(&mut env, &options, first_seq)

@@ -135,6 +135,8 @@ pub struct ConsumerLatencyRun {
 /// What the consumer bench is asked to do.
 #[derive(Debug, Clone)]
 pub struct ConsumerOptions {
+    /// Only these consumers (tags such as `wr_batch`; empty: all).
+    pub only: Vec<String>,
     pub records: u64,
     pub repeats: u32,
     pub rates: Vec<u64>,
@@ -143,6 +145,12 @@ pub struct ConsumerOptions {
 
 /// When each event's side effect was written: (sequence number, time).
 type ApplyLog = Arc<Mutex<Vec<(u64, Instant)>>>;
+
+impl ConsumerOptions {
+    fn wants(&self, consumer: Consumer) -> bool {
+        self.only.is_empty() || self.only.iter().any(|t| t == consumer.tag())
+    }
+}
 
 /// Shared between a consumer and the bench: records applied (counted after
 /// their commit), when the first record was handed over, and optionally
@@ -221,6 +229,9 @@ pub async fn run(
                 Consumer::Inbox1,
                 Consumer::ReadLimit,
             ] {
+                if !options.wants(consumer) {
+                    continue;
+                }
                 if *partitions == 1 && matches!(consumer, Consumer::Inbox1 | Consumer::Inbox500) {
                     // The inbox consumer is serial: its 1-partition run
                     // would repeat the 4-partition one.
@@ -246,6 +257,9 @@ pub async fn run(
     let mut lat = Vec::new();
     for repeat in 0..options.repeats {
         for consumer in [Consumer::WalrelayBatch, Consumer::Inbox500] {
+            if !options.wants(consumer) || options.rates.is_empty() {
+                continue;
+            }
             n += 1;
             lat.extend(
                 live(env, consumer, options, repeat, n)
