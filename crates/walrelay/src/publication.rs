@@ -336,19 +336,7 @@ pub async fn fetch(
     let mut outboxes = Vec::with_capacity(config.outbox.len());
     for o in &config.outbox {
         let (schema, table) = o.qualified_name();
-        let rows = conn
-            .simple_query(&format!(
-                "SELECT c.relkind::text AS relkind FROM pg_catalog.pg_class c \
-                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE n.nspname = {} AND c.relname = {}",
-                quote_literal(&schema),
-                quote_literal(&table)
-            ))
-            .await?;
-        let relkind = match rows.first() {
-            Some(r) => r.get_required("relkind")?.chars().next(),
-            None => None,
-        };
+        let relkind = relkind(conn, &schema, &table).await?;
         outboxes.push(OutboxFacts {
             schema,
             table,
@@ -358,6 +346,28 @@ pub async fn fetch(
     Ok(Facts {
         publication,
         outboxes,
+    })
+}
+
+/// `pg_class.relkind` of `schema.table` (`r` a table, `p` a partitioned
+/// table, ...), or `None` when there is no such relation.
+pub(crate) async fn relkind(
+    conn: &mut ReplicationConnection,
+    schema: &str,
+    table: &str,
+) -> Result<Option<char>, walrelay_pg::Error> {
+    let rows = conn
+        .simple_query(&format!(
+            "SELECT c.relkind::text AS relkind FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = {} AND c.relname = {}",
+            quote_literal(schema),
+            quote_literal(table)
+        ))
+        .await?;
+    Ok(match rows.first() {
+        Some(r) => r.get_required("relkind")?.chars().next(),
+        None => None,
     })
 }
 

@@ -64,23 +64,15 @@ pub async fn setup(config: &Config) -> Result<Vec<Step>, RelayError> {
     let mut partitioned = Vec::new();
     for o in &config.outbox {
         let (schema, table) = o.qualified_name();
-        let rows = conn
-            .simple_query(&format!(
-                "SELECT c.relkind::text AS relkind FROM pg_catalog.pg_class c \
-                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE n.nspname = {} AND c.relname = {} AND c.relkind IN ('r', 'p')",
-                quote_literal(&schema),
-                quote_literal(&table)
-            ))
-            .await?;
-        let Some(row) = rows.first() else {
-            return Err(RelayError::Setup {
-                problem: format!("outbox table {schema}.{table} does not exist"),
-                fix: "create it first (columns id, aggregatetype, aggregateid, type, payload jsonb and an optional headers jsonb; see docs/relay.md) or fix [[outbox]] table".into(),
-            });
-        };
-        if row.get_required("relkind")? == "p" {
-            partitioned.push((schema.clone(), table.clone()));
+        match crate::publication::relkind(&mut conn, &schema, &table).await? {
+            Some('r') => {}
+            Some('p') => partitioned.push((schema.clone(), table.clone())),
+            _ => {
+                return Err(RelayError::Setup {
+                    problem: format!("outbox table {schema}.{table} does not exist"),
+                    fix: "create it first (columns id, aggregatetype, aggregateid, type, payload jsonb and an optional headers jsonb; see docs/relay.md) or fix [[outbox]] table".into(),
+                })
+            }
         }
         wanted.push((schema, table));
     }
