@@ -909,18 +909,22 @@ mod tests {
         ColumnValue::Text(Bytes::from(s.to_owned()))
     }
 
-    #[test]
-    fn outbox_row_maps_like_debezium() {
-        let cols = [
+    /// An outbox row (`e-1`, order `o-1`, created) with `payload` and
+    /// `headers` through `router`, as a change at `lsn`.
+    fn outbox_row(
+        router: &mut Router,
+        payload: &str,
+        headers: &str,
+        lsn: Lsn,
+    ) -> Result<Record, RouteError> {
+        let rel = outbox_relation(&[
             "id",
             "aggregatetype",
             "aggregateid",
             "type",
             "payload",
             "headers",
-        ];
-        let rel = outbox_relation(&cols);
-        let mut router = Router::new(&config(), "src");
+        ]);
         router.check_relation(&rel, Lsn(1)).unwrap();
         let mut cache = RelationCache::new();
         cache.insert(rel);
@@ -930,14 +934,24 @@ mod tests {
                 text("order"),
                 text("o-1"),
                 text("created"),
-                text("{\"total\": 5}"),
-                text("{\"trace\": \"t1\", \"n\": 2}"),
+                text(payload),
+                text(headers),
             ],
         };
         let row = cache.row(1, &tuple).unwrap();
-        let r = router
-            .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row)
-            .unwrap();
+        router.outbox_record(&tx(), EventKey::new(1, 2), lsn, &row)
+    }
+
+    #[test]
+    fn outbox_row_maps_like_debezium() {
+        let mut router = Router::new(&config(), "src");
+        let r = outbox_row(
+            &mut router,
+            "{\"total\": 5}",
+            "{\"trace\": \"t1\", \"n\": 2}",
+            Lsn(2),
+        )
+        .unwrap();
         assert_eq!(&*r.topic, "outbox.event.order");
         assert_eq!(r.key.as_deref(), Some(&b"o-1"[..]));
         assert_eq!(r.value.as_deref(), Some(&b"{\"total\": 5}"[..]));
@@ -977,31 +991,13 @@ mod tests {
             );
         }
 
-        let rel = outbox_relation(&[
-            "id",
-            "aggregatetype",
-            "aggregateid",
-            "type",
-            "payload",
-            "headers",
-        ]);
-        router.check_relation(&rel, Lsn(1)).unwrap();
-        let mut cache = RelationCache::new();
-        cache.insert(rel);
-        let tuple = TupleData {
-            columns: vec![
-                text("e-1"),
-                text("order"),
-                text("o-1"),
-                text("created"),
-                text("{}"),
-                text("{\"idempotency-key\": \"ffffffffffffffffffffffffffffffff\"}"),
-            ],
-        };
-        let row = cache.row(1, &tuple).unwrap();
-        let err = router
-            .outbox_record(&tx(), EventKey::new(1, 2), Lsn(0x200), &row)
-            .unwrap_err();
+        let err = outbox_row(
+            &mut router,
+            "{}",
+            "{\"idempotency-key\": \"ffffffffffffffffffffffffffffffff\"}",
+            Lsn(0x200),
+        )
+        .unwrap_err();
         assert_eq!(err.kind(), "reserved-header");
         assert!(
             err.to_string().starts_with(
