@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::process::Command;
-
 use anyhow::{ensure, Context, Result};
 use support::{Env, WAIT};
 use tokio::sync::watch;
@@ -34,23 +32,7 @@ async fn run_until_it_stops(config: Config) -> Result<Result<(), RelayError>> {
 /// `walrelay status` with `extra` flags before the command: exit code and
 /// text.
 fn status(env: &Env, extra: &[&str]) -> Result<(i32, String)> {
-    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
-        .args([
-            "--postgres-url",
-            &format!(
-                "{}?sslmode=disable",
-                env.cluster.url("postgres", "postgres")
-            ),
-            "--log",
-            "warn",
-        ])
-        .args(extra)
-        .arg("status")
-        .output()?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout)?,
-    ))
+    support::walrelay_status(env, extra, &[])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

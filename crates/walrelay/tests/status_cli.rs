@@ -11,23 +11,7 @@ use tokio::sync::watch;
 use walrelay_testkit::{await_condition, ClusterOptions};
 
 fn status(env: &Env, extra: &[&str]) -> Result<(i32, String)> {
-    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
-        .args([
-            "--postgres-url",
-            &format!(
-                "{}?sslmode=disable",
-                env.cluster.url("postgres", "postgres")
-            ),
-            "--log",
-            "warn",
-            "status",
-        ])
-        .args(extra)
-        .output()?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout)?,
-    ))
+    support::walrelay_status(env, &[], extra)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -237,3 +237,23 @@ pub fn spawn_relay(
         .stderr(log)
         .spawn()?)
 }
+
+/// `walrelay [global] status [args]` against `env`'s cluster (as the
+/// superuser, logging at WARN): the exit code and standard output.
+pub fn walrelay_status(env: &Env, global: &[&str], args: &[&str]) -> Result<(i32, String)> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .arg("--postgres-url")
+        .arg(format!(
+            "{}?sslmode=disable",
+            env.cluster.url("postgres", "postgres")
+        ))
+        .args(["--log", "warn"])
+        .args(global)
+        .arg("status")
+        .args(args)
+        .output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout)?,
+    ))
+}
