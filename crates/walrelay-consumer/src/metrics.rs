@@ -129,6 +129,14 @@ pub struct LoopMetrics {
     pub apply_seconds: Histogram,
     /// Attempts retried after a failure (handler or database).
     pub retries: Counter<u64, AtomicU64>,
+    /// Batch transactions committed (records per batch on average:
+    /// applied records over this).
+    pub batches: Counter<u64, AtomicU64>,
+    /// Times a partition was paused in Kafka. Each pause makes librdkafka
+    /// discard what it prefetched for the partition and fetch it again on
+    /// resume, so a count that grows with the traffic means the loop
+    /// waits on refetches (see docs/consumer.md, flow control).
+    pub pauses: Counter<u64, AtomicU64>,
     /// The commit LSN (high 64 bits of the key) of each mark.
     pub hwm_commit_lsn: Family<MarkLabels, Gauge<i64, AtomicI64>>,
     /// Records in each partition after the consumer's position, from
@@ -148,6 +156,8 @@ impl Default for LoopMetrics {
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0,
             ]),
             retries: Counter::default(),
+            batches: Counter::default(),
+            pauses: Counter::default(),
             hwm_commit_lsn: Family::default(),
             lag_records: Family::default(),
             stopped: Family::default(),
@@ -173,6 +183,16 @@ impl LoopMetrics {
             "retries",
             "Attempts retried after a handler or database failure",
             self.retries.clone(),
+        );
+        r.register(
+            "batches",
+            "Batch transactions committed",
+            self.batches.clone(),
+        );
+        r.register(
+            "pauses",
+            "Times a partition was paused in Kafka (each costs a refetch of its prefetched records)",
+            self.pauses.clone(),
         );
         r.register(
             "hwm_commit_lsn",

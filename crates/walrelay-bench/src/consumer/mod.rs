@@ -45,7 +45,7 @@ use tokio::sync::watch;
 use tokio_postgres::types::Type;
 use tokio_postgres::Transaction;
 use walrelay::pipeline;
-use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore};
+use walrelay_consumer::{ConsumerLoop, Database, Delivery, LoopMetrics, PgHwmStore};
 
 use crate::env::BenchEnv;
 use crate::latency::{self, Percentiles};
@@ -119,6 +119,10 @@ pub struct ConsumerRun {
     pub state_rows: i64,
     /// Bytes of the dedupe state (table and indexes) after the run.
     pub state_bytes: i64,
+    /// walrelay's consumer: batch transactions committed, and partition
+    /// pauses (each one a refetch of the partition's prefetched records).
+    pub batches: Option<u64>,
+    pub pauses: Option<u64>,
 }
 
 /// One consumer under live load at one rate.
@@ -158,6 +162,8 @@ impl ConsumerOptions {
 #[derive(Clone, Default)]
 pub(crate) struct Applied {
     pub count: Arc<AtomicU64>,
+    /// walrelay's loop metrics, when the consumer is walrelay's.
+    metrics: Arc<OnceLock<LoopMetrics>>,
     first: Arc<OnceLock<Instant>>,
     log: Option<ApplyLog>,
 }
@@ -241,13 +247,15 @@ pub async fn run(
                 let db = format!("cons_{}_{n}", consumer.tag());
                 let run = drain(env, consumer, topic, *partitions, &db, w.events, repeat).await?;
                 tracing::info!(
-                    "consumer {} p{partitions} #{repeat}: {:.0} records/s, {:.1} µs cpu/record, {:.1} µs db cpu/record, state {} rows / {} B",
+                    "consumer {} p{partitions} #{repeat}: {:.0} records/s, {:.1} µs cpu/record, {:.1} µs db cpu/record, state {} rows / {} B, batches {:?}, pauses {:?}",
                     consumer.label(),
                     run.records_per_s,
                     run.cpu_us_per_record,
                     run.db_cpu_us_per_record,
                     run.state_rows,
-                    run.state_bytes
+                    run.state_bytes,
+                    run.batches,
+                    run.pauses
                 );
                 runs.push(run);
             }
@@ -348,6 +356,7 @@ async fn start(
             let count = Arc::clone(&applied.count);
             let counters = store.counters().clone();
             let lp = ConsumerLoop::new(kafka, &[topic.as_str()], store, Database::from_dsn(dsn)?)?;
+            let _ = applied.metrics.set(lp.metrics());
             // `processed` counts after each batch commit.
             let running = stop.clone();
             tokio::spawn(async move {
@@ -547,6 +556,8 @@ async fn drain(
         db_cpu_us_per_record: per(db_cpu),
         state_rows,
         state_bytes,
+        batches: applied.metrics.get().map(|m| m.batches.get()),
+        pauses: applied.metrics.get().map(|m| m.pauses.get()),
     })
 }
 

@@ -15,6 +15,9 @@ pub struct Summary {
     pub state_rows: i64,
     pub state_bytes: i64,
     pub records: u64,
+    /// Median over the repeats of records per batch and of pauses.
+    pub batch_mean: Option<f64>,
+    pub pauses: Option<f64>,
 }
 
 pub fn summary(runs: &[ConsumerRun], consumer: Consumer, partitions: i32) -> Option<Summary> {
@@ -30,6 +33,13 @@ pub fn summary(runs: &[ConsumerRun], consumer: Consumer, partitions: i32) -> Opt
         state_rows: last.state_rows,
         state_bytes: last.state_bytes,
         records: last.records,
+        batch_mean: Stat::of(of.iter().filter_map(|r| {
+            r.batches
+                .filter(|b| *b > 0)
+                .map(|b| r.records as f64 / b as f64)
+        }))
+        .map(|s| s.median),
+        pauses: Stat::of(of.iter().filter_map(|r| r.pauses.map(|p| p as f64))).map(|s| s.median),
     })
 }
 
@@ -116,22 +126,25 @@ pub fn markdown(runs: &[ConsumerRun], latency: &[ConsumerLatencyRun]) -> String 
     );
     let _ = writeln!(
         s,
-        "| consumer | partitions | records/s | CPU µs/record | DB CPU µs/record | dedupe state |"
+        "| consumer | partitions | records/s | CPU µs/record | DB CPU µs/record | dedupe state | records/batch | pauses |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---|");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---:|---:|");
     for (consumer, partitions) in ROWS {
         let Some(m) = summary(runs, consumer, partitions) else {
             continue;
         };
+        let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0}"));
         let _ = writeln!(
             s,
-            "| {} | {partitions} | {:.0} | {:.1} | {:.1} | {} rows, {} kB |",
+            "| {} | {partitions} | {:.0} | {:.1} | {:.1} | {} rows, {} kB | {} | {} |",
             consumer.label(),
             m.rate.median,
             m.cpu_us.median,
             m.db_cpu_us.median,
             m.state_rows,
-            m.state_bytes / 1024
+            m.state_bytes / 1024,
+            opt(m.batch_mean),
+            opt(m.pauses)
         );
     }
     if !latency.is_empty() {
@@ -187,6 +200,8 @@ mod tests {
             db_cpu_us_per_record: 10.0,
             state_rows: rows,
             state_bytes: 8192,
+            batches: None,
+            pauses: None,
         }
     }
 
@@ -207,7 +222,9 @@ mod tests {
         assert_eq!(t[0].measured, "6.0x");
         let md = markdown(&runs, &[]);
         assert!(
-            md.contains("| walrelay, batch handler | 4 | 60000 | 12.0 | 10.0 | 4 rows, 8 kB |"),
+            md.contains(
+                "| walrelay, batch handler | 4 | 60000 | 12.0 | 10.0 | 4 rows, 8 kB | – | – |"
+            ),
             "{md}"
         );
         assert!(targets(&[]).is_empty());

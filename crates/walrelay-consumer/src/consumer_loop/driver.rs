@@ -252,6 +252,7 @@ impl<'a> Driver<'a> {
             }
         }
         if pause.count() > 0 {
+            self.metrics.pauses.inc_by(pause.count() as u64);
             if let Err(e) = self.consumer.pause(&pause) {
                 tracing::warn!("pausing partitions failed: {e}");
             }
@@ -416,6 +417,7 @@ impl<'a> Driver<'a> {
         let take = records.len();
         let failure: Option<(String, Option<usize>, bool)> = match result {
             JobResult::Batch(Ok(outcome)) => {
+                self.metrics.batches.inc();
                 self.metrics.batch_records.observe(take as f64);
                 self.metrics
                     .apply_seconds
