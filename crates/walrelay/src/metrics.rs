@@ -146,6 +146,10 @@ struct Inner {
     confirmed_flush_lsn: Gauge<u64, AtomicU64>,
     server_wal_end_lsn: Gauge<u64, AtomicU64>,
     slot_lag_bytes: Gauge<u64, AtomicU64>,
+    /// PostgreSQL's own lag for the slot at the last publication check
+    /// (`pg_current_wal_lsn()` minus the slot's `confirmed_flush_lsn`,
+    /// sampled together).
+    server_slot_lag: AtomicU64,
     commit_to_ack: Histogram,
     reconnects: Counter,
     sessions: Counter,
@@ -241,7 +245,7 @@ impl Metrics {
         );
         registry.register_with_unit(
             "slot_lag",
-            "server_wal_end_lsn minus confirmed_flush_lsn: WAL the slot still holds for walrelay",
+            "WAL the slot still holds for walrelay: server_wal_end_lsn minus confirmed_flush_lsn, or PostgreSQL's own lag for the slot at the last check when larger",
             Unit::Bytes,
             slot_lag_bytes.clone(),
         );
@@ -296,6 +300,7 @@ impl Metrics {
                 confirmed_flush_lsn,
                 server_wal_end_lsn,
                 slot_lag_bytes,
+                server_slot_lag: AtomicU64::new(0),
                 commit_to_ack,
                 reconnects,
                 sessions,
@@ -416,14 +421,32 @@ impl Metrics {
         self.update_lag();
     }
 
+    /// PostgreSQL's own lag for the slot, from the periodic check: the
+    /// server's WAL position minus the slot's `confirmed_flush_lsn`, read
+    /// in one statement.
+    pub fn set_server_slot_lag(&self, bytes: u64) {
+        self.inner.server_slot_lag.store(bytes, Ordering::Relaxed);
+        self.update_lag();
+    }
+
+    /// The lag: the larger of what this process computes (server position
+    /// minus the position it confirmed) and PostgreSQL's own figure at the
+    /// last check. The process's figure alone can be too low exactly when
+    /// it matters: with Kafka down the relay stops reading, the walsender
+    /// blocks on a full socket and never processes the last status
+    /// update, so the slot still holds WAL the relay counts as confirmed
+    /// (seen: 0.6 MB here against PostgreSQL's 4.5 MB).
     fn update_lag(&self) {
         let end = self.inner.server_wal_end_lsn.get();
         let confirmed = self.inner.confirmed_flush_lsn.get();
+        let server = self.inner.server_slot_lag.load(Ordering::Relaxed);
         // Before the first session (a standby waiting for the slot) the
         // process knows no confirmed position: no lag rather than the
         // whole WAL position.
         if end > 0 && confirmed > 0 {
-            self.inner.slot_lag_bytes.set(end.saturating_sub(confirmed));
+            self.inner
+                .slot_lag_bytes
+                .set(end.saturating_sub(confirmed).max(server));
         }
     }
 
@@ -573,6 +596,21 @@ mod tests {
         let text = m.encode();
         assert_eq!(sample(&text, "walrelay_server_wal_end_lsn"), Some(1000.0));
         assert_eq!(sample(&text, "walrelay_slot_lag_bytes"), Some(600.0));
+    }
+
+    #[test]
+    fn lag_takes_the_servers_own_figure_when_it_is_larger() {
+        let m = Metrics::new();
+        m.set_confirmed(Lsn(900));
+        m.set_server_wal_end(Lsn(1_000));
+        // The walsender never processed the confirmation of 900: the slot
+        // is at 400 by PostgreSQL's own account.
+        m.set_server_slot_lag(600);
+        assert_eq!(sample(&m.encode(), "walrelay_slot_lag_bytes"), Some(600.0));
+        // Once the server caught up, the process's figure counts again.
+        m.set_server_slot_lag(50);
+        m.set_server_wal_end(Lsn(1_200));
+        assert_eq!(sample(&m.encode(), "walrelay_slot_lag_bytes"), Some(300.0));
     }
 
     #[test]

@@ -95,6 +95,9 @@ async fn run(
             Ok(Ok(checked)) => {
                 if let Some(m) = &metrics {
                     m.set_server_wal_end(checked.wal_lsn);
+                    if let Some(confirmed) = checked.slot_confirmed {
+                        m.set_server_slot_lag(checked.wal_lsn.0.saturating_sub(confirmed.0));
+                    }
                 }
                 match checked.verdict() {
                     Ok(lsn) => Outcome::Vouched(lsn),

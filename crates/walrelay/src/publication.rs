@@ -248,6 +248,9 @@ pub fn assess(publication: &str, facts: &Facts) -> Vec<Problem> {
 pub struct Checked {
     /// `pg_current_wal_lsn()`, sampled before the catalog was read.
     pub wal_lsn: Lsn,
+    /// The slot's `confirmed_flush_lsn` in the same statement (`None`:
+    /// no such slot, or none confirmed yet).
+    pub slot_confirmed: Option<Lsn>,
     pub problems: Vec<Problem>,
 }
 
@@ -276,12 +279,22 @@ pub async fn check(
 ) -> Result<Checked, walrelay_pg::Error> {
     // Its own statement, before the catalog reads: each of those takes a
     // snapshot after this position was read (see the module comment).
+    // The slot's confirmed position in the same statement, so that the
+    // lag PostgreSQL itself sees is read consistently.
     let rows = conn
-        .simple_query("SELECT pg_catalog.pg_current_wal_lsn()::text AS l")
+        .simple_query(&format!(
+            "SELECT pg_catalog.pg_current_wal_lsn()::text AS l, \
+             (SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots \
+              WHERE slot_name = {}) AS c",
+            quote_literal(&config.postgres.slot)
+        ))
         .await?;
-    let lsn_text = match rows.first() {
-        Some(r) => r.get_required("l")?.to_owned(),
-        None => String::new(),
+    let (lsn_text, slot_confirmed) = match rows.first() {
+        Some(r) => (
+            r.get_required("l")?.to_owned(),
+            r.get("c")?.and_then(|c| c.parse::<Lsn>().ok()),
+        ),
+        None => (String::new(), None),
     };
     let wal_lsn: Lsn = lsn_text.parse().map_err(|_| {
         walrelay_pg::Error::Protocol(format!(
@@ -291,6 +304,7 @@ pub async fn check(
     let facts = fetch(conn, config).await?;
     Ok(Checked {
         wal_lsn,
+        slot_confirmed,
         problems: assess(&config.postgres.publication, &facts),
     })
 }
@@ -540,11 +554,13 @@ mod tests {
     fn a_clean_check_vouches_for_its_wal_position() {
         let ok = Checked {
             wal_lsn: Lsn(42),
+            slot_confirmed: None,
             problems: vec![],
         };
         assert_eq!(ok.verdict(), Ok(Lsn(42)));
         let bad = Checked {
             wal_lsn: Lsn(42),
+            slot_confirmed: None,
             problems: vec![Problem::TableMissing {
                 table: "public.x".into(),
             }],
