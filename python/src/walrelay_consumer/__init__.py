@@ -1,0 +1,54 @@
+"""Exactly-once processing of walrelay records into PostgreSQL.
+
+The Python flavour of the Rust crate ``walrelay-consumer``, on
+``confluent-kafka`` and ``psycopg`` 3, with the same tables: one
+high-water mark per (consumer group, topic, partition, source), raised in
+the same transaction as the record's side effects, and the same dead-letter
+table. A Rust and a Python service can share one database and one
+migration.
+
+Keys are 32 lowercase hex digits and are compared as strings, which is
+their numeric order.
+"""
+
+from __future__ import annotations
+
+from .batch import Gap, Plan, plan
+from .keys import INITIAL_HWM, KeyFormatError, parse_key
+from .meta import (
+    BadKey,
+    BadLsn,
+    DuplicateHeader,
+    EmptySource,
+    MetaError,
+    MissingHeader,
+    NotUtf8,
+    RecordMeta,
+    is_reserved,
+)
+from .records import Delivery, Position, Record
+from .settings import OnPoison, RetryPolicy, Settings
+
+__all__ = [
+    "BadKey",
+    "BadLsn",
+    "Delivery",
+    "DuplicateHeader",
+    "EmptySource",
+    "Gap",
+    "INITIAL_HWM",
+    "KeyFormatError",
+    "MetaError",
+    "MissingHeader",
+    "NotUtf8",
+    "OnPoison",
+    "Plan",
+    "Position",
+    "Record",
+    "RecordMeta",
+    "RetryPolicy",
+    "Settings",
+    "is_reserved",
+    "parse_key",
+    "plan",
+]
