@@ -13,7 +13,21 @@ their numeric order.
 
 from __future__ import annotations
 
+from ._migrate import migrate, migration_sql
+from .apply import (
+    BatchError,
+    BatchHandler,
+    BatchOutcome,
+    CorruptHwm,
+    DatabaseFailed,
+    HandlerFailed,
+    RecordHandler,
+    RowVanished,
+    process_batch,
+    process_records,
+)
 from .batch import Gap, Plan, plan
+from .counters import Counters
 from .keys import INITIAL_HWM, KeyFormatError, parse_key
 from .meta import (
     BadKey,
@@ -26,16 +40,24 @@ from .meta import (
     RecordMeta,
     is_reserved,
 )
+from .parked import RedriveReport, redrive
 from .records import Delivery, Position, Record
 from .settings import OnPoison, RetryPolicy, Settings
 
 __all__ = [
     "BadKey",
     "BadLsn",
+    "BatchError",
+    "BatchHandler",
+    "BatchOutcome",
+    "CorruptHwm",
+    "Counters",
+    "DatabaseFailed",
     "Delivery",
     "DuplicateHeader",
     "EmptySource",
     "Gap",
+    "HandlerFailed",
     "INITIAL_HWM",
     "KeyFormatError",
     "MetaError",
@@ -45,10 +67,18 @@ __all__ = [
     "Plan",
     "Position",
     "Record",
+    "RecordHandler",
     "RecordMeta",
+    "RedriveReport",
     "RetryPolicy",
+    "RowVanished",
     "Settings",
     "is_reserved",
+    "migrate",
+    "migration_sql",
     "parse_key",
     "plan",
+    "process_batch",
+    "process_records",
+    "redrive",
 ]
