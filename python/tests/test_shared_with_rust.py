@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import walrelay_consumer
-from walrelay_consumer import apply, migration_sql, parked
+from walrelay_consumer import apply, consumer, migration_sql, parked
 
 REPO = Path(__file__).resolve().parents[2]
 RUST = REPO / "crates" / "walrelay-consumer" / "src"
@@ -48,6 +48,7 @@ def rust_str(path: Path, name: str) -> str:
         ("parked.rs", "INSERT_SQL", parked.INSERT_SQL),
         ("parked.rs", "TAKE_SQL", parked.TAKE_SQL),
         ("parked.rs", "DELETE_SQL", parked.DELETE_SQL),
+        ("store.rs", "LOAD_SQL", consumer.LOAD_SQL),
     ],
 )
 def test_statements_are_the_rust_crates(rust_file, name, python):

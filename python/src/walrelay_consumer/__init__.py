@@ -27,6 +27,7 @@ from .apply import (
     process_records,
 )
 from .batch import Gap, Plan, plan
+from .consumer import ConfigError, ConsumerLoop, PartitionsStopped, StoppedPartition, load_marks
 from .counters import Counters
 from .keys import INITIAL_HWM, KeyFormatError, parse_key
 from .meta import (
@@ -50,6 +51,8 @@ __all__ = [
     "BatchError",
     "BatchHandler",
     "BatchOutcome",
+    "ConfigError",
+    "ConsumerLoop",
     "CorruptHwm",
     "Counters",
     "DatabaseFailed",
@@ -64,6 +67,7 @@ __all__ = [
     "MissingHeader",
     "NotUtf8",
     "OnPoison",
+    "PartitionsStopped",
     "Plan",
     "Position",
     "Record",
@@ -73,7 +77,9 @@ __all__ = [
     "RetryPolicy",
     "RowVanished",
     "Settings",
+    "StoppedPartition",
     "is_reserved",
+    "load_marks",
     "migrate",
     "migration_sql",
     "parse_key",
