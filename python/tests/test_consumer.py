@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from prometheus_client import CollectorRegistry
 
 from conftest import SOURCE, Relay, await_condition, count, key
 from walrelay_consumer import (
@@ -84,9 +85,13 @@ class Running:
         return self.error
 
 
-def start(tansu, topic, dsn, group, name, batches=True, settings=None, handler=None) -> Running:
+def start(tansu, topic, dsn, group, name, batches=True, settings=None, handler=None, registry=None) -> Running:
     loop = ConsumerLoop(
-        kafka(tansu.bootstrap, group), [topic], dsn + f" application_name=walrelay-test-{name}", settings
+        kafka(tansu.bootstrap, group),
+        [topic],
+        dsn + f" application_name=walrelay-test-{name}",
+        settings,
+        registry if registry is not None else CollectorRegistry(),
     )
     if handler is None:
         handler = insert(name)
@@ -122,11 +127,22 @@ def test_every_event_is_applied_once_across_replays_and_two_sources(tansu, topic
     total = sum(len(v) for v in relay.produced.values()) + 5
     distinct = relay.distinct() + 5
 
-    r = start(tansu, topic, env, "billing", "a", batches)
+    registry = CollectorRegistry()
+    r = start(tansu, topic, env, "billing", "a", batches, registry=registry)
     c = r.loop.counters
     await_condition("all records seen", lambda: c.processed + c.duplicates >= total)
     assert r.stop() is None
     assert (c.processed, c.duplicates, c.gaps, c.errors) == (85, 20, 0, 0)
+    # The same totals in the Rust crate's metric names.
+    sample = registry.get_sample_value
+    assert sample("walrelay_consumer_records_applied_total") == 85
+    assert sample("walrelay_consumer_duplicates_skipped_total") == 20
+    assert sample("walrelay_consumer_gaps_total") == 0
+    assert sample("walrelay_consumer_batch_records_count") >= 1
+    assert sample("walrelay_consumer_apply_seconds_count") == sample("walrelay_consumer_batch_records_count")
+    assert sample(
+        "walrelay_consumer_hwm_commit_lsn", {"topic": topic, "partition": "1", "source": SOURCE}
+    ) == 0x100 + 40
     assert count(env, EFFECTS) == distinct
     exactly_once(env)
     assert marks(env, "billing", topic) == {
@@ -250,10 +266,22 @@ def test_a_poison_record_stops_its_partition_only(tansu, topic, env):
     relay.send([(p, s) for s in range(1, 11) for p in (0, 1)])
     poison = key(0, 5)
     settings = Settings(retry=FAST_RETRY, on_poison=OnPoison.STOP)
-    r = start(tansu, topic, env, "stoppy", "a", batches=False, settings=settings, handler=poison_handler(poison, "a"))
+    registry = CollectorRegistry()
+    r = start(
+        tansu,
+        topic,
+        env,
+        "stoppy",
+        "a",
+        batches=False,
+        settings=settings,
+        handler=poison_handler(poison, "a"),
+        registry=registry,
+    )
     await_condition("partition 1 and the records before the poison", lambda: count(env, EFFECTS) == 14)
     error = r.stop()
     assert isinstance(error, PartitionsStopped), error
+    assert registry.get_sample_value("walrelay_consumer_partition_stopped", {"topic": topic, "partition": "0"}) == 1
     assert [(p.topic, p.partition) for p in error.stopped] == [(topic, 0)]
     assert "offset 4 failed 3 times" in str(error)
     assert count(env, "SELECT count(*) FROM effects WHERE partition = 0") == 4

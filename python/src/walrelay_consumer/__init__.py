@@ -41,6 +41,7 @@ from .meta import (
     RecordMeta,
     is_reserved,
 )
+from .metrics import Metrics
 from .parked import RedriveReport, redrive
 from .records import Delivery, Position, Record
 from .settings import OnPoison, RetryPolicy, Settings
@@ -64,6 +65,7 @@ __all__ = [
     "INITIAL_HWM",
     "KeyFormatError",
     "MetaError",
+    "Metrics",
     "MissingHeader",
     "NotUtf8",
     "OnPoison",

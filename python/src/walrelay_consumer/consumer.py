@@ -53,6 +53,7 @@ from .apply import (
 )
 from .apply import Apply as ApplyFn
 from .counters import Counters
+from .metrics import Metrics
 from .partition import Apply, Idle, Partition, ParkUnkeyed, Queued, Skip, Stop, WaitUntil
 from .records import Delivery, Position, Record
 from .settings import Settings
@@ -150,6 +151,11 @@ class ConsumerLoop:
     ``auto.offset.reset=earliest`` unless given. ``database`` is a libpq
     connection string or a function returning a new psycopg connection; the
     tables must exist (:func:`walrelay_consumer.migrate`).
+
+    With ``prometheus_client`` installed, the loop's metrics go to
+    ``registry`` (its default registry when ``None``) under the Rust crate's
+    names; without it there are none. :attr:`counters` has the totals
+    either way.
     """
 
     def __init__(
@@ -158,6 +164,7 @@ class ConsumerLoop:
         topics: list[str],
         database: str | Connect,
         settings: Settings | None = None,
+        registry: Any = None,
     ) -> None:
         config = dict(kafka)
         group = config.get("group.id")
@@ -177,6 +184,11 @@ class ConsumerLoop:
             config[key] = required
         for key, default in DEFAULTS.items():
             config.setdefault(key, default)
+        self.metrics = Metrics.for_registry(registry)
+        if self.metrics.enabled:
+            # Statistics feed the consumer-lag gauge.
+            config.setdefault("statistics.interval.ms", 5000)
+            config.setdefault("stats_cb", self.metrics.statistics)
         self.group: str = str(group)
         self.topics = list(topics)
         self.settings = (settings or Settings()).normalized()
@@ -303,6 +315,7 @@ class ConsumerLoop:
                     records = p.take(step.take)
                     p.committed(step.take)
                     self.counters.duplicates += step.take
+                    self.metrics.skipped(step.take)
                     self._store_offset(tp, records[-1].record.offset)
                     continue
                 if applied:
@@ -341,6 +354,7 @@ class ConsumerLoop:
                 return
             if written:
                 self.counters.parked += 1
+                self.metrics.parked_unkeyed()
             log.warning(
                 "record without walrelay headers parked in walrelay_consumer_parked "
                 "(topic %s partition %d offset %d)",
@@ -363,6 +377,7 @@ class ConsumerLoop:
                 self._db(), p.position, deliveries, apply, park=step.park, known=known, counters=self.counters
             )
         except HandlerFailed as e:
+            self.metrics.failed()
             if self._conn is None or self._conn.closed or self._conn.broken:
                 p.put_back(records)
                 self._outage(tp, p, e, now)
@@ -387,9 +402,11 @@ class ConsumerLoop:
             self._stop_partition(tp, p, str(e))
             return
         except (BatchError, psycopg.Error) as e:
+            self.metrics.failed()
             p.put_back(records)
             self._outage(tp, p, e, now)
             return
+        self.metrics.committed(tp[0], tp[1], len(records), time.monotonic() - now, outcome)
         if outcome.parked:
             log.warning(
                 "record parked in walrelay_consumer_parked after its last attempt "
@@ -427,6 +444,7 @@ class ConsumerLoop:
             error,
         )
         p.stopped = error
+        self.metrics.stopped(tp[0], tp[1])
         p.take(len(p.queue))
         p.paused = True
         assert self._consumer is not None
