@@ -14,6 +14,7 @@ their numeric order.
 from __future__ import annotations
 
 from ._migrate import migrate, migration_sql
+from .aio import AsyncBatchHandler, AsyncRecordHandler, process_batch_async, process_records_async
 from .apply import (
     BatchError,
     BatchHandler,
@@ -47,6 +48,8 @@ from .records import Delivery, Position, Record
 from .settings import OnPoison, RetryPolicy, Settings
 
 __all__ = [
+    "AsyncBatchHandler",
+    "AsyncRecordHandler",
     "BadKey",
     "BadLsn",
     "BatchError",
@@ -87,6 +90,8 @@ __all__ = [
     "parse_key",
     "plan",
     "process_batch",
+    "process_batch_async",
     "process_records",
+    "process_records_async",
     "redrive",
 ]
