@@ -43,6 +43,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from . import parked
 from .apply import (
     BatchError,
+    BatchOutcome,
     BatchHandler,
     CorruptHwm,
     HandlerFailed,
@@ -346,44 +347,62 @@ class ConsumerLoop:
         now = time.monotonic()
         if isinstance(step, ParkUnkeyed):
             records = p.take(1)
+            written: bool | Exception
             try:
                 written = parked.insert_unkeyed(self._db(), p.position, records[0].record, step.error)
             except psycopg.Error as e:
-                p.put_back(records)
-                self._outage(tp, p, e, now)
-                return
-            if written:
-                self.counters.parked += 1
-                self.metrics.parked_unkeyed()
-            log.warning(
-                "record without walrelay headers parked in walrelay_consumer_parked "
-                "(topic %s partition %d offset %d)",
-                tp[0],
-                tp[1],
-                records[0].record.offset,
-            )
-            p.committed(1)
-            self._store_offset(tp, records[0].record.offset)
+                written = e
+            self._unkeyed_done(tp, p, records, written, now)
             return
-
         known = p.knows_sources(step.take)
         records = p.take(step.take)
-        deliveries = [
-            Delivery(record=q.record, meta=q.meta, position=p.position)  # type: ignore[arg-type]
-            for q in records
-        ]
+        result: BatchOutcome | Exception
         try:
-            outcome = apply_batch(
-                self._db(), p.position, deliveries, apply, park=step.park, known=known, counters=self.counters
+            result = apply_batch(
+                self._db(), p.position, _deliveries(p, records), apply, park=step.park, known=known, counters=self.counters
             )
-        except HandlerFailed as e:
+        except (BatchError, psycopg.Error) as e:
+            result = e
+        self._batch_done(tp, p, records, result, now, self._conn_gone())
+
+    def _conn_gone(self) -> bool:
+        return self._conn is None or self._conn.closed or self._conn.broken
+
+    def _unkeyed_done(
+        self, tp: tuple[str, int], p: Partition, records: list[Queued], written: bool | Exception, now: float
+    ) -> None:
+        """Acts on parking a record without walrelay headers."""
+        if isinstance(written, Exception):
+            p.put_back(records)
+            self._outage(tp, p, written, now)
+            return
+        if written:
+            self.counters.parked += 1
+            self.metrics.parked_unkeyed()
+        log.warning(
+            "record without walrelay headers parked in walrelay_consumer_parked "
+            "(topic %s partition %d offset %d)",
+            tp[0],
+            tp[1],
+            records[0].record.offset,
+        )
+        p.committed(1)
+        self._store_offset(tp, records[0].record.offset)
+
+    def _batch_done(
+        self,
+        tp: tuple[str, int],
+        p: Partition,
+        records: list[Queued],
+        result: BatchOutcome | Exception,
+        now: float,
+        conn_gone: bool,
+    ) -> None:
+        """Acts on a batch's outcome: store the offset, or retry, or stop."""
+        if isinstance(result, HandlerFailed) and not conn_gone:
             self.metrics.failed()
-            if self._conn is None or self._conn.closed or self._conn.broken:
-                p.put_back(records)
-                self._outage(tp, p, e, now)
-                return
-            n = p.handler_failed(str(e.error), e.index, len(records), self.settings, now)
-            offset = records[e.index].record.offset if e.index is not None else None
+            n = p.handler_failed(str(result.error), result.index, len(records), self.settings, now)
+            offset = records[result.index].record.offset if result.index is not None else None
             log.warning(
                 "handler failed (attempt %d of %d, topic %s partition %d offset %s), batch of %d "
                 "rolled back and retried: %r",
@@ -393,19 +412,22 @@ class ConsumerLoop:
                 tp[1],
                 offset,
                 len(records),
-                e.error,
+                result.error,
             )
             p.put_back(records)
             return
-        except CorruptHwm as e:
+        if isinstance(result, CorruptHwm):
             p.put_back(records)
-            self._stop_partition(tp, p, str(e))
+            self._stop_partition(tp, p, str(result))
             return
-        except (BatchError, psycopg.Error) as e:
+        if isinstance(result, Exception):
+            # A database failure, or a handler failure on a connection that
+            # is gone: an outage, not a poison record.
             self.metrics.failed()
             p.put_back(records)
-            self._outage(tp, p, e, now)
+            self._outage(tp, p, result, now)
             return
+        outcome = result
         self.metrics.committed(tp[0], tp[1], len(records), time.monotonic() - now, outcome)
         if outcome.parked:
             log.warning(
@@ -538,3 +560,10 @@ class ConsumerLoop:
         log.warning("partitions lost: %s", tps)
         for tp in tps:
             self._partitions.pop(tp, None)
+
+
+def _deliveries(p: Partition, records: list[Queued]) -> list[Delivery]:
+    return [
+        Delivery(record=q.record, meta=q.meta, position=p.position)  # type: ignore[arg-type]
+        for q in records
+    ]
