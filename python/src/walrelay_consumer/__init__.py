@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ._migrate import migrate, migration_sql
 from .aio import AsyncBatchHandler, AsyncRecordHandler, process_batch_async, process_records_async
+from .aio_loop import AsyncConsumerLoop
 from .apply import (
     BatchError,
     BatchHandler,
@@ -49,6 +50,7 @@ from .settings import OnPoison, RetryPolicy, Settings
 
 __all__ = [
     "AsyncBatchHandler",
+    "AsyncConsumerLoop",
     "AsyncRecordHandler",
     "BadKey",
     "BadLsn",
