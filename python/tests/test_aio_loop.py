@@ -81,8 +81,10 @@ def test_the_async_loop_applies_once_and_keeps_the_event_loop_running(tansu, top
         done.set()
         await t
         assert (c.processed, c.duplicates, c.gaps, c.errors) == (50, 10, 0, 0)
-        # The event loop ran all along (10 ms ticks; at least a third of them).
-        assert ticks >= elapsed / 0.01 / 3, (ticks, elapsed)
+        # The event loop ran all along: 10 ms ticks kept coming (a loop
+        # blocked in librdkafka or libpq gets none; the bound leaves room
+        # for a loaded machine).
+        assert ticks >= max(5, elapsed / 0.01 / 10), (ticks, elapsed)
 
     asyncio.run(main())
     assert count(env, EFFECTS) == 50
