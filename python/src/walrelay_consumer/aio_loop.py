@@ -1,0 +1,276 @@
+"""The consumer loop for asyncio services (FastAPI, aiohttp): the blocking
+:class:`~walrelay_consumer.ConsumerLoop`'s decisions, with the database
+work on psycopg's ``AsyncConnection`` and librdkafka's blocking calls on
+one worker thread, so the event loop keeps running while the loop waits.
+
+Kafka calls (poll, commit, close) all go through one single-thread
+executor: rebalance callbacks run inside the poll on that thread while the
+loop's coroutine is suspended waiting for it, so they never race a batch,
+exactly as in the blocking loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
+
+from .aio import AsyncBatchHandler, AsyncRecordHandler, _AsyncApply, _Failed, apply_batch_async
+from .apply import BatchError, BatchOutcome
+from .consumer import LOAD_SQL, POLL_BURST, POLL_MAX, ConsumerLoop, PartitionsStopped, _deliveries, log
+from .parked import INSERT_SQL
+from .partition import Apply, Idle, ParkUnkeyed, Partition, Skip, Stop, WaitUntil
+from .records import Delivery, Position, Record
+from .settings import Settings
+
+__all__ = ["AsyncConsumerLoop"]
+
+AsyncConnect = Callable[[], Awaitable["psycopg.AsyncConnection[Any]"]]
+
+
+class AsyncConsumerLoop(ConsumerLoop):
+    """:class:`~walrelay_consumer.ConsumerLoop` for an asyncio event loop:
+    ``await loop.run_batches(handler)`` with an ``async`` handler that gets
+    the ``AsyncConnection`` of the batch's transaction. Stop it with
+    :meth:`stop` (from any thread or coroutine); it handles no signals
+    unless ``handle_signals`` (the framework usually does)."""
+
+    def __init__(
+        self,
+        kafka: Mapping[str, Any],
+        topics: list[str],
+        database: str | AsyncConnect,
+        settings: Settings | None = None,
+        registry: Any = None,
+    ) -> None:
+        super().__init__(kafka, topics, database if isinstance(database, str) else "", settings, registry)
+        if isinstance(database, str):
+            conninfo = database
+
+            async def connect() -> psycopg.AsyncConnection[Any]:
+                return await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+
+            self._aconnect: AsyncConnect = connect
+        else:
+            self._aconnect = database
+        self._aconn: psycopg.AsyncConnection[Any] | None = None
+        self._stale = False
+        self._pending: list[tuple[str, int]] = []
+
+    async def run(self, handler: AsyncRecordHandler, *, handle_signals: bool = False) -> None:  # type: ignore[override]
+        """Applies records with an async **per-record** handler until
+        :meth:`stop`. See :meth:`ConsumerLoop.run`."""
+
+        async def apply(conn: psycopg.AsyncConnection[Any], new: list[Delivery]) -> None:
+            for index, delivery in enumerate(new):
+                try:
+                    await handler(conn, delivery)
+                except Exception as e:
+                    raise _Failed(e, index) from e
+
+        await self._arun(apply, handle_signals)
+
+    async def run_batches(self, handler: AsyncBatchHandler, *, handle_signals: bool = False) -> None:  # type: ignore[override]
+        """Applies records with an async **batch** handler until :meth:`stop`.
+        See :meth:`ConsumerLoop.run_batches`."""
+
+        async def apply(conn: psycopg.AsyncConnection[Any], new: list[Delivery]) -> None:
+            try:
+                await handler(conn, new)
+            except Exception as e:
+                raise _Failed(e, 0 if len(new) == 1 else None) from e
+
+        await self._arun(apply, handle_signals)
+
+    async def _arun(self, apply: _AsyncApply, handle_signals: bool) -> None:
+        loop = asyncio.get_running_loop()
+        kafka = ThreadPoolExecutor(max_workers=1, thread_name_prefix="walrelay-kafka")
+        signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, self.stop)
+        consumer = Consumer(self._config)
+        self._consumer = consumer
+        try:
+            consumer.subscribe(
+                self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+            next_commit = time.monotonic() + self.settings.commit_interval
+            while not self._stop.is_set():
+                ready, wake = await self._awork(apply)
+                self._flow_control()
+                now = time.monotonic()
+                if now >= next_commit:
+                    self._commit(asynchronous=True)
+                    next_commit = now + self.settings.commit_interval
+                timeout = 0.0 if ready else min(POLL_MAX, max(0.0, (wake or now + POLL_MAX) - now))
+                messages = await loop.run_in_executor(kafka, consumer.consume, POLL_BURST, timeout)
+                await self._load_pending()
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        log.warning("Kafka consumer error: %s", error)
+                        continue
+                    self._enqueue(Record.from_message(message))
+        finally:
+            try:
+                await loop.run_in_executor(kafka, self._commit_and_close, consumer)
+            finally:
+                kafka.shutdown(wait=False)
+                self._consumer = None
+                await self._aclose()
+                for sig in signals:
+                    loop.remove_signal_handler(sig)
+        if self._stopped:
+            raise PartitionsStopped(list(self._stopped))
+
+    def _commit_and_close(self, consumer: Consumer) -> None:
+        try:
+            self._commit(asynchronous=False)
+        finally:
+            consumer.close()
+
+    async def _awork(self, apply: _AsyncApply) -> tuple[bool, float | None]:
+        """:meth:`ConsumerLoop._work` with the batches awaited."""
+        order = sorted(self._partitions)
+        if order:
+            self._cursor = (self._cursor + 1) % len(order)
+            order = order[self._cursor :] + order[: self._cursor]
+        ready = False
+        wake: float | None = None
+        for tp in order:
+            applied = False
+            while not self._stop.is_set():
+                p = self._partitions.get(tp)
+                if p is None:
+                    break
+                step = p.next_step(self.settings, time.monotonic())
+                if isinstance(step, Idle):
+                    break
+                if isinstance(step, WaitUntil):
+                    wake = step.at if wake is None else min(wake, step.at)
+                    break
+                if isinstance(step, Stop):
+                    self._stop_partition(tp, p, step.error)
+                    break
+                if isinstance(step, Skip):
+                    records = p.take(step.take)
+                    p.committed(step.take)
+                    self.counters.duplicates += step.take
+                    self.metrics.skipped(step.take)
+                    self._store_offset(tp, records[-1].record.offset)
+                    continue
+                if applied:
+                    ready = True
+                    break
+                assert isinstance(step, (Apply, ParkUnkeyed))
+                await self._arun_job(tp, p, step, apply)
+                applied = True
+        return ready, wake
+
+    async def _arun_job(self, tp: tuple[str, int], p: Partition, step: Apply | ParkUnkeyed, apply: _AsyncApply) -> None:
+        now = time.monotonic()
+        if isinstance(step, ParkUnkeyed):
+            records = p.take(1)
+            written: bool | Exception
+            try:
+                written = await _insert_unkeyed(await self._adb(), p.position, records[0].record, step.error)
+            except psycopg.Error as e:
+                written = e
+            self._unkeyed_done(tp, p, records, written, now)
+            return
+        known = p.knows_sources(step.take)
+        records = p.take(step.take)
+        result: BatchOutcome | Exception
+        try:
+            conn = await self._adb()
+            result = await apply_batch_async(
+                conn, p.position, _deliveries(p, records), apply, park=step.park, known=known, counters=self.counters
+            )
+        except (BatchError, psycopg.Error) as e:
+            result = e
+        self._batch_done(tp, p, records, result, now, self._conn_gone())
+
+    def _conn_gone(self) -> bool:
+        return self._aconn is None or self._aconn.closed or self._aconn.broken
+
+    async def _adb(self) -> psycopg.AsyncConnection[Any]:
+        if self._stale:
+            await self._aclose()
+        if self._aconn is None or self._aconn.closed:
+            conn = await self._aconnect()
+            await conn.set_autocommit(True)
+            self._aconn = conn
+        return self._aconn
+
+    def _close_db(self) -> None:
+        # Called by the shared decisions after an outage: the connection is
+        # replaced before the next batch (closing it must be awaited).
+        self._stale = True
+
+    async def _aclose(self) -> None:
+        self._stale = False
+        if self._aconn is not None:
+            try:
+                await self._aconn.close()
+            except psycopg.Error:
+                pass
+            self._aconn = None
+
+    # Rebalance callbacks run on the Kafka thread inside the poll.
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        log.info("partitions assigned: %s", tps)
+        for tp in tps:
+            self._partitions.setdefault(tp, Partition(Position(self.group, *tp)))
+        # Loaded on the event loop once the poll returns.
+        self._pending.extend(tps)
+
+    async def _load_pending(self) -> None:
+        if not self._pending:
+            return
+        tps, self._pending = self._pending, []
+        try:
+            conn = await self._adb()
+            async with conn.transaction():
+                cur = psycopg.AsyncRawCursor(conn)
+                await cur.execute(LOAD_SQL, [self.group, [t for t, _ in tps], [p for _, p in tps]])
+                rows = await cur.fetchall()
+        except psycopg.Error as e:
+            # Only a cache: the batch transactions read the real marks.
+            log.warning("loading the high-water marks of the assigned partitions failed: %s", e)
+            self._stale = True
+            return
+        for topic, partition, source, hwm in rows:
+            p = self._partitions.get((topic, partition))
+            if p is not None:
+                p.learn({source: hwm})
+
+
+async def _insert_unkeyed(conn: psycopg.AsyncConnection[Any], position: Position, record: Record, error: str) -> bool:
+    async with conn.transaction():
+        cur = psycopg.AsyncRawCursor(conn)
+        await cur.execute(
+            INSERT_SQL,
+            [
+                position.group,
+                position.topic,
+                position.partition,
+                record.offset,
+                None,
+                None,
+                record.key,
+                record.value,
+                [n for n, _ in record.headers],
+                [v for _, v in record.headers],
+                error,
+                1,
+            ],
+        )
+        return cur.rowcount == 1

@@ -1,0 +1,365 @@
+"""One batch of one partition in one transaction: lock the marks, drop what
+they already cover, run the handler on the rest, raise the marks, commit.
+
+The statements are the Rust crate's (``crates/walrelay-consumer/src/apply.rs``),
+character for character (a test compares them), run through psycopg's
+``RawCursor`` so that they keep PostgreSQL's ``$n`` placeholders. So a Rust
+and a Python service can share one database: they take the same locks in
+the same order and write the same rows.
+
+Round trips per batch: ``BEGIN``, one insert of missing mark rows (skipped
+when the caller knows they exist), one ``SELECT ... FOR UPDATE`` of every
+source's row, the handler's own statements, one ``UPDATE`` of the marks and
+``COMMIT``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+from . import batch, parked
+from .counters import Counters
+from .keys import KeyFormatError, parse_key
+from .records import Delivery, Position
+
+__all__ = [
+    "BatchHandler",
+    "RecordHandler",
+    "BatchOutcome",
+    "BatchError",
+    "HandlerFailed",
+    "DatabaseFailed",
+    "CorruptHwm",
+    "RowVanished",
+    "Park",
+    "process_batch",
+    "process_records",
+    "apply_batch",
+]
+
+log = logging.getLogger("walrelay_consumer")
+
+#: Called once per batch with its new records (in order, duplicates
+#: dropped), inside the batch's transaction on the given connection.
+BatchHandler = Callable[["psycopg.Connection[Any]", Sequence[Delivery]], object]
+#: Called once per new record, in order, inside the batch's transaction.
+RecordHandler = Callable[["psycopg.Connection[Any]", Delivery], object]
+
+ENSURE_SQL = (
+    "INSERT INTO walrelay_consumer_hwm "
+    "(consumer_group, topic, partition, source, hwm) "
+    "SELECT $1, $2, $3, s, '00000000000000000000000000000000' FROM unnest($4::text[]) AS s "
+    "ON CONFLICT DO NOTHING"
+)
+LOCK_SQL = (
+    "SELECT source, hwm FROM walrelay_consumer_hwm "
+    "WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND source = ANY($4::text[]) "
+    "ORDER BY source FOR UPDATE"
+)
+ADVANCE_SQL = (
+    "UPDATE walrelay_consumer_hwm AS h "
+    "SET hwm = v.hwm, updated_at = now() "
+    "FROM unnest($4::text[], $5::text[]) AS v(source, hwm) "
+    "WHERE h.consumer_group = $1 AND h.topic = $2 AND h.partition = $3 AND h.source = v.source"
+)
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """What a committed batch did."""
+
+    #: Records whose side effects were committed.
+    applied: int = 0
+    #: Records dropped because the marks already covered them.
+    duplicates: int = 0
+    #: Gaps found (see :mod:`walrelay_consumer.batch`).
+    gaps: int = 0
+    #: Whether the batch's last record was parked instead of applied.
+    parked: bool = False
+    #: The committed marks of the batch's sources.
+    marks: dict[str, str] = field(default_factory=dict)
+
+
+class BatchError(Exception):
+    """Why a batch was not committed. In every case the transaction was
+    rolled back (or never committed): no side effect and no mark moved."""
+
+
+class HandlerFailed(BatchError):
+    """The handler raised. ``index`` is the failing record's index in the
+    batch when known (the per-record handler, or a batch of one); the
+    handler's exception is ``error`` (and ``__cause__``)."""
+
+    def __init__(self, error: BaseException, index: int | None) -> None:
+        super().__init__(
+            f"the handler failed (rolled back; the high-water marks are unchanged): {error!r}"
+        )
+        self.error = error
+        self.index = index
+
+
+class DatabaseFailed(BatchError):
+    """A database error (connection lost, failed commit, ...)."""
+
+    def __init__(self, error: psycopg.Error) -> None:
+        super().__init__(f"database error while applying a batch (rolled back): {error}")
+        self.error = error
+
+
+class CorruptHwm(BatchError):
+    """A stored mark is not a key (the table's CHECK prevents this unless it
+    was changed)."""
+
+    def __init__(self, source_id: str, value: str, reason: str) -> None:
+        super().__init__(
+            f"the stored high-water mark {value!r} of source {source_id!r} is not a "
+            f"32-hex-digit key: {reason}"
+        )
+        self.source_id = source_id
+        self.value = value
+
+
+class RowVanished(BatchError):
+    """A mark row disappeared between creating and locking it."""
+
+    def __init__(self, source_id: str) -> None:
+        super().__init__(
+            f"the high-water mark row of source {source_id!r} vanished between creating and "
+            "locking it (deleted concurrently, or not READ COMMITTED)"
+        )
+        self.source_id = source_id
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """The last record of a batch is parked instead of applied."""
+
+    error: str
+    attempts: int
+
+
+class _Failed(Exception):
+    """A handler's failure inside a batch, with the failing index if known."""
+
+    def __init__(self, error: BaseException, index: int | None) -> None:
+        super().__init__(error)
+        self.error = error
+        self.index = index
+
+
+Apply = Callable[["psycopg.Connection[Any]", list[Delivery]], None]
+
+
+def per_batch(handler: BatchHandler) -> Apply:
+    """Adapts a batch handler; a batch of one knows its failing record."""
+
+    def apply(conn: psycopg.Connection[Any], new: list[Delivery]) -> None:
+        try:
+            handler(conn, new)
+        except Exception as e:
+            raise _Failed(e, 0 if len(new) == 1 else None) from e
+
+    return apply
+
+
+def per_record(handler: RecordHandler) -> Apply:
+    """Adapts a per-record handler: each record in order, the failing one
+    named."""
+
+    def apply(conn: psycopg.Connection[Any], new: list[Delivery]) -> None:
+        for index, delivery in enumerate(new):
+            try:
+                handler(conn, delivery)
+            except Exception as e:
+                raise _Failed(e, index) from e
+
+    return apply
+
+
+def process_batch(
+    conn: psycopg.Connection[Any],
+    position: Position,
+    records: Sequence[Delivery],
+    handler: BatchHandler,
+    counters: Counters | None = None,
+) -> BatchOutcome:
+    """Applies a batch of records of **one partition** exactly once, in one
+    transaction, with a batch handler.
+
+    1. Locks the mark rows of every source in the batch (``SELECT ... FOR
+       UPDATE`` ordered by source, so two members never deadlock), creating
+       missing ones at 32 zeros.
+    2. Walks the batch with a running mark per source
+       (:func:`walrelay_consumer.batch.plan`): records at or below it are
+       duplicates.
+    3. Runs ``handler(conn, new_records)`` once, unless nothing is new.
+    4. Raises each mark to the highest key applied and commits.
+
+    ``conn`` must be idle (no transaction open); the handler must do all
+    its database work through it and must not commit or roll back. Every
+    record must come from ``position``'s partition, in offset order. Any
+    error rolls everything back and raises a :class:`BatchError`.
+    """
+    return apply_batch(conn, position, records, per_batch(handler), counters=counters)
+
+
+def process_records(
+    conn: psycopg.Connection[Any],
+    position: Position,
+    records: Sequence[Delivery],
+    handler: RecordHandler,
+    counters: Counters | None = None,
+) -> BatchOutcome:
+    """:func:`process_batch` with a per-record handler: called once per new
+    record, in order, all in the batch's one transaction."""
+    return apply_batch(conn, position, records, per_record(handler), counters=counters)
+
+
+def apply_batch(
+    conn: psycopg.Connection[Any],
+    position: Position,
+    records: Sequence[Delivery],
+    apply: Apply,
+    *,
+    park: Park | None = None,
+    known: bool = False,
+    counters: Counters | None = None,
+) -> BatchOutcome:
+    """:func:`process_batch` with the loop's extras: the last record may be
+    parked instead of applied, and ``known`` skips the row creation when
+    the marks are known to exist."""
+    try:
+        outcome = _apply(conn, position, records, apply, park, known)
+    except BaseException:
+        if counters is not None:
+            counters.errors += 1
+        raise
+    if counters is not None:
+        counters.processed += outcome.applied
+        counters.duplicates += outcome.duplicates
+        counters.gaps += outcome.gaps
+        counters.parked += int(outcome.parked)
+    return outcome
+
+
+def _apply(
+    conn: psycopg.Connection[Any],
+    position: Position,
+    records: Sequence[Delivery],
+    apply: Apply,
+    park: Park | None,
+    known: bool,
+) -> BatchOutcome:
+    status = conn.info.transaction_status
+    if status != pq.TransactionStatus.IDLE:
+        raise ValueError(
+            f"the connection must be idle to apply a batch, but its transaction status is "
+            f"{status.name}: commit or roll back what it started (or use autocommit=True)"
+        )
+    sources = batch.sources(d.meta for d in records)
+    metas = [d.meta for d in records]
+    try:
+        with conn.transaction():
+            cur = psycopg.RawCursor(conn)
+            marks = _lock_marks(cur, position, sources, known)
+            plan = batch.plan(marks, metas)
+            # A parked last record is taken out of what the handler sees
+            # but still raises its mark (it is "done" for this group).
+            parked_index = len(records) - 1 if park is not None else None
+            parked_is_new = parked_index is not None and bool(plan.apply) and plan.apply[-1] == parked_index
+            take = [i for i in plan.apply if i != parked_index]
+            if take:
+                try:
+                    apply(conn, [records[i] for i in take])
+                except _Failed as failed:
+                    index = failed.index
+                    raise HandlerFailed(
+                        failed.error, take[index] if index is not None and index < len(take) else None
+                    ) from failed.error
+                if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                    # The handler swallowed a failed statement: its failure
+                    # (an attempt), not a database outage.
+                    raise HandlerFailed(
+                        RuntimeError(
+                            "a statement of the handler failed and the handler went on as if it "
+                            "had not: the transaction is aborted (let the error propagate)"
+                        ),
+                        take[0] if len(take) == 1 else None,
+                    )
+            if park is not None and parked_is_new and parked_index is not None:
+                parked.insert(cur, records[parked_index], park.error, park.attempts)
+            if plan.raised:
+                _advance(cur, position, plan.raised)
+    except psycopg.Error as e:
+        raise DatabaseFailed(e) from e
+
+    _log_gaps(position, plan)
+    committed = dict(marks)
+    committed.update(plan.raised)
+    return BatchOutcome(
+        applied=len(take),
+        duplicates=plan.duplicates,
+        gaps=len(plan.gaps),
+        parked=parked_is_new,
+        marks=committed,
+    )
+
+
+def _params(position: Position, sources: list[str]) -> list[object]:
+    return [position.group, position.topic, position.partition, sources]
+
+
+def _lock_marks(
+    cur: psycopg.RawCursor[Any], position: Position, sources: list[str], known: bool
+) -> dict[str, str]:
+    """Locks the mark rows of ``sources`` and returns their marks, creating
+    missing rows first."""
+    p = _params(position, sources)
+    if not known:
+        cur.execute(ENSURE_SQL, p)
+    rows = cur.execute(LOCK_SQL, p).fetchall()
+    if len(rows) < len(sources):
+        if known:
+            # Rows deleted by hand since they were seen: create them.
+            cur.execute(ENSURE_SQL, p)
+            rows = cur.execute(LOCK_SQL, p).fetchall()
+        found = {row[0] for row in rows}
+        for source in sources:
+            if source not in found:
+                raise RowVanished(source)
+    marks: dict[str, str] = {}
+    for source, text in rows:
+        try:
+            marks[source] = parse_key(text)
+        except KeyFormatError as e:
+            raise CorruptHwm(source, text, e.reason) from None
+    return marks
+
+
+def _advance(cur: psycopg.RawCursor[Any], position: Position, raised: dict[str, str]) -> None:
+    sources = list(raised)
+    p = _params(position, sources)
+    p.append([raised[s] for s in sources])
+    cur.execute(ADVANCE_SQL, p)
+    if cur.rowcount != len(sources):
+        raise RowVanished(",".join(sources))
+
+
+def _log_gaps(position: Position, plan: batch.Plan) -> None:
+    for gap in plan.gaps:
+        log.warning(
+            "gap: the record sent before this one was never processed by group %r "
+            "(high-water mark %s < walrelay-prev-key %s) topic=%s partition=%d source=%s",
+            position.group,
+            gap.hwm,
+            gap.prev,
+            position.topic,
+            position.partition,
+            gap.source,
+        )

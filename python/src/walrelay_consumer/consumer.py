@@ -1,0 +1,569 @@
+"""A blocking consumer-group loop on confluent-kafka and psycopg: batches
+per partition in one transaction each, offsets committed only after the
+database commit, rebalances, poison records, database outages and SIGTERM
+handled (the design of ``crates/walrelay-consumer/src/consumer_loop``).
+
+The loop is single-threaded: it polls a burst of records into per-partition
+queues, then applies at most one batch per partition (round the assigned
+partitions, on one database connection), stores each committed batch's
+last offset + 1, and polls again. Rebalance callbacks only run inside the
+poll, so no batch is ever in flight when partitions are revoked: the
+revocation commits the stored offsets (only those of committed batches)
+and drops the revoked partitions' queued records, which the next owner
+reads again; whatever this member committed is covered by the marks.
+
+Failures:
+
+* a handler error rolls the batch back and retries it after a backoff
+  (:attr:`Settings.retry`). After the last attempt :attr:`Settings.on_poison`
+  decides for the failing record: stop the partition, or park it in the
+  dead-letter table in the same transaction that moves the mark past it.
+  The per-record handler says which record failed; for a batch handler the
+  loop finds it by applying the batch one record per transaction;
+* a database error, or a handler error on a connection that is gone, is an
+  outage, not a poison record: the connection is replaced and the batch
+  retried with backoff for as long as it takes, while the loop keeps
+  polling (the partition pauses once its queue is full);
+* a record without walrelay headers goes to the same policy, alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from . import parked
+from .apply import (
+    BatchError,
+    BatchOutcome,
+    BatchHandler,
+    CorruptHwm,
+    HandlerFailed,
+    RecordHandler,
+    per_batch,
+    per_record,
+    apply_batch,
+)
+from .apply import Apply as ApplyFn
+from .counters import Counters
+from .metrics import Metrics
+from .partition import Apply, Idle, Partition, ParkUnkeyed, Queued, Skip, Stop, WaitUntil
+from .records import Delivery, Position, Record
+from .settings import Settings
+
+__all__ = ["ConsumerLoop", "ConfigError", "PartitionsStopped", "StoppedPartition", "load_marks"]
+
+log = logging.getLogger("walrelay_consumer")
+
+#: Settings the loop depends on, and the value it requires.
+REQUIRED: Mapping[str, str] = {
+    # Offsets are committed by the loop, after processing.
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+    # Never see records of aborted Kafka transactions.
+    "isolation.level": "read_committed",
+}
+#: Defaults the caller may override.
+DEFAULTS: Mapping[str, str] = {
+    # A new group starts at the beginning: every retained event is
+    # processed once.
+    "auto.offset.reset": "earliest",
+}
+
+#: Records taken from librdkafka per poll.
+POLL_BURST = 1024
+#: The longest single poll, so a stop request is seen quickly.
+POLL_MAX = 0.2
+
+LOAD_SQL = (
+    "SELECT h.topic, h.partition, h.source, h.hwm "
+    "FROM walrelay_consumer_hwm h "
+    "JOIN unnest($2::text[], $3::int4[]) AS a(topic, partition) "
+    "ON a.topic = h.topic AND a.partition = h.partition "
+    "WHERE h.consumer_group = $1 "
+    "ORDER BY h.topic, h.partition, h.source"
+)
+
+
+class ConfigError(ValueError):
+    """The loop cannot be built with this configuration."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedPartition:
+    """A partition stopped by a poison record."""
+
+    topic: str
+    partition: int
+    #: What failed, naming the record (offset, attempts, error).
+    error: str
+
+
+class PartitionsStopped(Exception):
+    """Partitions were stopped by poison records (:attr:`OnPoison.STOP`);
+    the loop served the others until the shutdown. Nothing of a stopped
+    partition was committed past the poison record: a restart retries it."""
+
+    def __init__(self, stopped: list[StoppedPartition]) -> None:
+        detail = "; ".join(f"{p.topic}/{p.partition}: {p.error}" for p in stopped)
+        super().__init__(
+            f"{len(stopped)} partition(s) stopped by a record that kept failing: {detail}; fix "
+            "the handler or the record and restart (it is retried), or run with the park policy"
+        )
+        self.stopped = stopped
+
+
+def load_marks(
+    conn: psycopg.Connection[Any], group: str, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], dict[str, str]]:
+    """The stored marks of ``group`` for the given ``(topic, partition)``
+    pairs, all sources (the same query as the Rust crate's
+    ``PgHwmStore::load``)."""
+    out: dict[tuple[str, int], dict[str, str]] = {}
+    with conn.transaction():
+        cur = psycopg.RawCursor(conn)
+        rows = cur.execute(
+            LOAD_SQL, [group, [t for t, _ in partitions], [p for _, p in partitions]]
+        ).fetchall()
+    for topic, partition, source, hwm in rows:
+        out.setdefault((topic, partition), {})[source] = hwm
+    return out
+
+
+Connect = Callable[[], "psycopg.Connection[Any]"]
+
+
+class ConsumerLoop:
+    """A consumer-group loop that applies every walrelay record exactly once
+    into PostgreSQL. See the module docs.
+
+    ``kafka`` is a confluent-kafka configuration with at least
+    ``bootstrap.servers`` and ``group.id``. The loop sets
+    ``enable.auto.commit=false``, ``enable.auto.offset.store=false`` and
+    ``isolation.level=read_committed`` (refusing other values for them) and
+    ``auto.offset.reset=earliest`` unless given. ``database`` is a libpq
+    connection string or a function returning a new psycopg connection; the
+    tables must exist (:func:`walrelay_consumer.migrate`).
+
+    With ``prometheus_client`` installed, the loop's metrics go to
+    ``registry`` (its default registry when ``None``) under the Rust crate's
+    names; without it there are none. :attr:`counters` has the totals
+    either way.
+    """
+
+    def __init__(
+        self,
+        kafka: Mapping[str, Any],
+        topics: list[str],
+        database: str | Connect,
+        settings: Settings | None = None,
+        registry: Any = None,
+    ) -> None:
+        config = dict(kafka)
+        group = config.get("group.id")
+        if not group:
+            raise ConfigError(
+                "the Kafka configuration has no group.id (high-water marks are kept per consumer group)"
+            )
+        if not topics:
+            raise ConfigError("no topics to consume")
+        for key, required in REQUIRED.items():
+            value = config.get(key)
+            if value is not None and str(value).lower() != required:
+                raise ConfigError(
+                    f"the Kafka setting {key}={value} conflicts with the consumer loop, which "
+                    f"needs {key}={required} (offsets are stored and committed only after processing)"
+                )
+            config[key] = required
+        for key, default in DEFAULTS.items():
+            config.setdefault(key, default)
+        self.metrics = Metrics.for_registry(registry)
+        if self.metrics.enabled:
+            # Statistics feed the consumer-lag gauge.
+            config.setdefault("statistics.interval.ms", 5000)
+            config.setdefault("stats_cb", self.metrics.statistics)
+        self.group: str = str(group)
+        self.topics = list(topics)
+        self.settings = (settings or Settings()).normalized()
+        self.counters = Counters()
+        self._config = config
+        if isinstance(database, str):
+            conninfo = database
+            self._connect: Connect = lambda: psycopg.connect(conninfo, autocommit=True)
+        else:
+            self._connect = database
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._consumer: Consumer | None = None
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._stopped: list[StoppedPartition] = []
+        self._stored = False
+        self._cursor = 0
+
+    def stop(self) -> None:
+        """Asks the loop to stop (thread- and signal-safe): it finishes the
+        batch it is applying, commits the stored offsets and leaves the
+        group."""
+        self._stop.set()
+
+    def run(self, handler: RecordHandler, *, handle_signals: bool = True) -> None:
+        """Subscribes and applies records with a **per-record** handler until
+        :meth:`stop` (or SIGTERM/SIGINT, when ``handle_signals`` and this is
+        the main thread).
+
+        ``handler(conn, delivery)`` runs inside the batch transaction once
+        per new record, in order, never for a duplicate; the side effects of
+        the whole batch and its marks commit together. It must do all its
+        database work through ``conn`` and not commit or roll back.
+        Raises :class:`PartitionsStopped` at the end if a poison record
+        stopped a partition.
+        """
+        self._run(per_record(handler), handle_signals)
+
+    def run_batches(self, handler: BatchHandler, *, handle_signals: bool = True) -> None:
+        """Like :meth:`run` with a **batch** handler: ``handler(conn,
+        deliveries)`` is called once per batch with its new records (in
+        order, duplicates dropped), so it can apply them in one statement."""
+        self._run(per_batch(handler), handle_signals)
+
+    # -- the loop ---------------------------------------------------------
+
+    def _run(self, apply: ApplyFn, handle_signals: bool) -> None:
+        previous: dict[signal.Signals, Any] = {}
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, lambda _s, _f: self.stop())
+        consumer = Consumer(self._config)
+        self._consumer = consumer
+        try:
+            consumer.subscribe(
+                self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+            next_commit = time.monotonic() + self.settings.commit_interval
+            while not self._stop.is_set():
+                ready, wake = self._work(apply)
+                self._flow_control()
+                now = time.monotonic()
+                if now >= next_commit:
+                    self._commit(asynchronous=True)
+                    next_commit = now + self.settings.commit_interval
+                timeout = 0.0 if ready else min(POLL_MAX, max(0.0, (wake or now + POLL_MAX) - now))
+                for message in consumer.consume(POLL_BURST, timeout):
+                    error = message.error()
+                    if error is not None:
+                        # librdkafka retries on its own; errors here are reports.
+                        log.warning("Kafka consumer error: %s", error)
+                        continue
+                    self._enqueue(Record.from_message(message))
+        finally:
+            try:
+                self._commit(asynchronous=False)
+                consumer.close()
+            finally:
+                self._consumer = None
+                self._close_db()
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+        if self._stopped:
+            raise PartitionsStopped(list(self._stopped))
+
+    def _enqueue(self, record: Record) -> None:
+        tp = (record.topic, record.partition)
+        p = self._partitions.get(tp)
+        if p is None:
+            p = self._partitions[tp] = Partition(Position(self.group, *tp))
+        if p.stopped is not None:
+            # Fetched before the pause took effect; it comes again after a restart.
+            return
+        p.push(Queued.of(record))
+
+    def _work(self, apply: ApplyFn) -> tuple[bool, float | None]:
+        """Applies at most one batch per partition (skipping what the cached
+        marks cover without a transaction). Returns whether some partition
+        has more ready at once, and the earliest moment a waiting one
+        becomes ready."""
+        order = sorted(self._partitions)
+        if order:
+            # Rotated, so that no partition always goes last.
+            self._cursor = (self._cursor + 1) % len(order)
+            order = order[self._cursor :] + order[: self._cursor]
+        ready = False
+        wake: float | None = None
+        for tp in order:
+            applied = False
+            while not self._stop.is_set():
+                p = self._partitions.get(tp)
+                if p is None:
+                    break
+                step = p.next_step(self.settings, time.monotonic())
+                if isinstance(step, Idle):
+                    break
+                if isinstance(step, WaitUntil):
+                    wake = step.at if wake is None else min(wake, step.at)
+                    break
+                if isinstance(step, Stop):
+                    self._stop_partition(tp, p, step.error)
+                    break
+                if isinstance(step, Skip):
+                    records = p.take(step.take)
+                    p.committed(step.take)
+                    self.counters.duplicates += step.take
+                    self.metrics.skipped(step.take)
+                    self._store_offset(tp, records[-1].record.offset)
+                    continue
+                if applied:
+                    # One transaction per partition per round: poll between.
+                    ready = True
+                    break
+                assert isinstance(step, (Apply, ParkUnkeyed))
+                self._run_job(tp, p, step, apply)
+                applied = True
+        return ready, wake
+
+    def _db(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            conn = self._connect()
+            conn.autocommit = True
+            self._conn = conn
+        return self._conn
+
+    def _close_db(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                pass
+            self._conn = None
+
+    def _run_job(self, tp: tuple[str, int], p: Partition, step: Apply | ParkUnkeyed, apply: ApplyFn) -> None:
+        now = time.monotonic()
+        if isinstance(step, ParkUnkeyed):
+            records = p.take(1)
+            written: bool | Exception
+            try:
+                written = parked.insert_unkeyed(self._db(), p.position, records[0].record, step.error)
+            except psycopg.Error as e:
+                written = e
+            self._unkeyed_done(tp, p, records, written, now)
+            return
+        known = p.knows_sources(step.take)
+        records = p.take(step.take)
+        result: BatchOutcome | Exception
+        try:
+            result = apply_batch(
+                self._db(), p.position, _deliveries(p, records), apply, park=step.park, known=known, counters=self.counters
+            )
+        except (BatchError, psycopg.Error) as e:
+            result = e
+        self._batch_done(tp, p, records, result, now, self._conn_gone())
+
+    def _conn_gone(self) -> bool:
+        return self._conn is None or self._conn.closed or self._conn.broken
+
+    def _unkeyed_done(
+        self, tp: tuple[str, int], p: Partition, records: list[Queued], written: bool | Exception, now: float
+    ) -> None:
+        """Acts on parking a record without walrelay headers."""
+        if isinstance(written, Exception):
+            p.put_back(records)
+            self._outage(tp, p, written, now)
+            return
+        if written:
+            self.counters.parked += 1
+            self.metrics.parked_unkeyed()
+        log.warning(
+            "record without walrelay headers parked in walrelay_consumer_parked "
+            "(topic %s partition %d offset %d)",
+            tp[0],
+            tp[1],
+            records[0].record.offset,
+        )
+        p.committed(1)
+        self._store_offset(tp, records[0].record.offset)
+
+    def _batch_done(
+        self,
+        tp: tuple[str, int],
+        p: Partition,
+        records: list[Queued],
+        result: BatchOutcome | Exception,
+        now: float,
+        conn_gone: bool,
+    ) -> None:
+        """Acts on a batch's outcome: store the offset, or retry, or stop."""
+        if isinstance(result, HandlerFailed) and not conn_gone:
+            self.metrics.failed()
+            n = p.handler_failed(str(result.error), result.index, len(records), self.settings, now)
+            offset = records[result.index].record.offset if result.index is not None else None
+            log.warning(
+                "handler failed (attempt %d of %d, topic %s partition %d offset %s), batch of %d "
+                "rolled back and retried: %r",
+                n,
+                self.settings.retry.attempts,
+                tp[0],
+                tp[1],
+                offset,
+                len(records),
+                result.error,
+            )
+            p.put_back(records)
+            return
+        if isinstance(result, CorruptHwm):
+            p.put_back(records)
+            self._stop_partition(tp, p, str(result))
+            return
+        if isinstance(result, Exception):
+            # A database failure, or a handler failure on a connection that
+            # is gone: an outage, not a poison record.
+            self.metrics.failed()
+            p.put_back(records)
+            self._outage(tp, p, result, now)
+            return
+        outcome = result
+        self.metrics.committed(tp[0], tp[1], len(records), time.monotonic() - now, outcome)
+        if outcome.parked:
+            log.warning(
+                "record parked in walrelay_consumer_parked after its last attempt "
+                "(topic %s partition %d offset %d)",
+                tp[0],
+                tp[1],
+                records[-1].record.offset,
+            )
+        p.learn(outcome.marks)
+        p.committed(len(records))
+        self._store_offset(tp, records[-1].record.offset)
+
+    def _outage(self, tp: tuple[str, int], p: Partition, error: Exception, now: float) -> None:
+        """A database failure: replace the connection, retry with backoff
+        for as long as it takes."""
+        self._close_db()
+        n = p.db_failed(self.settings, now)
+        if n & (n - 1) == 0:
+            log.warning(
+                "database unavailable, the batch will be retried on a new connection in %.2fs "
+                "(topic %s partition %d; logged at 1, 2, 4, 8... failures, now %d): %s",
+                (p.retry_at or now) - now,
+                tp[0],
+                tp[1],
+                n,
+                error,
+            )
+
+    def _stop_partition(self, tp: tuple[str, int], p: Partition, error: str) -> None:
+        log.error(
+            "partition %s/%d stopped (nothing of it is applied or committed until a restart; "
+            "the other partitions go on): %s",
+            tp[0],
+            tp[1],
+            error,
+        )
+        p.stopped = error
+        self.metrics.stopped(tp[0], tp[1])
+        p.take(len(p.queue))
+        p.paused = True
+        assert self._consumer is not None
+        try:
+            self._consumer.pause([TopicPartition(tp[0], tp[1])])
+        except KafkaException as e:
+            log.warning("pausing the stopped partition failed: %s", e)
+        self._stopped.append(StoppedPartition(tp[0], tp[1], error))
+
+    def _flow_control(self) -> None:
+        """Pauses partitions with two batches waiting, resumes drained ones."""
+        assert self._consumer is not None
+        pause: list[TopicPartition] = []
+        resume: list[TopicPartition] = []
+        for (topic, partition), p in self._partitions.items():
+            if p.should_pause(self.settings):
+                p.paused = True
+                pause.append(TopicPartition(topic, partition))
+            elif p.should_resume(self.settings):
+                p.paused = False
+                resume.append(TopicPartition(topic, partition))
+        try:
+            if pause:
+                self._consumer.pause(pause)
+            if resume:
+                self._consumer.resume(resume)
+        except KafkaException as e:
+            log.warning("pausing or resuming partitions failed: %s", e)
+
+    def _store_offset(self, tp: tuple[str, int], offset: int) -> None:
+        """Stores ``offset + 1`` as the next offset to commit."""
+        assert self._consumer is not None
+        try:
+            self._consumer.store_offsets(offsets=[TopicPartition(tp[0], tp[1], offset + 1)])
+            self._stored = True
+        except KafkaException as e:
+            # Revoked meanwhile: the new owner skips it by its mark.
+            log.debug("storing the offset failed: %s", e)
+
+    def _commit(self, asynchronous: bool) -> None:
+        """Commits the stored offsets: asynchronously while records flow
+        (when something was stored since), synchronously on revocation and
+        at shutdown (always: an asynchronous commit may still be on its
+        way)."""
+        if self._consumer is None or (asynchronous and not self._stored):
+            return
+        self._stored = False
+        try:
+            if asynchronous:
+                self._consumer.commit(asynchronous=True)
+            else:
+                self._consumer.commit(asynchronous=False)
+        except KafkaException as e:
+            if e.args and e.args[0].code() == KafkaError._NO_OFFSET:
+                return
+            # The records will be redelivered and skipped by their marks.
+            log.warning("committing offsets failed: %s", e)
+
+    # -- rebalance callbacks (run inside consume) -------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        log.info("partitions assigned: %s", tps)
+        for tp in tps:
+            self._partitions.setdefault(tp, Partition(Position(self.group, *tp)))
+        try:
+            marks = load_marks(self._db(), self.group, tps)
+        except psycopg.Error as e:
+            # Only a cache: the batch transactions read the real marks.
+            log.warning("loading the high-water marks of the assigned partitions failed: %s", e)
+            self._close_db()
+            return
+        for tp, by_source in marks.items():
+            p = self._partitions.get(tp)
+            if p is not None:
+                p.learn(by_source)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # No batch is in flight (callbacks run inside the poll): commit
+        # what the committed batches stored, drop the rest.
+        self._commit(asynchronous=False)
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        log.info("partitions revoked: %s", tps)
+        for tp in tps:
+            self._partitions.pop(tp, None)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Lost, not revoked: committing is pointless (another member owns
+        # them); the marks make the new owner's work exactly-once.
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        log.warning("partitions lost: %s", tps)
+        for tp in tps:
+            self._partitions.pop(tp, None)
+
+
+def _deliveries(p: Partition, records: list[Queued]) -> list[Delivery]:
+    return [
+        Delivery(record=q.record, meta=q.meta, position=p.position)  # type: ignore[arg-type]
+        for q in records
+    ]

@@ -1,0 +1,40 @@
+"""Idempotency keys as text: 32 hex digits, compared as strings.
+
+A walrelay key is a 128-bit number (commit LSN high, event position low).
+Written as exactly 32 lowercase hex digits, string order is numeric order,
+so Python never needs to parse it into an integer: the high-water marks in
+``walrelay_consumer_hwm`` are stored and compared the same way.
+"""
+
+from __future__ import annotations
+
+__all__ = ["INITIAL_HWM", "KeyFormatError", "parse_key"]
+
+#: The high-water mark of a row that has seen nothing yet: 32 zeros, below
+#: every key walrelay issues.
+INITIAL_HWM = "0" * 32
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+class KeyFormatError(ValueError):
+    """Text that is not a 32-hex-digit idempotency key."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(reason)
+        self.text = text
+        self.reason = reason
+
+
+def parse_key(text: str) -> str:
+    """Validates a key and returns it in the canonical lowercase form.
+
+    Accepts either case (as the Rust crate does) so that a key compares
+    correctly as a string; raises :class:`KeyFormatError` otherwise.
+    """
+    if len(text) != 32:
+        raise KeyFormatError(text, f"an event key is exactly 32 hex digits, got {len(text.encode())} bytes")
+    for index, char in enumerate(text):
+        if char not in _HEX:
+            raise KeyFormatError(text, f"an event key is exactly 32 hex digits, found {char!r} at byte {index}")
+    return text.lower()

@@ -1,0 +1,178 @@
+"""The dead-letter table ``walrelay_consumer_parked``: where the ``park``
+poison policy puts records that keep failing, and how to re-drive them
+(``crates/walrelay-consumer/src/parked.rs``, same table and statements).
+
+A record with walrelay headers is parked in the transaction that raises its
+partition's mark past it (:mod:`walrelay_consumer.apply`): either both
+commit or neither does, so a parked record is never lost and never applied
+by the loop as well. A record without usable headers has no key and moves
+no mark; it is parked on its own, once per (group, topic, partition,
+offset).
+
+:func:`redrive` takes parked records of a group one at a time, runs the
+handler on each in a transaction that also deletes its row, and commits.
+Rows are locked with ``SKIP LOCKED``, so two re-drives at once never take
+the same record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from .meta import MetaError, RecordMeta
+from .records import Delivery, Position, Record
+
+__all__ = ["RedriveReport", "insert", "insert_unkeyed", "redrive"]
+
+log = logging.getLogger("walrelay_consumer")
+
+INSERT_SQL = (
+    "INSERT INTO walrelay_consumer_parked "
+    "(consumer_group, topic, partition, kafka_offset, idempotency_key, source, kafka_key, "
+    "payload, header_names, header_values, error, attempts) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+    "ON CONFLICT (consumer_group, topic, partition, kafka_offset) DO NOTHING"
+)
+TAKE_SQL = (
+    "SELECT id, topic, partition, kafka_offset, kafka_key, payload, "
+    "header_names, header_values, attempts "
+    "FROM walrelay_consumer_parked "
+    "WHERE consumer_group = $1 AND id > $2 "
+    "ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+)
+DELETE_SQL = "DELETE FROM walrelay_consumer_parked WHERE id = $1"
+FAILED_AGAIN_SQL = (
+    "UPDATE walrelay_consumer_parked SET attempts = attempts + 1, error = $2 WHERE id = $1"
+)
+
+_INT4_MAX = 2**31 - 1
+
+
+def _insert_row(
+    cur: psycopg.RawCursor[Any],
+    position: Position,
+    record: Record,
+    key: str | None,
+    source: str | None,
+    error: str,
+    attempts: int,
+) -> int:
+    names = [name for name, _ in record.headers]
+    values = [value for _, value in record.headers]
+    cur.execute(
+        INSERT_SQL,
+        [
+            position.group,
+            position.topic,
+            position.partition,
+            record.offset,
+            key,
+            source,
+            record.key,
+            record.value,
+            names,
+            values,
+            error,
+            min(attempts, _INT4_MAX),
+        ],
+    )
+    return cur.rowcount
+
+
+def insert(cur: psycopg.RawCursor[Any], delivery: Delivery, error: str, attempts: int) -> int:
+    """Parks a record with walrelay headers inside the batch transaction that
+    raises its mark."""
+    return _insert_row(
+        cur, delivery.position, delivery.record, delivery.meta.key, delivery.meta.source, error, attempts
+    )
+
+
+def insert_unkeyed(conn: psycopg.Connection[Any], position: Position, record: Record, error: str) -> bool:
+    """Parks a record without usable walrelay headers, in its own
+    transaction. Returns whether a row was written (false: parked before)."""
+    with conn.transaction():
+        cur = psycopg.RawCursor(conn)
+        written = _insert_row(cur, position, record, None, None, error, 1)
+    return written == 1
+
+
+@dataclass(slots=True)
+class RedriveReport:
+    """What a :func:`redrive` did."""
+
+    #: Records applied and removed from the table.
+    applied: int = 0
+    #: Records whose handler failed again (left in the table, attempt counted).
+    failed: int = 0
+    #: Records without usable walrelay headers (left: they need a person).
+    unusable: int = 0
+
+
+def redrive(
+    conn: psycopg.Connection[Any],
+    group: str,
+    handler: Callable[[psycopg.Connection[Any], Delivery], object],
+) -> RedriveReport:
+    """Applies the parked records of ``group`` through ``handler``, oldest
+    first, each in its own transaction that also deletes its row. A record
+    whose handler fails again stays parked (its ``attempts`` and ``error``
+    updated) and the re-drive goes on with the next one.
+
+    The re-driven record's mark is not consulted: the record was parked by
+    the transaction that moved the mark past it.
+    """
+    report = RedriveReport()
+    after = 0
+    while True:
+        failure: Exception | None = None
+        with conn.transaction():
+            cur = psycopg.RawCursor(conn)
+            row = cur.execute(TAKE_SQL, [group, after]).fetchone()
+            if row is None:
+                return report
+            row_id, topic, partition, offset, kafka_key, payload, names, values, _attempts = row
+            after = row_id
+            record = Record(
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                key=_bytes(kafka_key),
+                value=_bytes(payload),
+                headers=tuple((n, _bytes(v)) for n, v in zip(names, values)),
+            )
+            try:
+                meta = RecordMeta.from_headers(record.headers)
+            except MetaError:
+                report.unusable += 1
+                continue
+            delivery = Delivery(record=record, meta=meta, position=Position(group, topic, partition))
+            try:
+                with conn.transaction():
+                    handler(conn, delivery)
+            except Exception as e:  # the handler's failure, rolled back to the savepoint
+                failure = e
+            if failure is None:
+                cur.execute(DELETE_SQL, [row_id])
+                report.applied += 1
+            else:
+                cur.execute(FAILED_AGAIN_SQL, [row_id, str(failure)])
+                report.failed += 1
+                log.warning(
+                    "re-driving a parked record failed again (parked id %d, key %s): %s",
+                    row_id,
+                    meta.key,
+                    failure,
+                )
+
+
+def _bytes(value: object) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"expected bytes from a bytea column, got {type(value).__name__}")

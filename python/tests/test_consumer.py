@@ -1,0 +1,421 @@
+"""The blocking consumer loop end to end: a real Tansu broker, a real
+PostgreSQL, records produced with walrelay headers."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from prometheus_client import CollectorRegistry
+
+from conftest import SOURCE, Relay, await_condition, count, key
+from walrelay_consumer import (
+    ConfigError,
+    ConsumerLoop,
+    OnPoison,
+    PartitionsStopped,
+    RetryPolicy,
+    Settings,
+    migrate,
+    redrive,
+)
+
+HERE = Path(__file__).resolve().parent
+EFFECTS = "SELECT count(*) FROM effects"
+
+
+@pytest.fixture
+def env(dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        migrate(c)
+        c.execute("CREATE TABLE effects (event_key text NOT NULL, partition int NOT NULL, consumer text NOT NULL)")
+    return dsn
+
+
+def kafka(bootstrap: str, group: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1000,
+        "reconnect.backoff.ms": 20,
+        "reconnect.backoff.max.ms": 500,
+    }
+
+
+def insert(name: str):
+    def handler(conn, batch):
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO effects (event_key, partition, consumer) VALUES (%s, %s, %s)",
+                [(d.meta.key, d.position.partition, name) for d in batch],
+            )
+
+    return handler
+
+
+class Running:
+    """A loop in a thread."""
+
+    def __init__(self, loop: ConsumerLoop, handler: Any, batches: bool = True) -> None:
+        self.loop = loop
+        self.error: BaseException | None = None
+        run = loop.run_batches if batches else loop.run
+
+        def target() -> None:
+            try:
+                run(handler, handle_signals=False)
+            except BaseException as e:  # reported by stop()
+                self.error = e
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> BaseException | None:
+        self.loop.stop()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the loop did not stop within 60 s"
+        return self.error
+
+
+def start(tansu, topic, dsn, group, name, batches=True, settings=None, handler=None, registry=None) -> Running:
+    loop = ConsumerLoop(
+        kafka(tansu.bootstrap, group),
+        [topic],
+        dsn + f" application_name=walrelay-test-{name}",
+        settings,
+        registry if registry is not None else CollectorRegistry(),
+    )
+    if handler is None:
+        handler = insert(name)
+        if not batches:
+            batch_handler = handler
+            handler = lambda conn, d: batch_handler(conn, [d])  # noqa: E731
+    return Running(loop, handler, batches)
+
+
+def exactly_once(dsn: str) -> None:
+    assert count(dsn, "SELECT count(*) - count(DISTINCT event_key) FROM effects") == 0, "an event applied twice"
+
+
+def marks(dsn: str, group: str, topic: str) -> dict[tuple[int, str], str]:
+    with psycopg.connect(dsn) as c:
+        rows = c.execute(
+            "SELECT partition, source, hwm FROM walrelay_consumer_hwm WHERE consumer_group = %s AND topic = %s",
+            (group, topic),
+        ).fetchall()
+    return {(p, s): h for p, s, h in rows}
+
+
+@pytest.mark.parametrize("batches", [True, False], ids=["batch", "per-record"])
+def test_every_event_is_applied_once_across_replays_and_two_sources(tansu, topic, env, batches):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(p, s) for s in range(1, 31) for p in (0, 1)])
+    # The relay restarts and replays 21..=30, then goes on to 40.
+    relay.restart()
+    relay.send([(p, s) for s in range(21, 41) for p in (0, 1)])
+    # A second source on partition 0 whose keys are far lower: not comparable.
+    other = Relay(tansu.bootstrap, topic, source="9999/other/walrelay")
+    other.send([(0, s) for s in range(-200, -195)])
+    total = sum(len(v) for v in relay.produced.values()) + 5
+    distinct = relay.distinct() + 5
+
+    registry = CollectorRegistry()
+    r = start(tansu, topic, env, "billing", "a", batches, registry=registry)
+    c = r.loop.counters
+    await_condition("all records seen", lambda: c.processed + c.duplicates >= total)
+    assert r.stop() is None
+    assert (c.processed, c.duplicates, c.gaps, c.errors) == (85, 20, 0, 0)
+    # The same totals in the Rust crate's metric names.
+    sample = registry.get_sample_value
+    assert sample("walrelay_consumer_records_applied_total") == 85
+    assert sample("walrelay_consumer_duplicates_skipped_total") == 20
+    assert sample("walrelay_consumer_gaps_total") == 0
+    assert sample("walrelay_consumer_batch_records_count") >= 1
+    assert sample("walrelay_consumer_apply_seconds_count") == sample("walrelay_consumer_batch_records_count")
+    assert sample(
+        "walrelay_consumer_hwm_commit_lsn", {"topic": topic, "partition": "1", "source": SOURCE}
+    ) == 0x100 + 40
+    assert count(env, EFFECTS) == distinct
+    exactly_once(env)
+    assert marks(env, "billing", topic) == {
+        (0, SOURCE): key(0, 40),
+        (1, SOURCE): key(1, 40),
+        (0, "9999/other/walrelay"): key(0, -196),
+    }
+
+    # A second run of the same group resumes after the committed offsets.
+    relay.send([(0, 41), (1, 41)])
+    r = start(tansu, topic, env, "billing", "a2", batches)
+    c = r.loop.counters
+    await_condition("the two new records", lambda: count(env, EFFECTS) == distinct + 2)
+    assert r.stop() is None
+    assert (c.processed, c.duplicates, c.errors) == (2, 0, 0)
+
+
+def test_a_gap_is_counted_and_the_record_still_applied(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(0, 1), (0, 2)])
+    r = start(tansu, topic, env, "g", "a")
+    await_condition("two applied", lambda: count(env, EFFECTS) == 2)
+    # Record 3 never reaches the consumer (say, retention deleted it):
+    # the relay sent 3 then 4, the consumer sees 4 with prev-key 3.
+    relay.prev[0] = key(0, 3)
+    relay.send([(0, 4)])
+    await_condition("the record after the gap", lambda: count(env, EFFECTS) == 3)
+    assert r.loop.counters.gaps == 1
+    assert r.stop() is None
+
+
+def run_process(tansu, topic, dsn, group, name, commit_interval) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "consumer_process.py"), tansu.bootstrap, topic, dsn, group, name, str(commit_interval)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_killed_between_the_database_commit_and_the_offset_commit(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(p, s) for s in range(1, 21) for p in (0, 1)])
+    # Offsets are committed only every hour: everything is applied, no
+    # offset is committed, then the process is killed.
+    proc = run_process(tansu, topic, env, "crashy", "a", 3600)
+    try:
+        await_condition("all applied by the process", lambda: count(env, EFFECTS) == 40)
+    finally:
+        proc.kill()
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, out
+    # Its successor reads everything again; the marks drop all of it.
+    r = start(tansu, topic, env, "crashy", "b")
+    c = r.loop.counters
+    await_condition("all redelivered", lambda: c.duplicates >= 40)
+    assert r.stop() is None
+    assert (c.processed, c.duplicates, c.errors) == (0, 40, 0)
+    assert count(env, EFFECTS) == 40
+    exactly_once(env)
+
+
+def test_sigterm_stops_cleanly_and_commits_the_offsets(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(p, s) for s in range(1, 11) for p in (0, 1)])
+    proc = run_process(tansu, topic, env, "polite", "a", 3600)
+    try:
+        await_condition("all applied by the process", lambda: count(env, EFFECTS) == 20)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "stopped cleanly" in out
+    # The offsets were committed at the stop: the successor sees only what
+    # is new.
+    relay.send([(0, 11)])
+    r = start(tansu, topic, env, "polite", "b")
+    await_condition("the new record", lambda: count(env, EFFECTS) == 21)
+    assert r.stop() is None
+    assert (r.loop.counters.processed, r.loop.counters.duplicates) == (1, 0)
+
+
+def poison_handler(poison: str, name: str):
+    def handler(conn, d):
+        if d.meta.key == poison:
+            raise ValueError(f"cannot apply {d.meta.key}")
+        insert(name)(conn, [d])
+
+    return handler
+
+
+FAST_RETRY = RetryPolicy(attempts=3, base=0.01, cap=0.05)
+
+
+def test_a_poison_record_is_parked_then_redriven(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(p, s) for s in range(1, 11) for p in (0, 1)])
+    poison = key(0, 5)
+    settings = Settings(retry=FAST_RETRY, on_poison=OnPoison.PARK)
+    r = start(tansu, topic, env, "parky", "a", batches=False, settings=settings, handler=poison_handler(poison, "a"))
+    await_condition("all but the poison record applied", lambda: count(env, EFFECTS) == 19)
+    await_condition("the poison record parked", lambda: r.loop.counters.parked == 1)
+    assert r.stop() is None
+    with psycopg.connect(env, autocommit=True) as c:
+        rows = c.execute(
+            "SELECT partition, kafka_offset, idempotency_key, attempts, error FROM walrelay_consumer_parked"
+        ).fetchall()
+        assert rows == [(0, 4, poison, 3, f"cannot apply {poison}")]
+        # The mark moved past it: nothing of partition 0 is stuck.
+        assert marks(env, "parky", topic)[(0, SOURCE)] == key(0, 10)
+        report = redrive(c, "parky", lambda conn, d: insert("redrive")(conn, [d]))
+        assert (report.applied, report.failed) == (1, 0)
+    assert count(env, EFFECTS) == 20
+    exactly_once(env)
+
+
+def test_a_poison_record_stops_its_partition_only(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(p, s) for s in range(1, 11) for p in (0, 1)])
+    poison = key(0, 5)
+    settings = Settings(retry=FAST_RETRY, on_poison=OnPoison.STOP)
+    registry = CollectorRegistry()
+    r = start(
+        tansu,
+        topic,
+        env,
+        "stoppy",
+        "a",
+        batches=False,
+        settings=settings,
+        handler=poison_handler(poison, "a"),
+        registry=registry,
+    )
+    await_condition("partition 1 and the records before the poison", lambda: count(env, EFFECTS) == 14)
+    error = r.stop()
+    assert isinstance(error, PartitionsStopped), error
+    assert registry.get_sample_value("walrelay_consumer_partition_stopped", {"topic": topic, "partition": "0"}) == 1
+    assert [(p.topic, p.partition) for p in error.stopped] == [(topic, 0)]
+    assert "offset 4 failed 3 times" in str(error)
+    assert count(env, "SELECT count(*) FROM effects WHERE partition = 0") == 4
+    # Nothing past the poison record was committed: a fixed service applies
+    # it and the rest.
+    r = start(tansu, topic, env, "stoppy", "b")
+    await_condition("the rest of partition 0", lambda: count(env, EFFECTS) == 20)
+    assert r.stop() is None
+    assert r.loop.counters.processed == 6
+    exactly_once(env)
+
+
+def test_a_batch_handler_failure_finds_the_poison_record(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    poison = key(1, 3)
+
+    def handler(conn, batch):
+        if any(d.meta.key == poison for d in batch):
+            raise ValueError("a bad record somewhere in the batch")
+        insert("a")(conn, batch)
+
+    r = start(
+        tansu, topic, env, "finder", "a", settings=Settings(retry=FAST_RETRY, on_poison=OnPoison.PARK), handler=handler
+    )
+    relay.send([(1, s) for s in range(1, 8)])
+    await_condition("all but the poison record", lambda: count(env, EFFECTS) == 6)
+    await_condition("the poison record parked", lambda: r.loop.counters.parked == 1)
+    assert r.stop() is None
+    with psycopg.connect(env) as c:
+        assert c.execute("SELECT idempotency_key FROM walrelay_consumer_parked").fetchall() == [(poison,)]
+
+
+def test_a_record_without_headers_is_parked_alone(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(0, 1)])
+    relay.send_raw(0, b"not from walrelay")
+    relay.send([(0, 2)])
+    r = start(tansu, topic, env, "raw", "a", settings=Settings(on_poison=OnPoison.PARK))
+    await_condition("both walrelay records", lambda: count(env, EFFECTS) == 2)
+    await_condition("the raw record parked", lambda: r.loop.counters.parked == 1)
+    assert r.stop() is None
+    with psycopg.connect(env) as c:
+        rows = c.execute("SELECT kafka_offset, idempotency_key, payload, error FROM walrelay_consumer_parked").fetchall()
+    assert len(rows) == 1 and rows[0][:3] == (1, None, b"not from walrelay"), rows
+    assert "idempotency-key" in rows[0][3]
+
+
+def test_a_lost_database_connection_is_reconnected(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(0, 1)])
+    r = start(tansu, topic, env, "reconnect", "victim")
+    await_condition("the first record", lambda: count(env, EFFECTS) == 1)
+    killed = count(
+        env,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'walrelay-test-victim'",
+    )
+    assert killed == 1
+    relay.send([(0, 2), (1, 1)])
+    await_condition("records after the loss", lambda: count(env, EFFECTS) == 3)
+    assert r.stop() is None
+    exactly_once(env)
+
+
+def test_two_members_racing_over_rebalances_apply_each_event_once(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    seq = 0
+
+    def step() -> None:
+        nonlocal seq
+        relay.send([(p, s) for s in range(seq + 1, seq + 11) for p in (0, 1)])
+        seq += 10
+        # A relay restart replays the last 3 of each partition.
+        relay.restart()
+        relay.send([(p, s) for s in range(seq - 2, seq + 1) for p in (0, 1)])
+
+    a = start(tansu, topic, env, "ledger", "a")
+    step()
+    await_condition("A applies the first step", lambda: count(env, EFFECTS) == 20)
+    b = start(tansu, topic, env, "ledger", "b")
+    # B joins: a rebalance while records keep coming.
+    for _ in range(200):
+        step()
+        if count(env, "SELECT count(*) FROM effects WHERE consumer = 'b'") > 0:
+            break
+        await_condition("the consumers catch up", lambda: count(env, EFFECTS) == relay.distinct())
+    else:
+        pytest.fail("consumer b never got a partition")
+    step()
+    await_condition("every event applied", lambda: count(env, EFFECTS) == relay.distinct())
+    assert a.stop() is None
+    assert b.stop() is None
+    exactly_once(env)
+    assert marks(env, "ledger", topic) == {(0, SOURCE): key(0, seq), (1, SOURCE): key(1, seq)}
+
+
+def test_configuration_that_would_skip_events_is_refused():
+    with pytest.raises(ConfigError, match="group.id"):
+        ConsumerLoop({"bootstrap.servers": "x"}, ["t"], "dbname=x")
+    with pytest.raises(ConfigError, match="no topics"):
+        ConsumerLoop({"bootstrap.servers": "x", "group.id": "g"}, [], "dbname=x")
+    with pytest.raises(ConfigError, match="enable.auto.commit=true conflicts"):
+        ConsumerLoop({"bootstrap.servers": "x", "group.id": "g", "enable.auto.commit": "true"}, ["t"], "dbname=x")
+    # Booleans are accepted for the values the loop needs.
+    ConsumerLoop({"bootstrap.servers": "x", "group.id": "g", "enable.auto.commit": False}, ["t"], "dbname=x")
+
+
+def test_the_example_service_applies_records_and_stops_on_sigterm(tansu, topic, dsn):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(p, s) for s in range(1, 6) for p in (0, 1)])
+    relay.restart()
+    relay.send([(0, 5)])  # a replay
+    example = HERE.parent / "examples" / "consumer.py"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, str(example), "--bootstrap", tansu.bootstrap, "--topic", topic, "--dsn", dsn),
+            *("--group", "ex", "--kafka", "session.timeout.ms=6000", "--kafka", "heartbeat.interval.ms=1000"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+
+        def applied() -> int:
+            try:
+                return count(dsn, "SELECT count(*) FROM applied_events")
+            except psycopg.errors.UndefinedTable:
+                return 0
+
+        await_condition("the example applies the ten events", lambda: applied() == 10)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "stopped: 10 applied" in out, out

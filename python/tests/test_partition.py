@@ -1,0 +1,95 @@
+"""The partition's pure decisions (crates/walrelay-consumer/src/consumer_loop/partition.rs)."""
+
+from walrelay_consumer import OnPoison, Position, Record, RetryPolicy, Settings
+from walrelay_consumer.apply import Park
+from walrelay_consumer.partition import Apply, Idle, Partition, ParkUnkeyed, Queued, Skip, Stop, WaitUntil
+
+
+def k(n):
+    return f"{n:032x}"
+
+
+def rec(offset, key=None, source="s"):
+    headers = () if key is None else (("idempotency-key", k(key).encode()), ("walrelay-source", source.encode()))
+    return Queued.of(Record("t", 0, offset, None, b"v", headers))
+
+
+def part(*queued):
+    p = Partition(Position("g", "t", 0))
+    for q in queued:
+        p.push(q)
+    return p
+
+
+S = Settings(max_batch_records=3, retry=RetryPolicy(attempts=2, base=1.0, cap=4.0))
+
+
+def test_batches_are_bounded_and_stop_before_a_record_without_headers():
+    p = part(rec(0, 1), rec(1, 2), rec(2, 3), rec(3, 4))
+    assert p.next_step(S, 0.0) == Apply(3)
+    p = part(rec(0, 1), rec(1), rec(2, 3))
+    assert p.next_step(S, 0.0) == Apply(1)
+    assert part().next_step(S, 0.0) == Idle()
+
+
+def test_known_marks_skip_without_a_transaction():
+    p = part(rec(0, 1), rec(1, 2))
+    p.learn({"s": k(2)})
+    assert p.next_step(S, 0.0) == Skip(2)
+    assert p.knows_sources(2)
+
+
+def test_a_record_without_headers_follows_the_poison_policy():
+    p = part(rec(7))
+    step = p.next_step(S, 0.0)
+    assert isinstance(step, Stop) and "offset 7" in step.error and "idempotency-key" in step.error
+    step = p.next_step(Settings(on_poison=OnPoison.PARK), 0.0)
+    assert isinstance(step, ParkUnkeyed)
+
+
+def test_a_failing_record_is_retried_with_backoff_then_parked_or_stops():
+    p = part(rec(0, 1), rec(1, 2), rec(2, 3))
+    # The per-record handler names record 1.
+    assert p.handler_failed("boom", 1, 3, S, 10.0) == 1
+    assert p.next_step(S, 10.5) == WaitUntil(11.0)
+    assert p.next_step(S, 11.0) == Apply(3)
+    assert p.handler_failed("boom", 1, 3, S, 11.0) == 2
+    # Attempts exhausted: apply what precedes it first, then stop on it.
+    assert p.next_step(S, 20.0) == Apply(1)
+    p.take(1)
+    p.committed(1)
+    assert p.failing is not None and p.failing.index == 0
+    step = p.next_step(S, 20.0)
+    assert isinstance(step, Stop) and "offset 1 failed 2 times: boom" in step.error
+    park = Settings(max_batch_records=3, retry=S.retry, on_poison=OnPoison.PARK)
+    assert p.next_step(park, 20.0) == Apply(1, Park(error="boom", attempts=2))
+
+
+def test_a_batch_handler_failure_isolates_records_one_per_transaction():
+    p = part(rec(0, 1), rec(1, 2), rec(2, 3))
+    p.handler_failed("boom", None, 3, S, 0.0)
+    p.handler_failed("boom", None, 3, S, 1.0)
+    assert p.isolate == 3
+    assert p.next_step(S, 1.0) == Apply(1)
+
+
+def test_database_failures_back_off_without_counting_attempts():
+    p = part(rec(0, 1))
+    assert p.db_failed(S, 0.0) == 1
+    assert p.db_failed(S, 0.0) == 2
+    assert p.failing is None
+    assert p.next_step(S, 1.0) == WaitUntil(2.0)
+    assert p.next_step(S, 2.0) == Apply(1)
+
+
+def test_backoff_doubles_up_to_the_cap():
+    r = RetryPolicy(attempts=5, base=0.1, cap=1.0)
+    assert [r.backoff(n) for n in (0, 1, 2, 4, 5, 1000)] == [0.1, 0.1, 0.2, 0.8, 1.0, 1.0]
+
+
+def test_pause_and_resume_bounds():
+    p = part(*[rec(i, i + 1) for i in range(6)])
+    assert p.should_pause(S)
+    p.paused = True
+    p.take(3)
+    assert p.should_resume(S)
