@@ -887,14 +887,9 @@ impl<'a> Session<'a> {
                     .relations
                     .row(u.relation_id, &u.new)
                     .map_err(|error| RelayError::Row { lsn, error })?;
+                // A table that is not an outbox never gets here:
+                // `check_relation` above raises what its Relation recorded.
                 let relation = row.relation();
-                if !self.router.is_outbox(relation) {
-                    return Err(RouteError::NotAnOutbox {
-                        table: format!("{}.{}", relation.namespace, relation.name),
-                        lsn,
-                    }
-                    .into());
-                }
                 let key = self.keys.event(lsn)?;
                 let error = RouteError::OutboxUpdate {
                     table: format!("{}.{}", relation.namespace, relation.name),

@@ -520,11 +520,6 @@ impl Router {
             .position(|o| o.schema == schema && o.table == relation.name)
     }
 
-    /// Whether `relation` is a configured outbox table.
-    pub fn is_outbox(&self, relation: &Relation) -> bool {
-        self.outbox_index(relation).is_some()
-    }
-
     /// Whether changes to this relation are outbox events; an error for a
     /// table that is not configured (its events would otherwise vanish).
     ///
