@@ -437,6 +437,10 @@ struct Session<'a> {
 /// this interval; the next says how many were not logged.
 pub const DEAD_LETTER_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
+/// How long a send that found the producer's queue full waits for a
+/// delivery report before it tries again (see `Session::send`).
+const QUEUE_FULL_RETRY: Duration = Duration::from_millis(10);
+
 /// An event in flight, as the metrics see it.
 struct SentEvent {
     counters: TopicCounters,
@@ -1030,11 +1034,19 @@ impl<'a> Session<'a> {
             match self.sink.send(seq, &record, partition) {
                 Ok(()) => return Ok(()),
                 // The producer's own queue is full: make room by taking
-                // deliveries, then retry the same record.
+                // deliveries, then retry the same record. librdkafka frees
+                // a record's place only after it handed over its delivery
+                // report, so the room can come a moment after the last
+                // report: wait for a report only briefly, or a relay whose
+                // last record in flight was just reported would wait for
+                // one that never comes. (`next_delivery` is cancel-safe.)
                 Err(SinkError::QueueFull) => {
-                    let d = self.sink.next_delivery().await;
-                    self.on_delivery(d)?;
-                    self.confirm();
+                    if let Ok(d) =
+                        tokio::time::timeout(QUEUE_FULL_RETRY, self.sink.next_delivery()).await
+                    {
+                        self.on_delivery(d)?;
+                        self.confirm();
+                    }
                 }
                 Err(e) => return Err(e.into()),
             }
