@@ -332,7 +332,7 @@ pub fn render(config: &Config) -> String {
         ));
     }
     out.push_str(&format!(
-        "\n[relay]\n{}max_in_flight_events = {}\nmax_in_flight_bytes = {}\nignore_prefixes = {:?}\nmax_backoff = {:?}\nstandby_poll = {:?}\n",
+        "\n[relay]\n{}max_in_flight_events = {}\nmax_in_flight_bytes = {}\nignore_prefixes = {:?}\nmax_backoff = {:?}\nstandby_poll = {:?}\nfence = {}\nfence_timeout = {:?}\n",
         config
             .relay
             .source_id
@@ -343,7 +343,9 @@ pub fn render(config: &Config) -> String {
         config.relay.max_in_flight_bytes,
         config.relay.ignore_prefixes,
         humantime::format_duration(config.relay.max_backoff).to_string(),
-        humantime::format_duration(config.relay.standby_poll).to_string()
+        humantime::format_duration(config.relay.standby_poll).to_string(),
+        config.relay.fence,
+        humantime::format_duration(config.relay.fence_timeout).to_string()
     ));
     for m in &config.messages {
         out.push_str(&format!(

@@ -175,6 +175,15 @@ pub struct RelayConfig {
     /// connection streams from) checks whether it can take over.
     #[serde(deserialize_with = "duration")]
     pub standby_poll: Duration,
+    /// The tail fence (see `fence`): before writing to a topic, read the
+    /// end of its partitions and do not write again what a crashed
+    /// session already wrote there. Off, a replay after a crash writes
+    /// duplicates that only high-water-mark consumers drop.
+    pub fence: bool,
+    /// How long reading the partition tails of one topic may take before
+    /// the session fails (and is retried).
+    #[serde(deserialize_with = "duration")]
+    pub fence_timeout: Duration,
 }
 
 impl Default for RelayConfig {
@@ -186,6 +195,8 @@ impl Default for RelayConfig {
             ignore_prefixes: Vec::new(),
             max_backoff: Duration::from_secs(30),
             standby_poll: Duration::from_secs(1),
+            fence: true,
+            fence_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -312,6 +323,12 @@ impl Config {
         }
         if self.relay.standby_poll.is_zero() {
             return Err(invalid("relay.standby_poll", "must be greater than zero"));
+        }
+        if self.relay.fence_timeout.is_zero() {
+            return Err(invalid(
+                "relay.fence_timeout",
+                "must be greater than zero (to turn the tail fence off, set relay.fence = false)",
+            ));
         }
         // Delivery guarantees, TLS and SASL consistency, and librdkafka's
         // own parsing of every property. Secrets and files are read only

@@ -7,6 +7,7 @@
 //! | [`KafkaClient::Producer`] (`walrelay run`) | [`SinkConfig::effective_properties`]: walrelay's defaults, the user's properties, the enforced delivery guarantees |
 //! | [`KafkaClient::Probe`] (`/readyz`) | the producer's, under the client id `<client.id>-probe` |
 //! | [`KafkaClient::Verify`] (`walrelay verify`) | reader defaults, the user's properties, then what makes it a read-only reader |
+//! | [`KafkaClient::Fence`] (`walrelay run`) | the reader's, under the client id `<client.id>-fence`, reporting partition ends |
 //!
 //! In each of them secret references (`env:NAME`, `file:/path`) are
 //! resolved ([`crate::secrets`]) and TLS/SASL settings are checked, each
@@ -32,6 +33,9 @@ pub enum KafkaClient {
     /// `walrelay verify`'s group-less reader (the caller adds a unique
     /// `group.id`).
     Verify,
+    /// The tail fence's group-less reader of partition tails
+    /// ([`crate::fence::tail`]).
+    Fence,
 }
 
 /// The producer's configuration, from the Kafka settings.
@@ -57,6 +61,20 @@ pub fn properties(
             Ok(props)
         }
         KafkaClient::Verify => verify_properties(kafka),
+        KafkaClient::Fence => {
+            let mut props = verify_properties(kafka)?;
+            let id = props
+                .remove("client.id")
+                .filter(|id| id != VERIFY_CLIENT_ID)
+                .unwrap_or_else(|| "walrelay".to_owned());
+            props.insert("client.id".to_owned(), format!("{id}-fence"));
+            // The read stops where each partition ends; a broker holding
+            // an empty fetch open would add its wait to every start.
+            props.insert("enable.partition.eof".to_owned(), "true".to_owned());
+            props.insert("fetch.wait.max.ms".to_owned(), "10".to_owned());
+            props.insert("group.id".to_owned(), "walrelay-fence".to_owned());
+            Ok(props)
+        }
     }
 }
 
@@ -74,9 +92,11 @@ pub fn to_client_config(props: &BTreeMap<String, String>) -> ClientConfig {
     c
 }
 
+const VERIFY_CLIENT_ID: &str = "walrelay-verify";
+
 /// Overridable defaults of `walrelay verify`'s reader.
 const VERIFY_DEFAULTS: &[(&str, &str)] = &[
-    ("client.id", "walrelay-verify"),
+    ("client.id", VERIFY_CLIENT_ID),
     ("fetch.wait.max.ms", "100"),
     ("socket.connection.setup.timeout.ms", "10000"),
 ];
@@ -141,6 +161,7 @@ mod tests {
             KafkaClient::Producer,
             KafkaClient::Probe,
             KafkaClient::Verify,
+            KafkaClient::Fence,
         ] {
             let p = properties(&kafka, client).unwrap();
             assert_eq!(p["sasl.password"], "s3cret", "{client:?}");
@@ -162,6 +183,7 @@ mod tests {
             KafkaClient::Producer,
             KafkaClient::Probe,
             KafkaClient::Verify,
+            KafkaClient::Fence,
         ] {
             let err = properties(&kafka, client).unwrap_err().to_string();
             assert!(err.contains("sasl.password"), "{client:?}: {err}");
@@ -184,6 +206,10 @@ mod tests {
         assert_eq!(verify["client.id"], "walrelay-verify");
         assert_eq!(verify["enable.auto.commit"], "false");
         assert!(!verify.contains_key("enable.idempotence"));
+        let fence = properties(&kafka, KafkaClient::Fence).unwrap();
+        assert_eq!(fence["client.id"], "walrelay-fence");
+        assert_eq!(fence["enable.partition.eof"], "true");
+        assert_eq!(fence["enable.auto.commit"], "false");
         kafka.properties.insert("client.id".into(), "app".into());
         kafka
             .properties
@@ -194,6 +220,10 @@ mod tests {
         );
         let verify = properties(&kafka, KafkaClient::Verify).unwrap();
         assert_eq!(verify["client.id"], "app");
+        assert_eq!(
+            properties(&kafka, KafkaClient::Fence).unwrap()["client.id"],
+            "app-fence"
+        );
         assert_eq!(
             verify["enable.auto.commit"], "false",
             "verify never commits"

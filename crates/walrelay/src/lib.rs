@@ -11,6 +11,7 @@
 //! | [`envelope`] | the `walrelay.emit` envelope format |
 //! | [`route`] | which record an event becomes: topic, key, value, headers |
 //! | [`partition`] | deterministic partitioning (Java-compatible murmur2) |
+//! | [`fence`] | the tail fence: what a replay need not write again |
 //! | [`sink`] | the idempotent Kafka producer and its delivery reports |
 //! | [`checkpoint`] | which LSN may be confirmed, given what Kafka acknowledged |
 //! | [`pipeline`] | the loop tying them together, and restarts from the slot |
@@ -26,6 +27,7 @@
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod fence;
 /// The `walrelay.v1` envelope format lives in its own crate (fuzzable, no
 /// librdkafka); re-exported here because the router is its main user.
 pub use walrelay_envelope as envelope;

@@ -85,6 +85,7 @@ struct KafkaErrorLabels {
 pub struct TopicCounters {
     events: Counter,
     bytes: Counter,
+    fence_skipped: Counter,
 }
 
 impl TopicCounters {
@@ -92,6 +93,11 @@ impl TopicCounters {
     pub fn acked(&self, bytes: u64) {
         self.events.inc();
         self.bytes.inc_by(bytes);
+    }
+
+    /// One record not written again: the partition's tail already has it.
+    pub fn fence_skipped(&self) {
+        self.fence_skipped.inc();
     }
 }
 
@@ -155,6 +161,9 @@ struct Inner {
     sessions: Counter,
     kafka_errors: Family<KafkaErrorLabels, Counter>,
     dead_letter_records: Family<DeadLetterLabels, Counter>,
+    fence_skipped: Family<TopicLabels, Counter>,
+    fence_unfenced: Family<TopicLabels, Counter>,
+    fence_records_read: Counter,
     ready: Gauge,
     streaming: AtomicBool,
     health: Health,
@@ -207,6 +216,9 @@ impl Metrics {
                 kind: (*kind).to_owned(),
             }));
         }
+        let fence_skipped = Family::<TopicLabels, Counter>::default();
+        let fence_unfenced = Family::<TopicLabels, Counter>::default();
+        let fence_records_read = Counter::default();
         let up = Gauge::<i64>::default();
         up.set(1);
         let ready = Gauge::<i64>::default();
@@ -275,6 +287,21 @@ impl Metrics {
             "Events diverted to the dead-letter topic, by kind of problem (counted when sent; a replay after a restart counts again)",
             dead_letter_records.clone(),
         );
+        registry.register(
+            "fence_skipped_records",
+            "Replayed records not written to Kafka again because the partition's tail already had them (the tail fence), per topic",
+            fence_skipped.clone(),
+        );
+        registry.register(
+            "fence_unfenced_topics",
+            "Sessions in which a topic was not fenced because its layout (partition count or routing) changed since its last records were written, per topic",
+            fence_unfenced.clone(),
+        );
+        registry.register(
+            "fence_records_read",
+            "Records the tail fence read from the ends of partitions",
+            fence_records_read.clone(),
+        );
         registry.register("up", "1 while the walrelay process runs", up);
         registry.register(
             "ready",
@@ -306,6 +333,9 @@ impl Metrics {
                 sessions,
                 kafka_errors,
                 dead_letter_records,
+                fence_skipped,
+                fence_unfenced,
+                fence_records_read,
                 ready,
                 streaming: AtomicBool::new(false),
                 health: Health {
@@ -339,6 +369,21 @@ impl Metrics {
         TopicCounters {
             events: self.inner.events.get_or_create_owned(&labels),
             bytes: self.inner.event_bytes.get_or_create_owned(&labels),
+            fence_skipped: self.inner.fence_skipped.get_or_create_owned(&labels),
+        }
+    }
+
+    /// The tail fence read the tails of `topic`: `records` records, and
+    /// the topic was left unfenced or not.
+    pub fn fence_read(&self, topic: &str, records: u64, unfenced: bool) {
+        self.inner.fence_records_read.inc_by(records);
+        if unfenced {
+            self.inner
+                .fence_unfenced
+                .get_or_create(&TopicLabels {
+                    topic: topic.to_owned(),
+                })
+                .inc();
         }
     }
 

@@ -49,6 +49,7 @@ use walrelay_pgoutput::{
 
 use crate::checkpoint::{AckError, CheckpointTracker};
 use crate::config::Config;
+use crate::fence::{FenceError, SessionFence};
 use crate::key::{EventKey, KeyAssigner, KeyError};
 use crate::metrics::{Metrics, TopicCounters};
 use crate::monitor::{self, Monitor, Outcome, Reports};
@@ -85,6 +86,9 @@ pub enum RelayError {
     },
     #[error("{problem}; {fix}")]
     Setup { problem: String, fix: String },
+    /// The tail fence could not read what a topic already holds.
+    #[error(transparent)]
+    Fence(#[from] FenceError),
     /// The publication does not cover the configured outbox tables (at
     /// start, or it changed while the relay ran): rows would be skipped.
     #[error("{0}")]
@@ -149,6 +153,7 @@ impl RelayError {
             RelayError::Postgres(e) => e.is_transient(),
             RelayError::Kafka(e) => e.restarts_pipeline(),
             RelayError::SlotInUse { .. } => true,
+            RelayError::Fence(e) => e.is_transient(),
             _ => false,
         }
     }
@@ -403,6 +408,9 @@ struct Session<'a> {
     /// the `walrelay-prev-key` header.
     last_sent: HashMap<(Arc<str>, u32), EventKey>,
     prev_key_header: Arc<str>,
+    layout_header: Arc<str>,
+    /// Each topic's layout and tail fence.
+    fence: SessionFence,
     confirmed: Lsn,
     metrics: Option<&'a Metrics>,
     /// seq → what to count when Kafka acknowledges it, kept only with
@@ -484,6 +492,7 @@ impl<'a> Session<'a> {
             };
             let result = session.relay(shutdown).await;
             session.log_dead_letter_summary();
+            session.fence.log_summary();
             *known = Some(known.map_or(session.confirmed, |k| k.max(session.confirmed)));
             result
         }
@@ -575,6 +584,14 @@ impl<'a> Session<'a> {
             )
         });
         let sink = KafkaSink::new(&crate::kafka_client::producer_config(&config.kafka))?;
+        let fence_reader = if config.relay.fence {
+            Some(crate::kafka_client::client_config(
+                &config.kafka,
+                crate::kafka_client::KafkaClient::Fence,
+            )?)
+        } else {
+            None
+        };
         let options = StreamOptions {
             status_interval: config.postgres.status_interval,
             initial_flush: confirmed,
@@ -608,6 +625,8 @@ impl<'a> Session<'a> {
             trace_keys: HashMap::new(),
             last_sent: HashMap::new(),
             prev_key_header: Arc::from(header::PREV_KEY),
+            layout_header: Arc::from(header::LAYOUT),
+            fence: SessionFence::new(config, fence_reader, &source),
             confirmed,
             metrics,
             metric_events: HashMap::new(),
@@ -989,9 +1008,29 @@ impl<'a> Session<'a> {
             Some(k) => partition_for_key(k, partitions),
             None => partition_for_keyless(record.event_key, partitions),
         };
+        let topic = self
+            .fence
+            .topic(&record.topic, partitions, self.metrics)
+            .await?;
+        // Already in Kafka (a replay after a crash): not written again, and
+        // not registered with the tracker, so nothing waits for it.
+        if topic.skip(partition, record.event_key) {
+            if let Some(m) = self.metrics {
+                self.topic_counters
+                    .entry(record.topic.clone())
+                    .or_insert_with(|| m.topic(&record.topic))
+                    .fence_skipped();
+            }
+            return Ok(());
+        }
+        let layout = topic.layout.clone();
+        let fence_key = topic.fence.key(partition);
+        // The first record of this session to the partition follows the
+        // partition's fence key, if any: that is its predecessor in Kafka.
         let prev = self
             .last_sent
-            .insert((record.topic.clone(), partition), record.event_key);
+            .insert((record.topic.clone(), partition), record.event_key)
+            .or(fence_key);
         let prev = match prev {
             Some(k) => {
                 let mut hex = [0u8; 32];
@@ -1000,6 +1039,7 @@ impl<'a> Session<'a> {
             }
             None => Bytes::new(),
         };
+        record.insert_walrelay_header(self.layout_header.clone(), layout);
         // With walrelay's own headers, before the application's.
         record.insert_walrelay_header(self.prev_key_header.clone(), prev);
         let seq = self.tracker.register_event(record.size());

@@ -29,11 +29,19 @@ pub mod header {
     /// non-transactional messages).
     pub const COMMIT_TIME: &str = "walrelay-commit-time";
     /// The key of the record this session sent before to the same topic
-    /// and partition; empty for the first one of a session. A consumer
+    /// and partition; for the first one of a session, the partition's
+    /// fence key (the last key of this source the tail fence found in the
+    /// partition), or empty without one. A consumer
     /// whose high-water mark is below it has missed something (gap
     /// detection). Unlike everything else in a record it depends on the
     /// session, not only on the WAL.
     pub const PREV_KEY: &str = "walrelay-prev-key";
+    /// How the record was routed: `<partitions>/<fingerprint>`, the
+    /// partition count of its topic and a fingerprint of the routing
+    /// configuration (see `fence`). The tail fence of a later session
+    /// trusts a partition's tail only if it was routed as that session
+    /// routes.
+    pub const LAYOUT: &str = "walrelay-layout";
 
     /// On a dead-letter record: why the event could not be routed (the
     /// error's text, which names the fix).
@@ -81,8 +89,8 @@ pub struct Record {
     pub value: Option<Bytes>,
     /// Headers in order: walrelay's own first (each exactly once, all of
     /// them [`header::is_reserved`]), then the application's (none of them
-    /// reserved). The pipeline adds `walrelay-prev-key` after walrelay's
-    /// others ([`Record::insert_walrelay_header`]).
+    /// reserved). The pipeline adds `walrelay-layout` and
+    /// `walrelay-prev-key` after walrelay's others ([`Record::insert_walrelay_header`]).
     pub headers: Vec<(Arc<str>, Bytes)>,
     /// The event's idempotency key (also in the `idempotency-key` header).
     pub event_key: EventKey,

@@ -438,8 +438,8 @@ impl Router {
         tx: Option<&TxInfo>,
         extra: usize,
     ) -> Vec<(Arc<str>, Bytes)> {
-        // Room for the pipeline's prev-key header too.
-        let mut h = Vec::with_capacity(7 + extra);
+        // Room for the pipeline's layout and prev-key headers too.
+        let mut h = Vec::with_capacity(8 + extra);
         let mut hex = [0u8; 32];
         key.write_hex(&mut hex);
         h.push((self.names.key.clone(), Bytes::copy_from_slice(&hex)));

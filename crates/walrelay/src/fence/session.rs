@@ -1,0 +1,182 @@
+//! The fence of one relay session: each topic's layout header and fence,
+//! decided when the session first writes to the topic.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rdkafka::config::ClientConfig;
+use tracing::{info, warn};
+
+use super::tail::{self, FenceError};
+use super::{Layout, TopicFence, Unfenced};
+use crate::config::Config;
+use crate::key::EventKey;
+use crate::metrics::Metrics;
+
+/// What the session knows of one topic it writes to.
+#[derive(Debug)]
+pub struct TopicState {
+    name: Arc<str>,
+    /// The `walrelay-layout` header value of every record to this topic.
+    pub layout: Bytes,
+    /// What need not be written again.
+    pub fence: TopicFence,
+    /// Per partition: records skipped in this session, and whether the
+    /// replay went past the fence key (logged once).
+    skipped: Vec<(u64, bool)>,
+}
+
+impl TopicState {
+    /// Whether the record with `key` for `partition` is already in Kafka;
+    /// counts it if so. The first record past a partition's fence key
+    /// logs how many were skipped before it.
+    pub fn skip(&mut self, partition: u32, key: EventKey) -> bool {
+        let Some((skipped, passed)) = self.skipped.get_mut(partition as usize) else {
+            return false;
+        };
+        if *passed {
+            return false;
+        }
+        if self.fence.covers(partition, key) {
+            *skipped += 1;
+            return true;
+        }
+        *passed = true;
+        if *skipped > 0 {
+            info!(topic = %self.name, partition, skipped = *skipped, first_written = %key, "tail fence: the replay caught up with the partition; the records before this key were already in Kafka and were not written again");
+        }
+        false
+    }
+
+    /// Records skipped in this session.
+    pub fn skipped(&self) -> u64 {
+        self.skipped.iter().map(|(n, _)| n).sum()
+    }
+}
+
+/// The per-session fence state.
+pub struct SessionFence {
+    /// The tail reader's configuration; `None` with `relay.fence = false`.
+    reader: Option<ClientConfig>,
+    source: Bytes,
+    routing: u64,
+    timeout: Duration,
+    topics: HashMap<Arc<str>, TopicState>,
+}
+
+impl SessionFence {
+    /// For a session whose records carry `source` in `walrelay-source`.
+    pub fn new(config: &Config, reader: Option<ClientConfig>, source: &str) -> SessionFence {
+        SessionFence {
+            reader: if config.relay.fence { reader } else { None },
+            source: Bytes::copy_from_slice(source.as_bytes()),
+            routing: super::routing_fingerprint(config),
+            timeout: config.relay.fence_timeout,
+            topics: HashMap::new(),
+        }
+    }
+
+    /// The topic's state, reading its partitions' tails the first time.
+    pub async fn topic(
+        &mut self,
+        topic: &Arc<str>,
+        partitions: u32,
+        metrics: Option<&Metrics>,
+    ) -> Result<&mut TopicState, FenceError> {
+        if !self.topics.contains_key(topic) {
+            let state = self.open(topic, partitions, metrics).await?;
+            self.topics.insert(topic.clone(), state);
+        }
+        Ok(self
+            .topics
+            .get_mut(topic)
+            .expect("the topic's state was inserted above"))
+    }
+
+    async fn open(
+        &self,
+        topic: &Arc<str>,
+        partitions: u32,
+        metrics: Option<&Metrics>,
+    ) -> Result<TopicState, FenceError> {
+        let now = Layout {
+            partitions,
+            routing: self.routing,
+        };
+        let fence = match &self.reader {
+            None => TopicFence::Unfenced(Unfenced::Disabled),
+            Some(reader) => {
+                let (reader, name, source, timeout) = (
+                    reader.clone(),
+                    topic.to_string(),
+                    self.source.clone(),
+                    self.timeout,
+                );
+                let tails = tokio::task::spawn_blocking(move || {
+                    tail::read(&reader, &name, partitions, &source, timeout)
+                })
+                .await
+                .map_err(|e| FenceError::Read {
+                    topic: topic.to_string(),
+                    message: format!("the reading task failed: {e}"),
+                })??;
+                let fence = TopicFence::decide(&tails.partitions, now);
+                let records: u64 = tails.partitions.iter().map(|t| t.records_read).sum();
+                let elapsed_ms = u64::try_from(tails.elapsed.as_millis()).unwrap_or(u64::MAX);
+                match &fence {
+                    TopicFence::Fenced(keys) => {
+                        for (partition, key) in keys.iter().enumerate() {
+                            match key {
+                                Some(key) => {
+                                    info!(%topic, partition, fence_key = %key, "tail fence: records up to this key are in the partition and are not written again")
+                                }
+                                None => {
+                                    info!(%topic, partition, "tail fence: no record of this source at the end of the partition; nothing to skip")
+                                }
+                            }
+                        }
+                    }
+                    TopicFence::Unfenced(why) => {
+                        let (was, now) = match why {
+                            Unfenced::LayoutChanged { was, now, .. } => {
+                                (was.to_string(), now.to_string())
+                            }
+                            _ => ("none".to_owned(), now.to_string()),
+                        };
+                        warn!(%topic, layout_was = %was, layout_now = %now, "tail fence off for this topic in this session: {why}; a replay is written to it again (duplicates for readers without a high-water mark), and its new records fence the next session");
+                    }
+                }
+                info!(
+                    %topic,
+                    partitions,
+                    records_read = records,
+                    elapsed_ms,
+                    fenced = matches!(fence, TopicFence::Fenced(_)),
+                    "read the partition tails of the topic"
+                );
+                if let Some(m) = metrics {
+                    m.fence_read(topic, records, matches!(fence, TopicFence::Unfenced(_)));
+                }
+                fence
+            }
+        };
+        Ok(TopicState {
+            name: topic.clone(),
+            layout: now.header_value(),
+            fence,
+            skipped: vec![(0, false); partitions as usize],
+        })
+    }
+
+    /// One line per topic that had records skipped in this session.
+    pub fn log_summary(&self) {
+        for (topic, state) in &self.topics {
+            let skipped = state.skipped();
+            if skipped > 0 {
+                info!(%topic, skipped, "tail fence: replayed records already in Kafka were not written again in this session");
+            }
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Reading the tails of a topic's partitions for the fence (blocking I/O).
+//!
+//! All partitions of the topic are assigned at once, each at "one record
+//! before its end" (librdkafka's logical tail offset, resolved with one
+//! ListOffsets request per broker, not one per partition), and read up to
+//! the end of the partition: the fetch that reaches the end reports it
+//! (partition EOF). Starting one record before the high watermark is
+//! enough on a broker that reports it right, and on one that reports the
+//! start of the last batch instead (Tansu): the whole last batch is read
+//! either way, since the read goes on to the end rather than stopping at
+//! the high watermark.
+//!
+//! A partition whose tail holds no record of this relay's source (another
+//! source wrote last) is read again from [`LOOKBACK`] records before its
+//! end. Past that, the partition is simply not fenced: stopping short only
+//! ever costs duplicates, never a skipped event, because the fence key is
+//! always a key that is in the partition.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{Layout, PartitionTail};
+use crate::key::EventKey;
+use crate::record::header;
+
+/// How far back a partition is read when its last record is another
+/// source's.
+pub const LOOKBACK: i64 = 1_000;
+
+/// The longest single poll, so the deadline is met.
+const POLL_STEP: Duration = Duration::from_millis(100);
+
+/// Why the tail of a topic could not be read.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FenceError {
+    #[error("cannot create the Kafka reader of the tail fence: {0}")]
+    Client(String),
+    #[error(
+        "reading the tail of topic \"{topic}\" for the tail fence did not reach the end of partition(s) {partitions:?} within relay.fence_timeout ({timeout:?}){last}; \
+         the broker is slow or unreachable: check it, raise relay.fence_timeout, or set relay.fence = false \
+         (replayed events are then written to Kafka again, as duplicates for readers without a high-water mark)",
+        last = last_error.as_ref().map_or_else(String::new, |e| format!(" (last error: {e})"))
+    )]
+    Timeout {
+        topic: String,
+        partitions: Vec<u32>,
+        timeout: Duration,
+        last_error: Option<String>,
+    },
+    #[error(
+        "the tail fence may not read topic \"{topic}\" ({code}): the relay now reads the last records \
+         of each partition it writes to, so that a replay after a crash does not write them again; \
+         fix: grant the relay's Kafka principal READ (and DESCRIBE) on topic \"{topic}\", \
+         or set relay.fence = false to write replays again"
+    )]
+    Denied {
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
+    #[error("reading the tail of topic \"{topic}\" for the tail fence failed: {message}")]
+    Read { topic: String, message: String },
+}
+
+impl FenceError {
+    /// Whether a new session may get past it without a change by the
+    /// user.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        matches!(self, FenceError::Timeout { .. } | FenceError::Read { .. })
+    }
+}
+
+/// The tails of one topic.
+#[derive(Debug)]
+pub struct TopicTails {
+    /// One entry per partition, in partition order.
+    pub partitions: Vec<PartitionTail>,
+    /// How long the read took.
+    pub elapsed: Duration,
+}
+
+/// Reads the tails of `partitions` partitions of `topic` and keeps, per
+/// partition, the highest key of `source` found there and its layout.
+/// Blocking: run it on a blocking thread.
+pub fn read(
+    config: &ClientConfig,
+    topic: &str,
+    partitions: u32,
+    source: &[u8],
+    timeout: Duration,
+) -> Result<TopicTails, FenceError> {
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let consumer: BaseConsumer = config
+        .create()
+        .map_err(|e| FenceError::Client(e.to_string()))?;
+    let mut tails = vec![PartitionTail::default(); partitions as usize];
+    // Per partition, the lowest offset read so far: a deeper round counts
+    // only what lies below it.
+    let mut first_offset: HashMap<u32, i64> = HashMap::new();
+    let mut pending: Vec<u32> = (0..partitions).collect();
+    for depth in [1, LOOKBACK] {
+        if pending.is_empty() {
+            break;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for &p in &pending {
+            tpl.add_partition_offset(topic, to_i32(p), Offset::OffsetTail(depth))
+                .map_err(|e| FenceError::Client(e.to_string()))?;
+        }
+        consumer
+            .assign(&tpl)
+            .map_err(|e| FenceError::Client(e.to_string()))?;
+        let below: HashMap<u32, i64> = first_offset.clone();
+        let mut open: BTreeSet<u32> = pending.iter().copied().collect();
+        let mut last_error: Option<String> = None;
+        while !open.is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(FenceError::Timeout {
+                    topic: topic.to_owned(),
+                    partitions: open.into_iter().collect(),
+                    timeout,
+                    last_error,
+                });
+            }
+            match consumer.poll(POLL_STEP.min(deadline - now)) {
+                Some(Ok(msg)) => {
+                    let Ok(p) = u32::try_from(msg.partition()) else {
+                        continue;
+                    };
+                    if !open.contains(&p) || below.get(&p).is_some_and(|&b| msg.offset() >= b) {
+                        continue;
+                    }
+                    let lowest = first_offset.entry(p).or_insert(msg.offset());
+                    *lowest = (*lowest).min(msg.offset());
+                    let (own, layout) = own_key(&msg, source);
+                    tails[p as usize].observe(own, layout);
+                }
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    if let Ok(p) = u32::try_from(p) {
+                        open.remove(&p);
+                    }
+                }
+                Some(Err(e)) => {
+                    if let Some(code) = e.rdkafka_error_code() {
+                        if is_denied(code) {
+                            return Err(FenceError::Denied {
+                                topic: topic.to_owned(),
+                                code,
+                            });
+                        }
+                        if code == RDKafkaErrorCode::UnknownTopicOrPartition {
+                            return Err(FenceError::Read {
+                                topic: topic.to_owned(),
+                                message: format!(
+                                    "{code}: the topic was deleted or is being recreated"
+                                ),
+                            });
+                        }
+                    }
+                    last_error = Some(e.to_string());
+                }
+                None => {}
+            }
+        }
+        // Deeper only where this round found records but none of ours
+        // (an empty partition, or one read from its start, has no more).
+        pending.retain(|p| {
+            let t = &tails[*p as usize];
+            t.own.is_none() && t.records_read > 0 && first_offset.get(p).is_some_and(|&o| o > 0)
+        });
+    }
+    Ok(TopicTails {
+        partitions: tails,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The record's key if it is one of `source`'s, with its layout.
+fn own_key<M: Message>(msg: &M, source: &[u8]) -> (Option<EventKey>, Option<Layout>) {
+    let Some(headers) = msg.headers() else {
+        return (None, None);
+    };
+    let (mut key, mut from, mut layout) = (None, false, None);
+    for h in headers.iter() {
+        let value = h.value.unwrap_or_default();
+        match h.key {
+            header::IDEMPOTENCY_KEY => {
+                key = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|t| EventKey::from_hex(t).ok());
+            }
+            header::SOURCE => from = value == source,
+            header::LAYOUT => layout = Layout::parse(value),
+            _ => {}
+        }
+    }
+    (key.filter(|_| from), layout)
+}
+
+fn is_denied(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::ClusterAuthorizationFailed
+            | RDKafkaErrorCode::GroupAuthorizationFailed
+            | RDKafkaErrorCode::SaslAuthenticationFailed
+    )
+}
+
+fn to_i32(partition: u32) -> i32 {
+    i32::try_from(partition).unwrap_or(i32::MAX)
+}
