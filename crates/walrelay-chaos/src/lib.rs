@@ -58,6 +58,9 @@ pub struct Options {
     pub relay_kills: Option<u32>,
     /// Keep the working directory (logs, trace).
     pub keep: bool,
+    /// Run the relay with its tail fence (the default). Off, replayed
+    /// duplicates on the wire are expected and do not fail the run.
+    pub fence: bool,
 }
 
 /// The result of a run.
@@ -214,7 +217,10 @@ pub async fn run(o: Options) -> Result<Report> {
     // Reconnect quickly after faults (the default backoff grows to 30 s).
     std::fs::write(
         &config,
-        "[relay]\nmax_backoff = \"1s\"\nstandby_poll = \"200ms\"\n",
+        format!(
+            "[relay]\nmax_backoff = \"1s\"\nstandby_poll = \"200ms\"\nfence = {}\n",
+            o.fence
+        ),
     )?;
     let trace = s.path("trace.jsonl");
     let args = relay_args(&s, &config, &trace);
@@ -414,8 +420,15 @@ pub async fn run(o: Options) -> Result<Report> {
     .await??;
     let applied = history::applied(&s.service_dsn()).await?;
     let trace_summary = history::check_trace(&trace)?;
-    let verdict = checker::check(&units, &ledger, &auditor.non_tx, &applied, &wire);
+    let mut verdict = checker::check(&units, &ledger, &auditor.non_tx, &applied, &wire);
+    verdict.duplicates_allowed = !o.fence;
 
+    if o.fence && verdict.wire_duplicates > 0 {
+        failures.push(format!(
+            "{} replayed duplicates on the wire with the tail fence on (see the relay log's \"tail fence\" lines)",
+            verdict.wire_duplicates
+        ));
+    }
     if !verdict.passed() {
         failures.push(format!(
             "history check failed; examples:\n  {}\nledger: {:?}",

@@ -35,6 +35,10 @@ struct Cli {
     /// Keep the working directory (logs, relay trace).
     #[arg(long)]
     keep: bool,
+    /// Run the relay with `relay.fence = false`: replayed duplicates on
+    /// the wire are then expected and do not fail the run.
+    #[arg(long)]
+    no_fence: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -73,6 +77,7 @@ async fn main() -> Result<()> {
         events: cli.events,
         relay_kills: cli.relay_kills,
         keep: cli.keep,
+        fence: !cli.no_fence,
     })
     .await?;
     println!("\n{}", report.table);

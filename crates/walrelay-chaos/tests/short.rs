@@ -50,6 +50,7 @@ async fn short_chaos_run_loses_nothing_and_processes_everything_once() -> Result
         events: None,
         relay_kills: None,
         keep: false,
+        fence: true,
     })
     .await?;
     println!("{}", report.table);
