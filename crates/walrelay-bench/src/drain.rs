@@ -32,11 +32,42 @@ pub struct DrainRun {
     pub db_cpu_seconds: f64,
     /// Peak RSS of the tool, when measured.
     pub peak_rss_bytes: Option<u64>,
+    /// walrelay's tail fence read at its first record (from its log).
+    pub fence: Option<FenceCost>,
+}
+
+/// What the tail fence's read of a topic's partition tails cost, as the
+/// relay logs it (`read the partition tails of the topic`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct FenceCost {
+    pub elapsed_ms: u64,
+    pub records_read: u64,
+}
+
+impl FenceCost {
+    /// The first such line of a walrelay log (text format).
+    pub fn from_log(log: &str) -> Option<FenceCost> {
+        let line = log
+            .lines()
+            .find(|l| l.contains("read the partition tails of the topic"))?;
+        let field = |name: &str| -> Option<u64> {
+            let at = line.find(&format!(" {name}="))? + name.len() + 2;
+            line[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        };
+        Some(FenceCost {
+            elapsed_ms: field("elapsed_ms")?,
+            records_read: field("records_read")?,
+        })
+    }
 }
 
 /// A configuration file for `walrelay run` against the bench: the slot,
-/// the bench publication, the raw route `bench` → `msg_topic`, and the
-/// outbox table → `outbox_topic`.
+/// the bench publication, the raw route `bench` → `msg_topic`, the
+/// outbox table → `outbox_topic`, and the tail fence on or off.
 pub fn write_walrelay_config(
     path: &Path,
     env: &BenchEnv,
@@ -44,6 +75,7 @@ pub fn write_walrelay_config(
     msg_topic: &str,
     outbox_topic: &str,
     kafka_properties: &[(String, String)],
+    fence: bool,
 ) -> Result<()> {
     let mut props = String::new();
     for (k, v) in kafka_properties {
@@ -59,6 +91,9 @@ publication_check_interval = "{status}ms"
 
 [kafka]
 bootstrap_servers = "{bootstrap}"
+
+[relay]
+fence = {fence}
 
 [kafka.properties]
 {props}
@@ -97,7 +132,8 @@ pub async fn walrelay(
     let mut child = Command::new(bin)
         .arg("--config")
         .arg(config)
-        .args(["--log", "warn"])
+        // The tail fence's cost line, and warnings.
+        .args(["--log", "warn,walrelay::fence=info"])
         .args(extra_args)
         .arg("run")
         .stdin(Stdio::null())
@@ -131,6 +167,7 @@ pub async fn walrelay(
             cpu_seconds,
             db_cpu_seconds,
             peak_rss_bytes: Some(peak),
+            fence: FenceCost::from_log(&std::fs::read_to_string(log).unwrap_or_default()),
         })
     }
     .await;
@@ -197,6 +234,7 @@ pub async fn pg_recvlogical(
         cpu_seconds,
         db_cpu_seconds,
         peak_rss_bytes: None,
+        fence: None,
     })
 }
 
@@ -206,5 +244,23 @@ pub struct ScratchFile(pub PathBuf);
 impl Drop for ScratchFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fence_cost_comes_from_the_relays_log_line() {
+        let log = "2026-11-25T02:00:00.000000Z  INFO session{slot=wr_a_0}: walrelay::fence::session: read the partition tails of the topic topic=bench.a.wr0 partitions=4 records_read=12 elapsed_ms=37 fenced=true\n";
+        assert_eq!(
+            FenceCost::from_log(log),
+            Some(FenceCost {
+                elapsed_ms: 37,
+                records_read: 12
+            })
+        );
+        assert_eq!(FenceCost::from_log("nothing here"), None);
     }
 }

@@ -365,6 +365,7 @@ async fn drain_workload(
     let slot = |tool: &str, r: u32| format!("{tool}_{}_{r}", w.id.replace('-', "_"));
     for r in 0..repeats {
         env.create_slot(&slot("wr", r)).await?;
+        env.create_slot(&slot("wn", r)).await?;
         env.create_slot(&slot("rl", r)).await?;
     }
     let took = workload::generate_backlog(&env.client, w, first_seq).await?;
@@ -392,6 +393,7 @@ async fn drain_workload(
             db_cpu_seconds: Some(d.db_cpu_seconds),
             peak_rss_bytes: d.peak_rss_bytes,
             records_in_broker: n,
+            fence: d.fence,
         });
         tracing::info!(
             "  {} #{r}: {:.0} events/s, cpu {:.2} s, db cpu {:.2} s{}",
@@ -405,54 +407,70 @@ async fn drain_workload(
         );
     };
     for r in 0..repeats {
-        // walrelay.
-        let topic = format!("bench.{}.wr{r}", w.id);
-        env.create_topic(&topic)?;
-        let config = scratch.join("walrelay.toml");
-        drain::write_walrelay_config(
-            &config,
-            env,
-            &slot("wr", r),
-            &topic,
-            &topic,
-            kafka_properties,
-        )?;
-        let log = scratch.join(format!("walrelay-{}-{r}.log", w.id));
-        let d = drain::walrelay(
-            env,
-            walrelay_bin,
-            walrelay_args,
-            &config,
-            &slot("wr", r),
-            end,
-            &log,
-            timeout,
-        )
-        .await?;
-        let (b, t, n) = (bootstrap.clone(), topic.clone(), w.events);
-        let counted = tokio::task::spawn_blocking(move || {
-            kafka::count_records(&b, &t, n, Duration::from_secs(15), Duration::from_secs(300))
-        })
-        .await??;
-        if counted > w.events {
-            bail!(
-                "walrelay: {counted} records in {topic}, {} expected",
-                w.events
-            );
+        // walrelay, with its tail fence (the default) and without, in
+        // alternating order so that drift does not favour either.
+        let order = if r % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for fence in order {
+            let (tool, name) = if fence {
+                (Tool::Walrelay, "wr")
+            } else {
+                (Tool::WalrelayNoFence, "wn")
+            };
+            let topic = format!("bench.{}.{name}{r}", w.id);
+            env.create_topic(&topic)?;
+            let config = scratch.join("walrelay.toml");
+            drain::write_walrelay_config(
+                &config,
+                env,
+                &slot(name, r),
+                &topic,
+                &topic,
+                kafka_properties,
+                fence,
+            )?;
+            let log = scratch.join(format!("walrelay-{}-{name}-{r}.log", w.id));
+            let d = drain::walrelay(
+                env,
+                walrelay_bin,
+                walrelay_args,
+                &config,
+                &slot(name, r),
+                end,
+                &log,
+                timeout,
+            )
+            .await?;
+            let (b, t, n) = (bootstrap.clone(), topic.clone(), w.events);
+            let counted = tokio::task::spawn_blocking(move || {
+                kafka::count_records(&b, &t, n, Duration::from_secs(15), Duration::from_secs(300))
+            })
+            .await??;
+            if counted > w.events {
+                bail!(
+                    "walrelay: {counted} records in {topic}, {} expected",
+                    w.events
+                );
+            }
+            if counted < w.events {
+                // The drain itself is proven by the confirmed position
+                // (walrelay confirms only what Kafka acknowledged); reading
+                // the topic back is a cross-check, and Tansu's memory
+                // storage can stall serving a topic of a million records.
+                let note = format!(
+                    "{} repeat {r} ({}): read back {counted} of {} records from walrelay's topic before the reader went quiet (a cross-check only; the drain is confirmed by the slot position)",
+                    w.id,
+                    tool.label(),
+                    w.events
+                );
+                tracing::warn!("{note}");
+                results.notes.push(note);
+            }
+            push(results, tool, r, d, Some(counted));
         }
-        if counted < w.events {
-            // The drain itself is proven by the confirmed position (walrelay
-            // confirms only what Kafka acknowledged); reading the topic back
-            // is a cross-check, and Tansu's memory storage can stall serving
-            // a topic of a million records.
-            let note = format!(
-                "{} repeat {r}: read back {counted} of {} records from walrelay's topic before the reader went quiet (a cross-check only; the drain is confirmed by the slot position)",
-                w.id, w.events
-            );
-            tracing::warn!("{note}");
-            results.notes.push(note);
-        }
-        push(results, Tool::Walrelay, r, d, Some(counted));
 
         // pg_recvlogical.
         let file = ScratchFile(scratch.join(format!("recv-{}-{r}.out", w.id)));
@@ -471,11 +489,13 @@ async fn drain_workload(
             cpu_seconds: p.cpu_seconds,
             db_cpu_seconds: db.finish().await?,
             peak_rss_bytes: None,
+            fence: None,
         };
         push(results, Tool::Producer, r, d, None);
     }
     for r in 0..repeats {
         env.drop_slot(&slot("wr", r)).await?;
+        env.drop_slot(&slot("wn", r)).await?;
         env.drop_slot(&slot("rl", r)).await?;
     }
     if w.kind == Kind::Outbox {
@@ -505,6 +525,7 @@ async fn drain_workload(
                 cpu_seconds: procstat::self_cpu_seconds()? - cpu0,
                 db_cpu_seconds: db.finish().await?,
                 peak_rss_bytes: None,
+                fence: None,
             };
             push(results, Tool::Polling, r, d, None);
         }
@@ -515,6 +536,7 @@ async fn drain_workload(
 fn tool_name(t: Tool) -> &'static str {
     match t {
         Tool::Walrelay => "walrelay",
+        Tool::WalrelayNoFence => "walrelay (fence off)",
         Tool::PgRecvlogical => "pg_recvlogical",
         Tool::Producer => "rdkafka producer",
         Tool::Polling => "polling relay",

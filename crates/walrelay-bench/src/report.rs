@@ -16,6 +16,9 @@ use crate::workload::{Kind, Workload};
 pub enum Tool {
     /// The `walrelay` binary.
     Walrelay,
+    /// The `walrelay` binary with `relay.fence = false`: what the tail
+    /// fence costs.
+    WalrelayNoFence,
     /// `pg_recvlogical` to a file: the decode limit.
     PgRecvlogical,
     /// A plain rdkafka producer: the produce limit.
@@ -25,8 +28,9 @@ pub enum Tool {
 }
 
 impl Tool {
-    pub const ALL: [Tool; 4] = [
+    pub const ALL: [Tool; 5] = [
         Tool::Walrelay,
+        Tool::WalrelayNoFence,
         Tool::PgRecvlogical,
         Tool::Producer,
         Tool::Polling,
@@ -35,6 +39,7 @@ impl Tool {
     pub fn label(self) -> &'static str {
         match self {
             Tool::Walrelay => "walrelay",
+            Tool::WalrelayNoFence => "walrelay, fence off",
             Tool::PgRecvlogical => "decode limit (pg_recvlogical)",
             Tool::Producer => "produce limit (rdkafka)",
             Tool::Polling => "polling relay",
@@ -59,6 +64,8 @@ pub struct ToolRun {
     pub peak_rss_bytes: Option<u64>,
     /// Records found in the broker afterwards (walrelay's topic).
     pub records_in_broker: Option<u64>,
+    /// walrelay's tail fence read at its first record.
+    pub fence: Option<crate::drain::FenceCost>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -278,6 +285,75 @@ fn ms(p: &Percentiles) -> String {
     format!("{:.1} / {:.1} / {:.1} / {:.1}", p.p50, p.p99, p.p999, p.max)
 }
 
+impl Results {
+    /// The tail fence's drain ratio per workload: walrelay with the fence
+    /// over walrelay without it (medians, same run).
+    fn fence_ratios(&self) -> Vec<(String, f64)> {
+        self.workloads
+            .iter()
+            .filter_map(|w| {
+                let on = self.summary(&w.id, Tool::Walrelay)?.rate.median;
+                let off = self.summary(&w.id, Tool::WalrelayNoFence)?.rate.median;
+                (off > 0.0).then(|| (w.id.clone(), on / off))
+            })
+            .collect()
+    }
+
+    fn fence_target(&self) -> TargetCheck {
+        let ratios = self.fence_ratios();
+        TargetCheck {
+            target:
+                "tail fence: walrelay's drain with the fence >= 0.98x without it on every workload"
+                    .into(),
+            measured: ratios
+                .iter()
+                .map(|(w, r)| format!("{w} {r:.3}x"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            met: (!ratios.is_empty()).then(|| ratios.iter().all(|(_, r)| *r >= 0.98)),
+        }
+    }
+
+    /// The fence section of the report.
+    fn fence_markdown(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "\n## Tail fence: the drain with and without it\n\nOne relay start per backlog; the fence reads the (empty) topic's partition tails before the first record.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| workload | walrelay (fence on) | walrelay, fence off | on / off | fence read at start (median) | records read |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+        for w in &self.workloads {
+            let get = |t| self.summary(&w.id, t).map(|x| x.rate);
+            let (on, off) = (get(Tool::Walrelay), get(Tool::WalrelayNoFence));
+            let costs: Vec<crate::drain::FenceCost> = self
+                .drain
+                .iter()
+                .filter(|r| r.workload == w.id && r.tool == Tool::Walrelay)
+                .filter_map(|r| r.fence)
+                .collect();
+            let ms = Stat::of(costs.iter().map(|c| c.elapsed_ms as f64));
+            let records = Stat::of(costs.iter().map(|c| c.records_read as f64));
+            let ratio = match (on, off) {
+                (Some(a), Some(b)) if b.median > 0.0 => format!("**{:.3}x**", a.median / b.median),
+                _ => "–".into(),
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                w.label(),
+                cell(on, rate),
+                cell(off, rate),
+                ratio,
+                ms.map_or("–".into(), |m| format!("{:.0} ms", m.median)),
+                records.map_or("–".into(), |m| format!("{:.0}", m.median)),
+            );
+        }
+    }
+}
+
 /// One target and how the run did.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetCheck {
@@ -392,6 +468,7 @@ impl Results {
                 .join(", "),
             met: (!poll.is_empty()).then(|| poll.iter().all(|(_, r, a, b)| *r >= 3.0 && a < b)),
         });
+        out.push(self.fence_target());
         out.extend(crate::consumer::report::targets(&self.consumer));
         out
     }
@@ -452,6 +529,8 @@ impl Results {
                 ratio(a, q),
             );
         }
+
+        self.fence_markdown(&mut s);
 
         let _ = writeln!(s, "\n## Cost: CPU seconds per million events, peak RSS\n");
         let _ = writeln!(

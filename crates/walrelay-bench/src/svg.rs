@@ -11,7 +11,7 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 90.0;
-const COLORS: [&str; 4] = ["#2b6cb0", "#718096", "#a0aec0", "#dd6b20"];
+const COLORS: [&str; 5] = ["#2b6cb0", "#90cdf4", "#718096", "#a0aec0", "#dd6b20"];
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")

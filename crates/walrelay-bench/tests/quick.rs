@@ -51,7 +51,13 @@ fn quick_mode_writes_a_report_with_every_tool() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
     let drain = json["drain"].as_array().unwrap();
-    for tool in ["walrelay", "pg_recvlogical", "producer", "polling"] {
+    for tool in [
+        "walrelay",
+        "walrelay_no_fence",
+        "pg_recvlogical",
+        "producer",
+        "polling",
+    ] {
         let runs: Vec<_> = drain.iter().filter(|r| r["tool"] == tool).collect();
         assert!(!runs.is_empty(), "no {tool} runs");
         for r in runs {
@@ -62,6 +68,16 @@ fn quick_mode_writes_a_report_with_every_tool() {
         }
     }
     assert_eq!(drain.iter().filter(|r| r["tool"] == "walrelay").count(), 7);
+    // The tail fence's read at the start of every fenced drain, from the
+    // relay's log, and the fence section with its target.
+    for r in drain.iter().filter(|r| r["tool"] == "walrelay") {
+        assert!(r["fence"]["elapsed_ms"].is_u64(), "no fence cost: {r}");
+    }
+    assert!(latest.contains("## Tail fence"), "{latest}");
+    assert!(
+        latest.contains("tail fence: walrelay's drain with the fence"),
+        "{latest}"
+    );
     let latency = json["latency"].as_array().unwrap();
     assert_eq!(latency.len(), 4 * 2, "four modes at two rates");
     for l in latency {
