@@ -115,6 +115,10 @@ async fn a_standby_relay_takes_over_within_seconds_without_loss() -> Result<()> 
         "nothing lost across the takeover"
     );
     println!("standby took over {takeover:.1?} after the kill; {duplicates} replayed duplicates");
+    assert_eq!(
+        duplicates, 0,
+        "the standby's tail fence keeps the killed relay's unconfirmed records off the wire"
+    );
     assert!(
         takeover < Duration::from_secs(15),
         "takeover took {takeover:?}"
