@@ -19,12 +19,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::{Layout, PartitionTail};
 use crate::key::EventKey;
@@ -77,6 +77,34 @@ impl FenceError {
     }
 }
 
+/// The reader's librdkafka context: what it has to say arrives through
+/// `poll` (and ends in [`FenceError`]), so its log and error callbacks
+/// stay quiet, in particular about the partition ends the read waits for
+/// (librdkafka also reports each one as a "global error").
+struct Quiet;
+
+impl ClientContext for Quiet {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        if matches!(
+            level,
+            RDKafkaLogLevel::Emerg
+                | RDKafkaLogLevel::Alert
+                | RDKafkaLogLevel::Critical
+                | RDKafkaLogLevel::Error
+        ) {
+            tracing::warn!(facility = fac, "tail fence reader: {message}");
+        } else {
+            tracing::debug!(facility = fac, "tail fence reader: {message}");
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!("tail fence reader: {error}: {reason}");
+    }
+}
+
+impl ConsumerContext for Quiet {}
+
 /// The tails of one topic.
 #[derive(Debug)]
 pub struct TopicTails {
@@ -98,9 +126,32 @@ pub fn read(
 ) -> Result<TopicTails, FenceError> {
     let started = Instant::now();
     let deadline = started + timeout;
-    let consumer: BaseConsumer = config
-        .create()
+    let consumer: BaseConsumer<Quiet> = config
+        .create_with_context(Quiet)
         .map_err(|e| FenceError::Client(e.to_string()))?;
+    // Leaders first: a tail offset assigned before they are known is
+    // resolved only on librdkafka's next offset-query retry, half a second
+    // later (measured: 40 ms instead of 530 ms for a read on Tansu).
+    if let Err(e) = consumer.fetch_metadata(Some(topic), timeout) {
+        if let Some(code) = e.rdkafka_error_code().filter(|c| is_denied(*c)) {
+            return Err(FenceError::Denied {
+                topic: topic.to_owned(),
+                code,
+            });
+        }
+        if Instant::now() >= deadline {
+            return Err(FenceError::Timeout {
+                topic: topic.to_owned(),
+                partitions: (0..partitions).collect(),
+                timeout,
+                last_error: Some(format!("fetching the topic's metadata: {e}")),
+            });
+        }
+        return Err(FenceError::Read {
+            topic: topic.to_owned(),
+            message: format!("fetching the topic's metadata: {e}"),
+        });
+    }
     let mut tails = vec![PartitionTail::default(); partitions as usize];
     // Per partition, the lowest offset read so far: a deeper round counts
     // only what lies below it.
