@@ -532,6 +532,14 @@ class ConsumerLoop:
         log.info("partitions assigned: %s", tps)
         for tp in tps:
             self._partitions.setdefault(tp, Partition(Position(self.group, *tp)))
+        # librdkafka keeps a partition's pause across a revocation and a
+        # new assignment of the same partition, while the loop starts it
+        # over unpaused: a partition paused when it was revoked would never
+        # fetch again. Assigned partitions start fetching.
+        try:
+            consumer.resume(partitions)
+        except KafkaException as e:
+            log.warning("resuming the assigned partitions failed: %s", e)
         try:
             marks = load_marks(self._db(), self.group, tps)
         except psycopg.Error as e:
