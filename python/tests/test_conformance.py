@@ -11,6 +11,7 @@ fields), so the two cannot drift apart silently.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -20,7 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
@@ -29,7 +30,16 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from conftest import REPO, Tansu, count
-from walrelay_consumer import ConsumerLoop, Counters, OnPoison, RetryPolicy, Settings, migrate, redrive
+from walrelay_consumer import (
+    AsyncConsumerLoop,
+    ConsumerLoop,
+    Counters,
+    OnPoison,
+    RetryPolicy,
+    Settings,
+    migrate,
+    redrive,
+)
 
 HERE = Path(__file__).resolve().parent
 FILE = json.loads((REPO / "conformance" / "scenarios.json").read_text())
@@ -135,16 +145,16 @@ def test_the_ledger_chains_prev_keys_per_source_partition_and_session() -> None:
 
 
 class Running:
-    """An in-process loop in a thread."""
+    """An in-process loop in a thread: ``run`` is the blocking loop's run
+    call, or ``asyncio.run`` of the asyncio loop's."""
 
-    def __init__(self, loop: ConsumerLoop, handler: Any, batches: bool) -> None:
+    def __init__(self, loop: ConsumerLoop, run: Callable[[], None]) -> None:
         self.loop = loop
         self.error: BaseException | None = None
-        run = loop.run_batches if batches else loop.run
 
         def target() -> None:
             try:
-                run(handler, handle_signals=False)
+                run()
             except BaseException as e:  # reported by stop()
                 self.error = e
 
@@ -158,26 +168,42 @@ class Running:
         assert self.error is None, f"the loop ended with {self.error!r}"
 
 
+INSERT_EFFECT = "INSERT INTO effects (event_key, partition, consumer) VALUES (%s, %s, %s)"
+
+
+def refuse_poison(batch: list[Any]) -> None:
+    for d in batch:
+        if (d.record.value or b"").startswith(b"poison"):
+            raise ValueError(f"poison: cannot apply {d.meta.key}")
+
+
 def apply(conn: psycopg.Connection[Any], batch: list[Any], consumer: str, delay: float, poison_fails: bool) -> None:
     """The handlers' side effect: one ``effects`` row per record; a batch
     with a poison record fails while ``poison_fails``."""
     if poison_fails:
-        for d in batch:
-            if (d.record.value or b"").startswith(b"poison"):
-                raise ValueError(f"poison: cannot apply {d.meta.key}")
+        refuse_poison(batch)
     with conn.cursor() as cur:
         if delay:
             cur.execute("SELECT pg_sleep(%s)", (delay,))
-        cur.executemany(
-            "INSERT INTO effects (event_key, partition, consumer) VALUES (%s, %s, %s)",
-            [(d.meta.key, d.position.partition, consumer) for d in batch],
-        )
+        cur.executemany(INSERT_EFFECT, [(d.meta.key, d.position.partition, consumer) for d in batch])
+
+
+async def apply_async(conn: psycopg.AsyncConnection[Any], batch: list[Any], consumer: str, delay: float) -> None:
+    """:func:`apply` for the asyncio loop (whose handlers always refuse
+    poison records)."""
+    refuse_poison(batch)
+    async with conn.cursor() as cur:
+        if delay:
+            await cur.execute("SELECT pg_sleep(%s)", (delay,))
+        await cur.executemany(INSERT_EFFECT, [(d.meta.key, d.position.partition, consumer) for d in batch])
 
 
 class World:
     """One scenario's database, topic, relays and consumers."""
 
-    def __init__(self, scenario: dict[str, Any], tansu: Tansu, dsn: str) -> None:
+    def __init__(self, scenario: dict[str, Any], tansu: Tansu, dsn: str, flavour: str) -> None:
+        assert flavour in ("blocking", "asyncio"), flavour
+        self.flavour = flavour
         self.defaults = FILE["defaults"]
         self.tansu = tansu
         self.dsn = dsn
@@ -243,7 +269,8 @@ class World:
 
     def start(self, name: str, handler: str, delay_ms: int, max_batch_records: int | None) -> None:
         assert name not in self.consumers, f"consumer {name} is already running"
-        loop = ConsumerLoop(
+        loop_class = AsyncConsumerLoop if self.flavour == "asyncio" else ConsumerLoop
+        loop = loop_class(
             {
                 "bootstrap.servers": self.tansu.bootstrap,
                 "group.id": self.group,
@@ -259,12 +286,26 @@ class World:
         )
         self.counters.append(loop.counters)
         delay = delay_ms / 1000
-        if handler == "batch":
-            self.consumers[name] = Running(loop, lambda conn, b: apply(conn, b, name, delay, True), True)
-        elif handler == "record":
-            self.consumers[name] = Running(loop, lambda conn, d: apply(conn, [d], name, delay, True), False)
+        assert handler in ("batch", "record"), f"unknown handler {handler!r} (batch or record)"
+        run: Callable[[], None]
+        if isinstance(loop, AsyncConsumerLoop):
+            aloop = loop
+
+            async def batch_async(conn: Any, b: list[Any]) -> None:
+                await apply_async(conn, b, name, delay)
+
+            async def record_async(conn: Any, d: Any) -> None:
+                await apply_async(conn, [d], name, delay)
+
+            if handler == "batch":
+                run = lambda: asyncio.run(aloop.run_batches(batch_async))  # noqa: E731
+            else:
+                run = lambda: asyncio.run(aloop.run(record_async))  # noqa: E731
+        elif handler == "batch":
+            run = lambda: loop.run_batches(lambda conn, b: apply(conn, b, name, delay, True), handle_signals=False)  # noqa: E731
         else:
-            raise AssertionError(f"unknown handler {handler!r} (batch or record)")
+            run = lambda: loop.run(lambda conn, d: apply(conn, [d], name, delay, True), handle_signals=False)  # noqa: E731
+        self.consumers[name] = Running(loop, run)
 
     def start_process(self, name: str, commit_interval_ms: int) -> None:
         assert name not in self.processes, f"consumer process {name} is already running"
@@ -437,9 +478,13 @@ def test_the_file_is_one_this_runner_understands() -> None:
         World.step(None, {"do": "teleport"})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("flavour", ["blocking", "asyncio"])
 @pytest.mark.parametrize("scenario", FILE["scenarios"], ids=[s["name"] for s in FILE["scenarios"]])
-def test_scenario(scenario: dict[str, Any], tansu: Tansu, dsn: str) -> None:
-    world = World(scenario, tansu, dsn)
+def test_scenario(scenario: dict[str, Any], flavour: str, tansu: Tansu, dsn: str) -> None:
+    """Every scenario with the blocking loop and with the asyncio loop (the
+    ``start`` action's consumers; ``start_process`` always runs the
+    blocking one)."""
+    world = World(scenario, tansu, dsn, flavour)
     try:
         for i, step in enumerate(scenario["steps"], 1):
             try:
