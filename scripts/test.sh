@@ -30,7 +30,8 @@ cargo test --workspace --lib --bins --tests --examples --locked -- --test-thread
 echo "==> Python package (python/): pip install ./python into a pinned virtualenv, pytest, mypy"
 # Against a throwaway PostgreSQL 15 cluster and Tansu broker the tests start
 # themselves (each of the 4 test processes its own; the tests mostly wait on
-# the broker). Exit code 5 (no tests collected) is a failure, not a pass.
+# the broker). tests/test_conformance.py plays conformance/scenarios.json,
+# which `cargo test` above played with the Rust crate. Exit code 5 (no tests collected) is a failure, not a pass.
 python_bin="$(scripts/install-python-venv.sh)"
 py_status=0
 (cd python && WALRELAY_TANSU_BIN="${tansu_bin}" "${python_bin}" -m pytest -p no:cacheprovider -q -n 4) || py_status=$?

@@ -85,7 +85,9 @@ struct Cli {
     #[arg(long)]
     consumer_records: Option<u64>,
     /// Only these consumers: wr_batch, wr_record, inbox_500, inbox_1,
-    /// read (default all).
+    /// read, py_batch, py_record (default all; the Python ones run the
+    /// Python package from the pinned virtualenv of
+    /// scripts/install-python-venv.sh, which the bench runs).
     #[arg(long, value_delimiter = ',')]
     consumers: Vec<String>,
     /// Rates of the consumers' latency runs, events/s (0: none).

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from .aio import AsyncBatchHandler, AsyncRecordHandler, _AsyncApply, _Failed, apply_batch_async
 from .apply import BatchError, BatchOutcome
-from .consumer import LOAD_SQL, POLL_BURST, POLL_MAX, ConsumerLoop, PartitionsStopped, _deliveries, log
+from .consumer import LOAD_SQL, POLL_BURST, POLL_MAX, ConsumerLoop, PartitionsStopped, _deliveries, _resume_assigned, log
 from .parked import INSERT_SQL
 from .partition import Apply, Idle, ParkUnkeyed, Partition, Skip, Stop, WaitUntil
 from .records import Delivery, Position, Record
@@ -229,6 +229,7 @@ class AsyncConsumerLoop(ConsumerLoop):
         log.info("partitions assigned: %s", tps)
         for tp in tps:
             self._partitions.setdefault(tp, Partition(Position(self.group, *tp)))
+        _resume_assigned(consumer, partitions)
         # Loaded on the event loop once the poll returns.
         self._pending.extend(tps)
 

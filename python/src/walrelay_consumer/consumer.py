@@ -532,6 +532,7 @@ class ConsumerLoop:
         log.info("partitions assigned: %s", tps)
         for tp in tps:
             self._partitions.setdefault(tp, Partition(Position(self.group, *tp)))
+        _resume_assigned(consumer, partitions)
         try:
             marks = load_marks(self._db(), self.group, tps)
         except psycopg.Error as e:
@@ -560,6 +561,17 @@ class ConsumerLoop:
         log.warning("partitions lost: %s", tps)
         for tp in tps:
             self._partitions.pop(tp, None)
+
+
+def _resume_assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    """Resumes newly assigned partitions. librdkafka keeps a partition's
+    pause across a revocation and a new assignment of the same partition,
+    while the loop starts it over unpaused: a partition paused when it was
+    revoked would never fetch again."""
+    try:
+        consumer.resume(partitions)
+    except KafkaException as e:
+        log.warning("resuming the assigned partitions failed: %s", e)
 
 
 def _deliveries(p: Partition, records: list[Queued]) -> list[Delivery]:

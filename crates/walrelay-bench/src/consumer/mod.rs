@@ -28,12 +28,16 @@
 //! batch handler (one multi-row insert per batch) and with the per-record
 //! handler (one insert per record inside the batch transaction), each on
 //! 4 and 1 partitions; the inbox consumer ([`inbox`]) with one transaction
-//! per record and one per up to 500 records.
+//! per record and one per up to 500 records; the Python package's
+//! `ConsumerLoop` ([`python`]) with its batch and per-record handlers, as a
+//! child process from the pinned virtualenv.
 
 mod inbox;
+mod python;
 pub mod report;
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -80,6 +84,10 @@ pub enum Consumer {
     /// A plain rdkafka consumer that only counts: the broker's read limit.
     #[serde(rename = "read limit (rdkafka, no processing)")]
     ReadLimit,
+    #[serde(rename = "Python package, batch handler")]
+    PythonBatch,
+    #[serde(rename = "Python package, per-record handler")]
+    PythonRecord,
 }
 
 impl Consumer {
@@ -90,6 +98,8 @@ impl Consumer {
             Consumer::Inbox1 => "inbox table, 1 record/tx",
             Consumer::Inbox500 => "inbox table, 500 records/tx",
             Consumer::ReadLimit => "read limit (rdkafka, no processing)",
+            Consumer::PythonBatch => "Python package, batch handler",
+            Consumer::PythonRecord => "Python package, per-record handler",
         }
     }
 
@@ -100,7 +110,13 @@ impl Consumer {
             Consumer::Inbox1 => "inbox_1",
             Consumer::Inbox500 => "inbox_500",
             Consumer::ReadLimit => "read",
+            Consumer::PythonBatch => "py_batch",
+            Consumer::PythonRecord => "py_record",
         }
+    }
+
+    fn is_python(self) -> bool {
+        matches!(self, Consumer::PythonBatch | Consumer::PythonRecord)
     }
 }
 
@@ -164,6 +180,8 @@ pub(crate) struct Applied {
     pub count: Arc<AtomicU64>,
     /// walrelay's loop metrics, when the consumer is walrelay's.
     metrics: Arc<OnceLock<LoopMetrics>>,
+    /// The consumer's process, when it runs in a child process.
+    pid: python::Pid,
     first: Arc<OnceLock<Instant>>,
     log: Option<ApplyLog>,
 }
@@ -224,6 +242,11 @@ pub async fn run(
         topics
     );
 
+    let python = if options.wants(Consumer::PythonBatch) || options.wants(Consumer::PythonRecord) {
+        Some(python::venv_python().await?)
+    } else {
+        None
+    };
     let mut runs = Vec::new();
     let mut n = 0;
     for repeat in 0..options.repeats {
@@ -234,6 +257,8 @@ pub async fn run(
                 Consumer::Inbox500,
                 Consumer::Inbox1,
                 Consumer::ReadLimit,
+                Consumer::PythonBatch,
+                Consumer::PythonRecord,
             ] {
                 if !options.wants(consumer) {
                     continue;
@@ -245,7 +270,13 @@ pub async fn run(
                 }
                 n += 1;
                 let db = format!("cons_{}_{n}", consumer.tag());
-                let run = drain(env, consumer, topic, *partitions, &db, w.events, repeat).await?;
+                let target = DrainTarget {
+                    topic,
+                    partitions: *partitions,
+                    db: &db,
+                    python: python.as_deref(),
+                };
+                let run = drain(env, consumer, target, w.events, repeat).await?;
                 tracing::info!(
                     "consumer {} p{partitions} #{repeat}: {:.0} records/s, {:.1} µs cpu/record, {:.1} µs db cpu/record, state {} rows / {} B, batches {:?}, pauses {:?}",
                     consumer.label(),
@@ -338,17 +369,32 @@ async fn connect(dsn: &str) -> Result<tokio_postgres::Client> {
     Ok(client)
 }
 
-/// Starts `consumer` on `topic`; it runs until `stop`.
+/// Starts `consumer` on `topic`; it runs until `stop`. `python` is the
+/// interpreter for the Python consumers.
+#[allow(clippy::too_many_arguments)]
 async fn start(
     env: &BenchEnv,
     consumer: Consumer,
     topic: &str,
     dsn: &str,
     group: &str,
+    python: Option<&Path>,
     applied: Applied,
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<Result<()>>> {
     let kafka = kafka_config(env, group);
+    if consumer.is_python() {
+        let python = python.context("no Python interpreter for the Python consumer")?;
+        let target = python::Target {
+            python,
+            bootstrap: env.bootstrap(),
+            topic,
+            dsn,
+            group,
+            batch: consumer == Consumer::PythonBatch,
+        };
+        return python::start(target, applied, stop);
+    }
     let topic = topic.to_owned();
     Ok(match consumer {
         Consumer::WalrelayBatch | Consumer::WalrelayRecord => {
@@ -428,6 +474,7 @@ async fn start(
                 async move { inbox::run(kafka, &topic, client, per_tx, applied, stop).await },
             )
         }
+        Consumer::PythonBatch | Consumer::PythonRecord => unreachable!("started above"),
     })
 }
 
@@ -488,24 +535,51 @@ async fn stop_consumer(
         .context("the consumer did not stop within 60 s")??
 }
 
+/// Where a drain run reads and writes.
+struct DrainTarget<'a> {
+    topic: &'a str,
+    partitions: i32,
+    /// The database (and consumer group) name.
+    db: &'a str,
+    python: Option<&'a Path>,
+}
+
 /// One consumer applies the whole `topic` into a fresh database.
 async fn drain(
     env: &BenchEnv,
     consumer: Consumer,
-    topic: &str,
-    partitions: i32,
-    db: &str,
+    target: DrainTarget<'_>,
     records: u64,
     repeat: u32,
 ) -> Result<ConsumerRun> {
+    let DrainTarget {
+        topic,
+        partitions,
+        db,
+        python,
+    } = target;
     let dsn = fresh_database(env, db).await?;
     let applied = Applied::default();
     let (stop_tx, stop_rx) = watch::channel(false);
     let db_cpu = env.db_cpu_window()?;
     let cpu0 = procstat::self_cpu_seconds()?;
-    let task = start(env, consumer, topic, &dsn, db, applied.clone(), stop_rx).await?;
+    let task = start(
+        env,
+        consumer,
+        topic,
+        &dsn,
+        db,
+        python,
+        applied.clone(),
+        stop_rx,
+    )
+    .await?;
     let finished = wait_applied(&applied, records, &task).await;
-    let cpu = procstat::self_cpu_seconds()? - cpu0;
+    // A child process's CPU is its own, from its start; ours otherwise.
+    let cpu = match applied.pid.get() {
+        Some(pid) => procstat::cpu_seconds(*pid)?,
+        None => procstat::self_cpu_seconds()? - cpu0,
+    };
     let db_cpu = db_cpu.finish().await?;
     stop_consumer(stop_tx, task).await?;
     let finished = finished?;
@@ -532,7 +606,10 @@ async fn drain(
         );
     }
     let (state_rows, state_bytes) = match consumer {
-        Consumer::WalrelayBatch | Consumer::WalrelayRecord => {
+        Consumer::WalrelayBatch
+        | Consumer::WalrelayRecord
+        | Consumer::PythonBatch
+        | Consumer::PythonRecord => {
             let row = client
                 .query_one(
                     "SELECT count(*), pg_total_relation_size('walrelay_consumer_hwm') FROM walrelay_consumer_hwm",
@@ -587,7 +664,17 @@ async fn live(
     ));
     let applied = Applied::with_log();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let task = start(env, consumer, &topic, &dsn, &db, applied.clone(), stop_rx).await?;
+    let task = start(
+        env,
+        consumer,
+        &topic,
+        &dsn,
+        &db,
+        None,
+        applied.clone(),
+        stop_rx,
+    )
+    .await?;
 
     let result = async {
         let clients = latency::connect_clients(env).await?;

@@ -276,6 +276,17 @@ impl<'a> Driver<'a> {
                     }
                 }
                 RebalanceEvent::Assigned(assigned) => {
+                    // librdkafka keeps a partition's pause across its
+                    // revocation and a new assignment to this member,
+                    // while the loop starts it over unpaused: it would
+                    // never resume. Assigned partitions start fetching.
+                    let mut tpl = TopicPartitionList::new();
+                    for tp in &assigned {
+                        tpl.add_partition(&tp.0, tp.1);
+                    }
+                    if let Err(e) = self.consumer.resume(&tpl) {
+                        tracing::warn!("resuming the assigned partitions failed: {e}");
+                    }
                     for tp in assigned {
                         self.generation += 1;
                         let generation = self.generation;

@@ -1,0 +1,111 @@
+//! The consumer conformance suite, Rust side: every scenario of
+//! `conformance/scenarios.json` (the file the Python package's
+//! `python/tests/test_conformance.py` runs too) against one real
+//! PostgreSQL and one Tansu broker, each scenario in its own database,
+//! topic and consumer group, all scenarios at once.
+//!
+//! conformance/README.md describes the actions and the checks; both
+//! runners implement exactly those, and refuse anything else.
+
+mod scenario;
+#[path = "../support/mod.rs"]
+mod support;
+mod world;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, ensure};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_postgres::Transaction;
+use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore, Settings};
+use walrelay_testkit::{ClusterOptions, PgCluster, TansuBroker};
+
+use world::{apply, run};
+
+/// Set in the environment of a consumer process this suite starts (and
+/// kills): the test `conformance_child` then runs the consumer.
+const CHILD_ENV: &str = "WALRELAY_CONFORMANCE_CHILD";
+const AWAIT: Duration = Duration::from_secs(60);
+
+const CREATE_EFFECTS: &str = "CREATE TABLE effects (
+    event_key text NOT NULL,
+    partition int NOT NULL,
+    consumer text NOT NULL
+)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_of_the_shared_file() -> anyhow::Result<()> {
+    support::init_tracing();
+    let file = scenario::load()?;
+    let cluster = tokio::task::spawn_blocking(|| PgCluster::start(ClusterOptions::default()));
+    let broker = tokio::task::spawn_blocking(TansuBroker::start);
+    let shared = Arc::new(Shared {
+        cluster: cluster.await??,
+        broker: broker.await??,
+    });
+    let mut runs = JoinSet::new();
+    for scenario in file.scenarios {
+        let (shared, defaults) = (Arc::clone(&shared), file.defaults.clone());
+        runs.spawn(async move {
+            let name = scenario.name.clone();
+            (name, run(&shared, &defaults, scenario).await)
+        });
+    }
+    let mut failed = Vec::new();
+    let mut passed = 0;
+    while let Some(joined) = runs.join_next().await {
+        match joined? {
+            (_, Ok(())) => passed += 1,
+            (name, Err(e)) => failed.push(format!("scenario {name}: {e:#}")),
+        }
+    }
+    ensure!(
+        failed.is_empty(),
+        "{} of {} scenarios failed:\n{}",
+        failed.len(),
+        failed.len() + passed,
+        failed.join("\n")
+    );
+    Ok(())
+}
+
+/// A consumer process for `start_process`: runs only when this test binary
+/// is started by [`every_scenario_of_the_shared_file`] with [`CHILD_ENV`]
+/// set, and then until it is killed.
+#[tokio::test]
+async fn conformance_child() -> anyhow::Result<()> {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return Ok(());
+    };
+    let fields: Vec<&str> = spec.split('\t').collect();
+    let [bootstrap, topic, dsn, group, name, interval_ms] = fields[..] else {
+        bail!("{CHILD_ENV} must hold 6 tab-separated fields, not {spec:?}");
+    };
+    let consumer = ConsumerLoop::new(
+        support::kafka(bootstrap, group),
+        &[topic],
+        PgHwmStore::new(),
+        Database::from_dsn(dsn)?,
+    )?
+    .with_settings(Settings {
+        commit_interval: Duration::from_millis(interval_ms.parse()?),
+        ..Settings::default()
+    });
+    let (_stop, shutdown) = watch::channel(false);
+    consumer
+        .run_batches(
+            async |tx: &Transaction<'_>, batch: &[Delivery<'_>]| {
+                apply(tx, batch, name, Duration::ZERO, false).await
+            },
+            shutdown,
+        )
+        .await?;
+    bail!("the consumer process stopped before it was killed")
+}
+
+struct Shared {
+    cluster: PgCluster,
+    broker: TansuBroker,
+}

@@ -1,0 +1,500 @@
+"""The consumer conformance suite, Python side: every scenario of
+``conformance/scenarios.json`` (the file the Rust crate's
+``crates/walrelay-consumer/tests/conformance`` runs too) against a real
+PostgreSQL and Tansu, one test per scenario, each in its own database,
+topic and consumer group.
+
+conformance/README.md describes the actions and the checks; both runners
+implement exactly those and refuse anything else (unknown actions, unknown
+fields), so the two cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry
+
+from conftest import REPO, Tansu, count
+from walrelay_consumer import (
+    AsyncConsumerLoop,
+    ConsumerLoop,
+    Counters,
+    OnPoison,
+    RetryPolicy,
+    Settings,
+    migrate,
+    redrive,
+)
+
+HERE = Path(__file__).resolve().parent
+FILE = json.loads((REPO / "conformance" / "scenarios.json").read_text())
+AWAIT = 60.0
+KEY_FORMAT = "{0x100 + seq:016x}{partition:016x}"
+
+#: Every action with its required and optional fields.
+ACTIONS: dict[str, tuple[set[str], set[str]]] = {
+    "produce": ({"source", "partitions", "seqs"}, {"prev_seq", "poison"}),
+    "restart_relay": ({"source"}, set()),
+    "replay_last": ({"source", "partitions", "count"}, set()),
+    "produce_more": ({"source", "partitions", "count"}, set()),
+    "produce_until_applied_by": ({"consumer", "source", "partitions", "per_round"}, set()),
+    "start": ({"consumer", "handler"}, {"batch_delay_ms", "max_batch_records"}),
+    "stop": ({"consumer"}, set()),
+    "start_process": ({"consumer", "commit_interval_ms"}, set()),
+    "kill_process": ({"consumer"}, set()),
+    "await": (set(), {"effects", "parked", "seen"}),
+    "expect_counters": ({"processed", "duplicates", "gaps", "parked"}, set()),
+    "redrive": ({"handler", "applied", "failed", "unusable"}, set()),
+}
+
+
+def check_fields(what: str, obj: dict[str, Any], required: set[str], optional: Iterable[str] = ()) -> None:
+    missing = required - obj.keys()
+    unknown = obj.keys() - required - set(optional)
+    assert not missing and not unknown, f"{what}: missing fields {sorted(missing)}, unknown fields {sorted(unknown)}"
+
+
+def key(partition: int, seq: int) -> str:
+    return f"{0x100 + seq:016x}{partition:016x}"
+
+
+@dataclass
+class Planned:
+    partition: int
+    key: str
+    prev: str
+    source: str
+    poison: bool
+
+    def payload(self) -> bytes:
+        return f"{'poison' if self.poison else 'event'} {self.key}".encode()
+
+
+@dataclass
+class Ledger:
+    """What the scenario's relays produced, and the last key per (source,
+    partition) of the current relay session (for ``walrelay-prev-key``)."""
+
+    prev: dict[tuple[str, int], str] = field(default_factory=dict)
+    seqs: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    keys: set[str] = field(default_factory=set)
+
+    def plan(
+        self, source: str, partitions: list[int], seqs: list[int], prev_seq: int | None = None, poison: bool = False
+    ) -> list[Planned]:
+        out = []
+        for i, seq in enumerate(seqs):
+            for partition in partitions:
+                k = key(partition, seq)
+                prev = self.prev.get((source, partition), "")
+                self.prev[(source, partition)] = k
+                if i == 0 and prev_seq is not None:
+                    prev = key(partition, prev_seq)
+                self.seqs.setdefault((source, partition), set()).add(seq)
+                self.keys.add(k)
+                out.append(Planned(partition, k, prev, source, poison))
+        return out
+
+    def restart(self, source: str) -> None:
+        self.prev = {sp: k for sp, k in self.prev.items() if sp[0] != source}
+
+    def last(self, source: str, partition: int) -> int | None:
+        seqs = self.seqs.get((source, partition))
+        return max(seqs) if seqs else None
+
+    def tail(self, source: str, partition: int, n: int) -> list[int]:
+        return sorted(self.seqs.get((source, partition), set()))[-n:]
+
+    def expected_effects(self, parked: list[dict[str, Any]]) -> set[str]:
+        return self.keys - {key(p["partition"], p["seq"]) for p in parked}
+
+    def resolve(self, n: int | str, parked: list[dict[str, Any]]) -> int:
+        if n == "all":
+            return len(self.expected_effects(parked))
+        assert isinstance(n, int), f"a count must be a number or 'all', not {n!r}"
+        return n
+
+
+def test_the_ledger_chains_prev_keys_per_source_partition_and_session() -> None:
+    ledger = Ledger()
+    assert [p.prev for p in ledger.plan("s", [0, 1], [1, 2])] == ["", "", key(0, 1), key(1, 1)]
+    gap = ledger.plan("s", [0], [4, 5], prev_seq=3)
+    assert (gap[0].prev, gap[1].prev) == (key(0, 3), key(0, 4))
+    other = ledger.plan("t", [0], [7], poison=True)
+    assert other[0].prev == "" and other[0].payload() == f"poison {key(0, 7)}".encode()
+    ledger.restart("s")
+    assert ledger.plan("s", [1], [2])[0].prev == ""
+    assert ledger.last("s", 0) == 5 and ledger.tail("s", 0, 3) == [2, 4, 5]
+    assert ledger.resolve("all", [{"partition": 0, "seq": 7}]) == 6
+    assert key(1, 5) == "00000000000001050000000000000001"
+
+
+class Running:
+    """An in-process loop in a thread: ``run`` is the blocking loop's run
+    call, or ``asyncio.run`` of the asyncio loop's."""
+
+    def __init__(self, loop: ConsumerLoop, run: Callable[[], None]) -> None:
+        self.loop = loop
+        self.error: BaseException | None = None
+
+        def target() -> None:
+            try:
+                run()
+            except BaseException as e:  # reported by stop()
+                self.error = e
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.loop.stop()
+        self.thread.join(AWAIT)
+        assert not self.thread.is_alive(), f"the loop did not stop within {AWAIT} s"
+        assert self.error is None, f"the loop ended with {self.error!r}"
+
+
+INSERT_EFFECT = "INSERT INTO effects (event_key, partition, consumer) VALUES (%s, %s, %s)"
+
+
+def refuse_poison(batch: list[Any]) -> None:
+    for d in batch:
+        if (d.record.value or b"").startswith(b"poison"):
+            raise ValueError(f"poison: cannot apply {d.meta.key}")
+
+
+def apply(conn: psycopg.Connection[Any], batch: list[Any], consumer: str, delay: float, poison_fails: bool) -> None:
+    """The handlers' side effect: one ``effects`` row per record; a batch
+    with a poison record fails while ``poison_fails``."""
+    if poison_fails:
+        refuse_poison(batch)
+    with conn.cursor() as cur:
+        if delay:
+            cur.execute("SELECT pg_sleep(%s)", (delay,))
+        cur.executemany(INSERT_EFFECT, [(d.meta.key, d.position.partition, consumer) for d in batch])
+
+
+async def apply_async(conn: psycopg.AsyncConnection[Any], batch: list[Any], consumer: str, delay: float) -> None:
+    """:func:`apply` for the asyncio loop (whose handlers always refuse
+    poison records)."""
+    refuse_poison(batch)
+    async with conn.cursor() as cur:
+        if delay:
+            await cur.execute("SELECT pg_sleep(%s)", (delay,))
+        await cur.executemany(INSERT_EFFECT, [(d.meta.key, d.position.partition, consumer) for d in batch])
+
+
+class World:
+    """One scenario's database, topic, relays and consumers."""
+
+    def __init__(self, scenario: dict[str, Any], tansu: Tansu, dsn: str, flavour: str) -> None:
+        assert flavour in ("blocking", "asyncio"), flavour
+        self.flavour = flavour
+        self.defaults = FILE["defaults"]
+        self.tansu = tansu
+        self.dsn = dsn
+        # Topics and groups are broker-wide: unique per test run.
+        suffix = uuid.uuid4().hex[:8]
+        self.group = f"{scenario['name']}-{suffix}"
+        self.topic = f"conformance-{scenario['name']}-{suffix}"
+        self.expected_parked: list[dict[str, Any]] = scenario["expect"]["parked"]
+        tansu.create_topic(self.topic, self.defaults["partitions"])
+        with psycopg.connect(dsn, autocommit=True) as c:
+            migrate(c)
+            c.execute("CREATE TABLE effects (event_key text NOT NULL, partition int NOT NULL, consumer text NOT NULL)")
+        self.producer = Producer(
+            {"bootstrap.servers": tansu.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 2}
+        )
+        self.ledger = Ledger()
+        self.consumers: dict[str, Running] = {}
+        self.processes: dict[str, subprocess.Popen[str]] = {}
+        self.counters: list[Counters] = []
+
+    # -- producing ----------------------------------------------------------
+
+    def send(self, planned: list[Planned]) -> None:
+        errors: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        for r in planned:
+            self.producer.produce(
+                self.topic,
+                value=r.payload(),
+                key=r.key.encode(),
+                partition=r.partition,
+                headers=[
+                    ("idempotency-key", r.key.encode()),
+                    ("walrelay-source", r.source.encode()),
+                    ("walrelay-prev-key", r.prev.encode()),
+                ],
+                on_delivery=delivered,
+            )
+        assert self.producer.flush(30) == 0, "records still undelivered after 30 s"
+        assert not errors, errors
+
+    def produce_more(self, source: str, partitions: list[int], n: int) -> None:
+        for p in partitions:
+            last = self.ledger.last(source, p)
+            start = 1 if last is None else last + 1
+            self.send(self.ledger.plan(source, [p], list(range(start, start + n))))
+
+    # -- consumers ----------------------------------------------------------
+
+    def settings(self, max_batch_records: int | None) -> Settings:
+        d = self.defaults
+        retry = d["retry"]
+        return Settings(
+            max_batch_records=max_batch_records or d["max_batch_records"],
+            commit_interval=d["commit_interval_ms"] / 1000,
+            retry=RetryPolicy(attempts=retry["attempts"], base=retry["base_ms"] / 1000, cap=retry["cap_ms"] / 1000),
+            on_poison={"park": OnPoison.PARK, "stop": OnPoison.STOP}[d["on_poison"]],
+        )
+
+    def start(self, name: str, handler: str, delay_ms: int, max_batch_records: int | None) -> None:
+        assert name not in self.consumers, f"consumer {name} is already running"
+        loop_class = AsyncConsumerLoop if self.flavour == "asyncio" else ConsumerLoop
+        loop = loop_class(
+            {
+                "bootstrap.servers": self.tansu.bootstrap,
+                "group.id": self.group,
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 1000,
+                "reconnect.backoff.ms": 20,
+                "reconnect.backoff.max.ms": 500,
+            },
+            [self.topic],
+            self.dsn,
+            self.settings(max_batch_records),
+            CollectorRegistry(),
+        )
+        self.counters.append(loop.counters)
+        delay = delay_ms / 1000
+        assert handler in ("batch", "record"), f"unknown handler {handler!r} (batch or record)"
+        run: Callable[[], None]
+        if isinstance(loop, AsyncConsumerLoop):
+            aloop = loop
+
+            async def batch_async(conn: Any, b: list[Any]) -> None:
+                await apply_async(conn, b, name, delay)
+
+            async def record_async(conn: Any, d: Any) -> None:
+                await apply_async(conn, [d], name, delay)
+
+            if handler == "batch":
+                run = lambda: asyncio.run(aloop.run_batches(batch_async))  # noqa: E731
+            else:
+                run = lambda: asyncio.run(aloop.run(record_async))  # noqa: E731
+        elif handler == "batch":
+            run = lambda: loop.run_batches(lambda conn, b: apply(conn, b, name, delay, True), handle_signals=False)  # noqa: E731
+        else:
+            run = lambda: loop.run(lambda conn, d: apply(conn, [d], name, delay, True), handle_signals=False)  # noqa: E731
+        self.consumers[name] = Running(loop, run)
+
+    def start_process(self, name: str, commit_interval_ms: int) -> None:
+        assert name not in self.processes, f"consumer process {name} is already running"
+        self.processes[name] = subprocess.Popen(
+            [
+                *(sys.executable, str(HERE / "consumer_process.py"), self.tansu.bootstrap, self.topic, self.dsn),
+                *(self.group, name, str(commit_interval_ms / 1000)),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def kill_process(self, name: str) -> None:
+        proc = self.processes.pop(name)
+        assert proc.poll() is None, f"consumer process {name} exited on its own: {proc.communicate()[0]}"
+        proc.kill()
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == -signal.SIGKILL, out
+
+    def counters_sum(self) -> Counters:
+        total = Counters()
+        for c in self.counters:
+            total.processed += c.processed
+            total.duplicates += c.duplicates
+            total.gaps += c.gaps
+            total.parked += c.parked
+            total.errors += c.errors
+        return total
+
+    def await_counts(self, effects: int | None, parked: int | None, seen: int | None) -> None:
+        deadline = time.monotonic() + AWAIT
+        while True:
+            e = count(self.dsn, "SELECT count(*) FROM effects")
+            p = count(self.dsn, "SELECT count(*) FROM walrelay_consumer_parked")
+            c = self.counters_sum()
+            s = c.processed + c.duplicates + c.parked
+            if (effects is None or e >= effects) and (parked is None or p >= parked) and (seen is None or s >= seen):
+                return
+            assert time.monotonic() < deadline, (
+                f"timed out after {AWAIT} s waiting for effects {effects}, parked {parked}, seen {seen}; "
+                f"have effects {e}, parked {p}, seen {s} ({c})"
+            )
+            time.sleep(0.05)
+
+    # -- steps --------------------------------------------------------------
+
+    def step(self, step: dict[str, Any]) -> None:
+        action = step.get("do")
+        assert action in ACTIONS, f"unknown action {action!r}: this runner knows {sorted(ACTIONS)}"
+        required, optional = ACTIONS[action]
+        check_fields(f"action {action}", {k: v for k, v in step.items() if k != "do"}, required, optional)
+        if action == "produce":
+            first, last = step["seqs"]
+            self.send(
+                self.ledger.plan(
+                    step["source"],
+                    step["partitions"],
+                    list(range(first, last + 1)),
+                    step.get("prev_seq"),
+                    step.get("poison", False),
+                )
+            )
+        elif action == "restart_relay":
+            self.ledger.restart(step["source"])
+        elif action == "replay_last":
+            for p in step["partitions"]:
+                self.send(self.ledger.plan(step["source"], [p], self.ledger.tail(step["source"], p, step["count"])))
+        elif action == "produce_more":
+            self.produce_more(step["source"], step["partitions"], step["count"])
+        elif action == "produce_until_applied_by":
+            who = step["consumer"]
+            for _ in range(200):
+                self.produce_more(step["source"], step["partitions"], step["per_round"])
+                with psycopg.connect(self.dsn) as c:
+                    row = c.execute("SELECT count(*) FROM effects WHERE consumer = %s", (who,)).fetchone()
+                if row is not None and row[0] > 0:
+                    return
+                self.await_counts(self.ledger.resolve("all", self.expected_parked), None, None)
+            raise AssertionError(f"consumer {who} applied nothing in 200 rounds")
+        elif action == "start":
+            self.start(step["consumer"], step["handler"], step.get("batch_delay_ms", 0), step.get("max_batch_records"))
+        elif action == "stop":
+            self.consumers.pop(step["consumer"]).stop()
+        elif action == "start_process":
+            self.start_process(step["consumer"], step["commit_interval_ms"])
+        elif action == "kill_process":
+            self.kill_process(step["consumer"])
+        elif action == "await":
+            effects = step.get("effects")
+            self.await_counts(
+                None if effects is None else self.ledger.resolve(effects, self.expected_parked),
+                step.get("parked"),
+                step.get("seen"),
+            )
+        elif action == "expect_counters":
+            c = self.counters_sum()
+            want = (step["processed"], step["duplicates"], step["gaps"], step["parked"])
+            got = (c.processed, c.duplicates, c.gaps, c.parked)
+            assert got == want, f"counters (processed, duplicates, gaps, parked): expected {want}, got {got}"
+        elif action == "redrive":
+            broken = {"broken": True, "fixed": False}[step["handler"]]
+            with psycopg.connect(self.dsn, autocommit=True) as c:
+                report = redrive(c, self.group, lambda conn, d: apply(conn, [d], "redrive", 0, broken))
+            want = (step["applied"], step["failed"], step["unusable"])
+            got = (report.applied, report.failed, report.unusable)
+            assert got == want, f"redrive (applied, failed, unusable): expected {want}, got {got}"
+
+    # -- final state --------------------------------------------------------
+
+    def check(self, expect: dict[str, Any]) -> None:
+        check_fields("expect", expect, {"effects", "marks", "parked"})
+        with psycopg.connect(self.dsn) as c:
+            rows = c.execute("SELECT event_key, count(*) FROM effects GROUP BY event_key").fetchall()
+            marks = c.execute(
+                "SELECT partition, source, hwm FROM walrelay_consumer_hwm WHERE consumer_group = %s AND topic = %s",
+                (self.group, self.topic),
+            ).fetchall()
+            parked = c.execute(
+                "SELECT partition, idempotency_key, attempts FROM walrelay_consumer_parked "
+                "ORDER BY partition, kafka_offset"
+            ).fetchall()
+        twice = [(k, n) for k, n in rows if n > 1]
+        assert not twice, f"applied more than once: {twice}"
+        total = sum(n for _, n in rows)
+        want_total = self.ledger.resolve(expect["effects"], expect["parked"])
+        assert total == want_total, f"effects rows: expected {want_total}, got {total}"
+        got_keys = {k for k, _ in rows}
+        want_keys = self.ledger.expected_effects(expect["parked"])
+        assert got_keys == want_keys, (
+            f"effects: missing {sorted(want_keys - got_keys)}, unexpected {sorted(got_keys - want_keys)}"
+        )
+
+        want_marks = set()
+        for m in expect["marks"]:
+            check_fields("mark", m, {"partition", "source", "seq"})
+            seq = self.ledger.last(m["source"], m["partition"]) if m["seq"] == "last" else m["seq"]
+            assert isinstance(seq, int), f"nothing produced for mark {m}"
+            want_marks.add((m["partition"], m["source"], key(m["partition"], seq)))
+        assert set(marks) == want_marks, f"marks: expected {want_marks}, got {set(marks)}"
+
+        for p in expect["parked"]:
+            check_fields("parked", p, {"partition", "seq"}, {"attempts"})
+        want_parked = [(p["partition"], key(p["partition"], p["seq"]), p.get("attempts")) for p in expect["parked"]]
+        matches = len(parked) == len(want_parked) and all(
+            g[0] == w[0] and g[1] == w[1] and (w[2] is None or w[2] == g[2]) for g, w in zip(parked, want_parked)
+        )
+        assert matches, f"parked (partition, key, attempts): expected {want_parked}, got {parked}"
+
+    def close(self) -> None:
+        for running in self.consumers.values():
+            running.loop.stop()
+        for proc in self.processes.values():
+            proc.kill()
+            proc.communicate(timeout=30)
+        self.producer.flush(5)
+
+
+def test_the_file_is_one_this_runner_understands() -> None:
+    check_fields("scenarios.json", FILE, {"about", "key_format", "defaults", "scenarios"})
+    assert FILE["key_format"] == KEY_FORMAT, f"key_format {FILE['key_format']!r} is not implemented here"
+    check_fields(
+        "defaults", FILE["defaults"], {"partitions", "max_batch_records", "commit_interval_ms", "retry", "on_poison"}
+    )
+    names = [s["name"] for s in FILE["scenarios"]]
+    assert len(names) == len(set(names)), f"scenario names repeat: {names}"
+    for s in FILE["scenarios"]:
+        check_fields(f"scenario {s.get('name')}", s, {"name", "doc", "steps", "expect"})
+    with pytest.raises(AssertionError, match="unknown action 'teleport'"):
+        World.step(None, {"do": "teleport"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flavour", ["blocking", "asyncio"])
+@pytest.mark.parametrize("scenario", FILE["scenarios"], ids=[s["name"] for s in FILE["scenarios"]])
+def test_scenario(scenario: dict[str, Any], flavour: str, tansu: Tansu, dsn: str) -> None:
+    """Every scenario with the blocking loop and with the asyncio loop (the
+    ``start`` action's consumers; ``start_process`` always runs the
+    blocking one)."""
+    world = World(scenario, tansu, dsn, flavour)
+    try:
+        for i, step in enumerate(scenario["steps"], 1):
+            try:
+                world.step(step)
+            except AssertionError as e:
+                raise AssertionError(f"step {i} {step}: {e}") from e
+        assert not world.consumers and not world.processes, (
+            f"the scenario leaves consumers running: {sorted(world.consumers)} {sorted(world.processes)} "
+            "(end it with stop or kill_process)"
+        )
+        world.check(scenario["expect"])
+    finally:
+        world.close()
