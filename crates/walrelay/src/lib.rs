@@ -26,9 +26,9 @@
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
-/// The `walrelay.v1` envelope format lives in its own crate (fuzzable, no
+/// The `walrelay.v1` envelope format lives in the contract crate (fuzzable, no
 /// librdkafka); re-exported here because the router is its main user.
-pub use walrelay_envelope as envelope;
+pub use walrelay_contract::envelope;
 pub mod http;
 pub mod kafka_client;
 pub mod key;
