@@ -14,11 +14,13 @@
 //! | [`sink`] | the idempotent Kafka producer and its delivery reports |
 //! | [`checkpoint`] | which LSN may be confirmed, given what Kafka acknowledged |
 //! | [`pipeline`] | the loop tying them together, and restarts from the slot |
+//! | [`error`] | the relay's error type, with what to do about each |
 //! | [`metrics`], [`http`] | Prometheus metrics, `/metrics`, `/healthz`, `/readyz` |
 //! | [`publication`], [`monitor`] | what the publication must contain for the configuration; the periodic check while `run` runs |
 //! | [`setup`] | `walrelay setup`: helpers, publication, slot |
 //! | [`status`] | `walrelay status`: the slot as PostgreSQL sees it |
 //! | [`config`], [`cli`] | configuration file, environment and flags |
+//! | [`shutdown`] | SIGTERM/SIGINT and the stop channel |
 //! | [`secrets`] | Kafka secrets from files and environment variables, never shown |
 
 #![forbid(unsafe_code)]
@@ -26,6 +28,7 @@
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod error;
 /// The `walrelay.v1` envelope format lives in the contract crate (fuzzable, no
 /// librdkafka); re-exported here because the router is its main user.
 pub use walrelay_contract::envelope;
@@ -41,6 +44,7 @@ pub mod record;
 pub mod route;
 pub mod secrets;
 pub mod setup;
+pub mod shutdown;
 pub mod sink;
 pub mod status;
 pub mod verify;

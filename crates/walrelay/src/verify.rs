@@ -33,8 +33,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
-use crate::cli::Options;
-use crate::config::{Config, KafkaConfig};
+use crate::config::KafkaConfig;
 use crate::key::EventKey;
 use crate::record::header;
 
@@ -870,26 +869,6 @@ const POLL_STEP: Duration = Duration::from_millis(100);
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ERRORS_KEPT: usize = 20;
 
-/// Bootstrap servers and properties: the file's `[kafka]` section (if
-/// `--config` is given; the rest of the file is neither needed nor
-/// validated), overridden by flags and environment.
-fn kafka_settings(options: &Options) -> anyhow::Result<KafkaConfig> {
-    let mut kafka = match &options.config {
-        Some(path) => Config::load(path)?.kafka,
-        None => KafkaConfig::default(),
-    };
-    if let Some(v) = &options.bootstrap_servers {
-        kafka.bootstrap_servers = v.clone();
-    }
-    for (k, v) in &options.kafka_properties {
-        kafka.properties.insert(k.clone(), v.clone());
-    }
-    if kafka.bootstrap_servers.trim().is_empty() {
-        bail!("--bootstrap-servers must name at least one broker (host:port)");
-    }
-    Ok(kafka)
-}
-
 /// `walrelay verify`'s reader: the one builder of Kafka client properties
 /// ([`crate::kafka_client`], secrets resolved), with a group id of its own.
 fn consumer_config(kafka: &KafkaConfig) -> anyhow::Result<ClientConfig> {
@@ -1034,19 +1013,16 @@ fn read(
 
 /// Runs `walrelay verify` and returns the process exit code ([`exit`]).
 /// Prints the report to stdout and errors to stderr.
-pub async fn main(options: &Options, args: &VerifyArgs) -> i32 {
+///
+/// `kafka` is all the configuration it needs: neither PostgreSQL nor the
+/// rest of the relay's settings (the CLI builds it with
+/// [`crate::cli::Options::kafka_config`]).
+pub async fn main(kafka: KafkaConfig, args: &VerifyArgs) -> i32 {
     let started = Instant::now();
-    let kafka = match kafka_settings(options) {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("walrelay verify: {e:#}");
-            return exit::ERROR;
-        }
-    };
     let stop = Arc::new(AtomicBool::new(false));
     let signal_stop = Arc::clone(&stop);
     let signals = tokio::spawn(async move {
-        crate::cli::wait_for_stop_signal().await;
+        crate::shutdown::wait_for_stop_signal().await;
         signal_stop.store(true, Ordering::Relaxed);
     });
     let outcome = {
@@ -1542,40 +1518,6 @@ mod tests {
         let report = Analyzer::new().report();
         assert_eq!(exit_code(&report, &[]), exit::CLEAN);
         assert_eq!(exit_code(&report, &["broker down".into()]), exit::ERROR);
-    }
-
-    #[test]
-    fn verify_needs_no_postgres_settings() {
-        use crate::cli::{Cli, Command};
-        use clap::Parser;
-        let cli = Cli::try_parse_from([
-            "walrelay",
-            "verify",
-            "--bootstrap-servers",
-            "k:9092",
-            "--topic",
-            "a",
-            "--topic",
-            "b",
-            "--from",
-            "c:0:5",
-            "--idle-timeout",
-            "500ms",
-            "--json",
-        ])
-        .unwrap();
-        let Command::Verify(args) = &cli.command else {
-            panic!("{cli:?}")
-        };
-        assert_eq!(args.topics, ["a", "b"]);
-        assert_eq!(args.idle_timeout, Duration::from_millis(500));
-        assert!(args.json && args.timeout.is_none());
-        let kafka = kafka_settings(&cli.options).unwrap();
-        assert_eq!(kafka.bootstrap_servers, "k:9092");
-        // --topic or --from is required.
-        let err = Cli::try_parse_from(["walrelay", "verify"]).unwrap_err();
-        assert_eq!(err.exit_code(), exit::USAGE);
-        assert!(Cli::try_parse_from(["walrelay", "verify", "--from", "t:0:0"]).is_ok());
     }
 }
 
