@@ -52,7 +52,6 @@ use tracing::{debug, info_span, trace, warn, Instrument};
 use walrelay_pgoutput::Lsn;
 
 use crate::backend::{self, BackendMessage};
-use crate::connection::unexpected;
 use crate::error::Error;
 use crate::framing::{FrameReader, RawFrame};
 use crate::tls::Stream;
@@ -437,7 +436,7 @@ impl IoTask {
             BackendMessage::CommandComplete { tag } => Err(Error::StreamEndedByServer {
                 by: format!("CommandComplete {tag:?}"),
             }),
-            other => Err(unexpected("streaming", &other)),
+            other => Err(other.unexpected("streaming")),
         }
     }
 
