@@ -159,8 +159,8 @@ struct OpenTransaction {
 /// Call [`begin`](Self::begin) on `Begin`, [`event`](Self::event) for every
 /// published change or transactional message, [`commit`](Self::commit) on
 /// `Commit`, and [`non_transactional`](Self::non_transactional) for a
-/// non-transactional message. Call [`reset`](Self::reset) when a new
-/// replication session starts (the replay then yields the same keys).
+/// non-transactional message. Each replication session starts with a new
+/// assigner: keys depend only on the WAL, so the replay yields the same keys.
 ///
 /// On error the state is left unchanged; the caller is expected to stop.
 #[derive(Debug, Clone, Default)]
@@ -276,13 +276,6 @@ impl KeyAssigner {
         let key = EventKey::new(position, position);
         self.issue(key)?;
         Ok(key)
-    }
-
-    /// Forgets everything for a new replication session. The server restarts
-    /// at the confirmed position and re-sends what follows it; those events
-    /// get the same keys as before because keys depend only on the WAL.
-    pub fn reset(&mut self) {
-        *self = Self::default();
     }
 
     /// `true` between `begin` and `commit`.
@@ -555,24 +548,6 @@ mod tests {
             Err(KeyError::PositionOverflow { .. })
         ));
     }
-
-    #[test]
-    fn reset_allows_replay_with_identical_keys() {
-        let run = |a: &mut KeyAssigner| -> Vec<EventKey> {
-            a.begin(Lsn(0x200)).unwrap();
-            let k = vec![a.event(Lsn(0x100)).unwrap(), a.event(Lsn(0x100)).unwrap()];
-            a.commit(Lsn(0x200), Lsn(0x228)).unwrap();
-            k
-        };
-        let mut a = KeyAssigner::new();
-        let first = run(&mut a);
-        // Mid-transaction failure, then a new session replays.
-        a.begin(Lsn(0x300)).unwrap();
-        a.reset();
-        assert!(!a.in_transaction());
-        assert_eq!(a.last_key(), None);
-        assert_eq!(run(&mut a), first);
-    }
 }
 
 #[cfg(test)]
@@ -742,7 +717,8 @@ mod proptests {
                     .filter(|u| u.position() >= confirmed)
                     .cloned()
                     .collect();
-                assigner.reset();
+                // A new session starts with a new assigner.
+                let mut assigner = KeyAssigner::new();
                 let replayed: Vec<EventKey> =
                     assign(&mut assigner, &resent).into_iter().flatten().collect();
                 let expected: Vec<EventKey> =
