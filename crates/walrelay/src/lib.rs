@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `walrelay_pg` (crate) | the replication connection and stream, status updates |
 //! | `walrelay_pgoutput` (crate) | decoding pgoutput messages |
-//! | [`key`] | the idempotency key of each event (docs/contract.md) |
+//! | [`key`] | the idempotency key of each event (docs/contract.md; the key type itself is in `walrelay_contract`) |
 //! | [`envelope`] | the `walrelay.emit` envelope format |
 //! | [`route`] | which record an event becomes: topic, key, value, headers |
 //! | [`partition`] | deterministic partitioning (Java-compatible murmur2) |
@@ -19,6 +19,7 @@
 //! | [`publication`], [`monitor`] | what the publication must contain for the configuration; the periodic check while `run` runs |
 //! | [`setup`] | `walrelay setup`: helpers, publication, slot |
 //! | [`status`] | `walrelay status`: the slot as PostgreSQL sees it |
+//! | [`verify`] | `walrelay verify`: read topics back and check what a high-water-mark consumer needs |
 //! | [`config`], [`cli`] | configuration file, environment and flags |
 //! | [`shutdown`] | SIGTERM/SIGINT and the stop channel |
 //! | [`secrets`] | Kafka secrets from files and environment variables, never shown |
