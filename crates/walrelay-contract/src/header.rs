@@ -49,6 +49,7 @@ pub const RESERVED_PREFIX: &str = "walrelay-";
 /// The one definition of the rule in Rust: the router, `walrelay
 /// verify` and the consumer library use it; `sql/walrelay.sql` repeats
 /// it for `walrelay.emit` (a test keeps the two in step).
+#[inline]
 pub fn is_reserved(name: &str) -> bool {
     let prefix = RESERVED_PREFIX.len();
     name.eq_ignore_ascii_case(IDEMPOTENCY_KEY)

@@ -26,6 +26,8 @@ const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct EventKey(pub u128);
 
+// The relay calls these once or more per record from another crate; without
+// LTO, only `#[inline]` functions can be inlined across a crate boundary.
 impl EventKey {
     /// The smallest key, all zeros.
     pub const MIN: EventKey = EventKey(0);
@@ -33,6 +35,7 @@ impl EventKey {
     pub const MAX: EventKey = EventKey(u128::MAX);
 
     /// Builds a key from its high and low 64-bit halves.
+    #[inline]
     #[must_use]
     pub const fn new(high: u64, low: u64) -> Self {
         EventKey(((high as u128) << 64) | low as u128)
@@ -40,24 +43,28 @@ impl EventKey {
 
     /// The high 64 bits: the transaction's `final_lsn`, or `L - 1` for a
     /// non-transactional message reporting end LSN `L`.
+    #[inline]
     #[must_use]
     pub const fn high(self) -> u64 {
         (self.0 >> 64) as u64
     }
 
     /// The low 64 bits: the event's (possibly raised) position.
+    #[inline]
     #[must_use]
     pub const fn low(self) -> u64 {
         self.0 as u64
     }
 
     /// The key as 16 big-endian bytes (byte order equals numeric order).
+    #[inline]
     #[must_use]
     pub const fn to_be_bytes(self) -> [u8; 16] {
         self.0.to_be_bytes()
     }
 
     /// The key from 16 big-endian bytes.
+    #[inline]
     #[must_use]
     pub const fn from_be_bytes(bytes: [u8; 16]) -> Self {
         EventKey(u128::from_be_bytes(bytes))
@@ -68,6 +75,7 @@ impl EventKey {
     ///
     /// This is the hot-path form (one call per published record); use
     /// [`EventKey::to_hex`] or `Display` where an allocation does not matter.
+    #[inline]
     pub fn write_hex<'b>(&self, buf: &'b mut [u8; 32]) -> &'b str {
         let mut value = self.0;
         for slot in buf.iter_mut().rev() {
@@ -83,6 +91,7 @@ impl EventKey {
     }
 
     /// The key as exactly 32 lowercase hex digits, big-endian, zero-padded.
+    #[inline]
     #[must_use]
     pub fn to_hex(&self) -> String {
         let mut buf = [0u8; 32];
@@ -92,6 +101,7 @@ impl EventKey {
     /// Parses exactly 32 hex digits (either case), big-endian.
     ///
     /// No prefix (`0x`), sign, separator or whitespace is accepted.
+    #[inline]
     pub fn from_hex(text: &str) -> Result<Self, ParseEventKeyError> {
         let bytes = text.as_bytes();
         if bytes.len() != 32 {
