@@ -8,7 +8,8 @@ use walrelay_pg::{
 };
 use walrelay_pgoutput::Lsn;
 use walrelay_suite::{
-    replication_config, ClusterOptions, Event, Session, TestDb, PUBLICATION, WAIT,
+    replication_config, test_db, test_db_with, ClusterOptions, Event, Session, TestDb, PUBLICATION,
+    WAIT,
 };
 use walrelay_testkit::{Auth, TestCa};
 
@@ -21,17 +22,10 @@ fn with_password(db: &TestDb, user: &str, password: &str) -> Config {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identify_system_and_slot_lifecycle() -> Result<()> {
-    let db = TestDb::start().await?;
-    let mut conn = ReplicationConnection::connect(&db.config()).await?;
+    let db = test_db().await?;
+    let mut conn = ReplicationConnection::connect(&replication_config(&db.cluster)).await?;
     let id = conn.identify_system().await?;
-    let expected: String = db
-        .client
-        .query_one(
-            "SELECT system_identifier::text FROM pg_control_system()",
-            &[],
-        )
-        .await?
-        .get(0);
+    let expected = walrelay_testkit::db::system_identifier(&db.client).await?;
     assert_eq!(id.system_id, expected);
     assert_eq!(id.timeline, 1);
     assert_eq!(id.dbname.as_deref(), Some("postgres"));
@@ -59,7 +53,7 @@ async fn identify_system_and_slot_lifecycle() -> Result<()> {
     db.client
         .batch_execute("SELECT pg_create_physical_replication_slot('phys')")
         .await?;
-    let mut conn = ReplicationConnection::connect(&db.config()).await?;
+    let mut conn = ReplicationConnection::connect(&replication_config(&db.cluster)).await?;
     let err = conn.ensure_slot("phys").await.unwrap_err().to_string();
     assert!(
         err.contains("not a logical pgoutput slot") && err.contains("pg_drop_replication_slot"),
@@ -76,7 +70,7 @@ async fn scram_md5_and_cleartext_authentication() -> Result<()> {
         .auth(Auth::scram("s3cret-super"))
         .hba("host all md5user 127.0.0.1/32 md5")
         .hba("host all clearuser 127.0.0.1/32 password");
-    let db = TestDb::start_with(opts).await?;
+    let db = test_db_with(opts).await?;
     db.client
         .batch_execute(
             "SET password_encryption = 'md5';
@@ -133,7 +127,7 @@ async fn tls_modes_against_a_cluster_with_its_own_ca() -> Result<()> {
         .tls(ca.server_cert(&["localhost", "127.0.0.1"])?)
         // Role `tlsonly` may connect over TLS only.
         .hba("hostnossl all tlsonly 127.0.0.1/32 reject");
-    let db = TestDb::start_with(opts).await?;
+    let db = test_db_with(opts).await?;
     db.client
         .batch_execute("CREATE ROLE tlsonly LOGIN REPLICATION PASSWORD 'tls-pw'")
         .await?;
@@ -194,7 +188,7 @@ async fn tls_modes_against_a_cluster_with_its_own_ca() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_required_but_the_server_has_none() -> Result<()> {
-    let db = TestDb::start().await?;
+    let db = test_db().await?;
     let c = replication_config(&db.cluster).sslmode(SslMode::Require);
     let err = ReplicationConnection::connect(&c).await.unwrap_err();
     assert!(matches!(err, Error::Tls(_)), "{err:?}");
@@ -211,9 +205,9 @@ async fn tls_required_but_the_server_has_none() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_active_in_another_connection_is_explained() -> Result<()> {
-    let db = TestDb::start().await?;
-    let _first = Session::open(&db.config(), "busy_slot").await?;
-    let conn = ReplicationConnection::connect(&db.config()).await?;
+    let db = test_db().await?;
+    let _first = Session::open(&replication_config(&db.cluster), "busy_slot").await?;
+    let conn = ReplicationConnection::connect(&replication_config(&db.cluster)).await?;
     let err = conn
         .start_replication(
             "busy_slot",
@@ -235,8 +229,8 @@ async fn a_slot_active_in_another_connection_is_explained() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wal_level_replica_names_the_fix() -> Result<()> {
-    let db = TestDb::start_with(ClusterOptions::default().wal_level("replica")).await?;
-    let mut conn = ReplicationConnection::connect(&db.config()).await?;
+    let db = test_db_with(ClusterOptions::default().wal_level("replica")).await?;
+    let mut conn = ReplicationConnection::connect(&replication_config(&db.cluster)).await?;
     let err = conn.check_wal_level().await.unwrap_err().to_string();
     assert!(err.contains("wal_level is 'replica'"), "{err}");
     assert!(
@@ -255,13 +249,13 @@ async fn wal_level_replica_names_the_fix() -> Result<()> {
 /// is not retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalidated_slot_is_refused_with_the_fix() -> Result<()> {
-    let db = TestDb::start_with(
+    let db = test_db_with(
         ClusterOptions::default()
             .conf("max_slot_wal_keep_size", "1MB")
             .conf("wal_keep_size", "0"),
     )
     .await?;
-    let mut conn = ReplicationConnection::connect(&db.config()).await?;
+    let mut conn = ReplicationConnection::connect(&replication_config(&db.cluster)).await?;
     conn.ensure_slot("doomed").await?;
     walrelay_testkit::await_condition(WAIT, std::time::Duration::from_millis(10), || async {
         db.client
@@ -313,8 +307,8 @@ async fn an_invalidated_slot_is_refused_with_the_fix() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_publication_is_explained_before_and_while_streaming() -> Result<()> {
-    let db = TestDb::start().await?;
-    let mut conn = ReplicationConnection::connect(&db.config()).await?;
+    let db = test_db().await?;
+    let mut conn = ReplicationConnection::connect(&replication_config(&db.cluster)).await?;
     let err = conn
         .check_publications(&[PUBLICATION.to_owned(), "no_such_pub".to_owned()])
         .await
@@ -378,7 +372,7 @@ async fn a_missing_publication_is_explained_before_and_while_streaming() -> Resu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_without_replication_is_told_what_to_grant() -> Result<()> {
-    let db = TestDb::start().await?;
+    let db = test_db().await?;
     db.client.batch_execute("CREATE ROLE plain LOGIN").await?;
     let c = Config::parse(&db.cluster.conninfo("plain", "postgres"))?.sslmode(SslMode::Disable);
     let err = ReplicationConnection::connect(&c).await.unwrap_err();
@@ -391,8 +385,8 @@ async fn a_role_without_replication_is_told_what_to_grant() -> Result<()> {
 async fn events_survive_a_walsender_termination() -> Result<()> {
     // pg_terminate_backend of the walsender ends the stream with an error;
     // a new session replays everything not confirmed.
-    let db = TestDb::start().await?;
-    let mut s = Session::open(&db.config(), "term").await?;
+    let db = test_db().await?;
+    let mut s = Session::open(&replication_config(&db.cluster), "term").await?;
     db.client
         .batch_execute("SELECT pg_logical_emit_message(true, 'app', 'before');")
         .await?;
@@ -409,7 +403,7 @@ async fn events_survive_a_walsender_termination() -> Result<()> {
     };
     assert!(err.is_transient(), "{err:?}");
     // The old walsender may take a moment to release the slot.
-    let config = db.config();
+    let config = replication_config(&db.cluster);
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut s = loop {
         match Session::open(&config, "term").await {
@@ -433,8 +427,8 @@ async fn events_survive_a_walsender_termination() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_sql_connection_is_an_ordinary_backend_and_cannot_stream() -> Result<()> {
-    let db = TestDb::start().await?;
-    let mut conn = ReplicationConnection::connect_sql(&db.config()).await?;
+    let db = test_db().await?;
+    let mut conn = ReplicationConnection::connect_sql(&replication_config(&db.cluster)).await?;
     let pid = conn.process_id();
     let rows = conn
         .simple_query(&format!(
@@ -462,7 +456,7 @@ async fn a_plain_sql_connection_is_an_ordinary_backend_and_cannot_stream() -> Re
         "{refused}"
     );
 
-    let mut replication = ReplicationConnection::connect(&db.config()).await?;
+    let mut replication = ReplicationConnection::connect(&replication_config(&db.cluster)).await?;
     let pid = replication.process_id();
     let rows = replication
         .simple_query(&format!(

@@ -201,17 +201,9 @@ async fn every_committed_event_is_applied_exactly_once_through_relay_and_consume
         }
     }
 
-    let end: String = source
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await?
-        .get(0);
-    let end: walrelay_pgoutput::Lsn = end.parse()?;
+    let end = walrelay_testkit::db::current_wal_lsn(&source).await?;
     await_condition(WAIT, Duration::from_millis(100), || async {
-        let c: Option<String> = source
-            .query_one("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walrelay'", &[])
-            .await?
-            .get(0);
-        Ok(c.map(|c| c.parse::<walrelay_pgoutput::Lsn>()).transpose()? >= Some(end))
+        Ok(walrelay_testkit::db::confirmed_flush_lsn(&source, "walrelay").await? >= Some(end))
     })
     .await?;
     await_condition(WAIT, Duration::from_millis(100), || async {

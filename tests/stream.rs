@@ -8,7 +8,10 @@ use bytes::Bytes;
 use futures_util::SinkExt;
 use walrelay_pg::StreamOptions;
 use walrelay_pgoutput::Lsn;
-use walrelay_suite::{transactions, ClusterOptions, Event, Session, TestDb, WAIT};
+use walrelay_suite::{
+    confirmed_flush_lsn, replication_config, test_db, test_db_with, transactions, ClusterOptions,
+    Event, Session, WAIT,
+};
 use walrelay_testkit::await_condition;
 
 fn messages(events: &[Event]) -> Vec<(&str, &[u8], bool)> {
@@ -28,8 +31,8 @@ fn messages(events: &[Event]) -> Vec<(&str, &[u8], bool)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_messages_text_bytea_empty_and_5mb() -> Result<()> {
-    let db = TestDb::start().await?;
-    let mut s = Session::open(&db.config(), "msgs").await?;
+    let db = test_db().await?;
+    let mut s = Session::open(&replication_config(&db.cluster), "msgs").await?;
     db.client
         .batch_execute(
             "BEGIN;
@@ -89,8 +92,8 @@ async fn transactional_messages_text_bytea_empty_and_5mb() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_transactional_message_arrives_even_if_its_transaction_rolls_back() -> Result<()> {
-    let db = TestDb::start().await?;
-    let mut s = Session::open(&db.config(), "nontx").await?;
+    let db = test_db().await?;
+    let mut s = Session::open(&replication_config(&db.cluster), "nontx").await?;
     db.client
         .batch_execute(
             "BEGIN;
@@ -126,8 +129,8 @@ async fn non_transactional_message_arrives_even_if_its_transaction_rolls_back() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outbox_inserts_copy_rows_and_a_mixed_transaction() -> Result<()> {
-    let db = TestDb::start().await?;
-    let mut s = Session::open(&db.config(), "outbox").await?;
+    let db = test_db().await?;
+    let mut s = Session::open(&replication_config(&db.cluster), "outbox").await?;
 
     // 1. Two plain inserts, read back by column name.
     db.client
@@ -228,8 +231,8 @@ async fn outbox_inserts_copy_rows_and_a_mixed_transaction() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolled_back_transaction_sends_nothing() -> Result<()> {
-    let db = TestDb::start().await?;
-    let mut s = Session::open(&db.config(), "rollback").await?;
+    let db = test_db().await?;
+    let mut s = Session::open(&replication_config(&db.cluster), "rollback").await?;
     db.client
         .batch_execute(
             "BEGIN;
@@ -250,8 +253,8 @@ async fn rolled_back_transaction_sends_nothing() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_100k_event_transaction_arrives_complete_and_in_order() -> Result<()> {
-    let db = TestDb::start().await?;
-    let mut s = Session::open(&db.config(), "bulk").await?;
+    let db = test_db().await?;
+    let mut s = Session::open(&replication_config(&db.cluster), "bulk").await?;
     db.client
         .batch_execute(
             "BEGIN;
@@ -287,14 +290,13 @@ async fn a_100k_event_transaction_arrives_complete_and_in_order() -> Result<()> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_updates_move_confirmed_flush_lsn_and_keepalives_arrive() -> Result<()> {
-    let db = TestDb::start().await?;
+    let db = test_db().await?;
     let options = StreamOptions {
         status_interval: Duration::from_millis(200),
         ..StreamOptions::default()
     };
-    let mut s = Session::open_with(&db.config(), "status", options).await?;
-    let start = db
-        .confirmed_flush_lsn("status")
+    let mut s = Session::open_with(&replication_config(&db.cluster), "status", options).await?;
+    let start = confirmed_flush_lsn(&db.client, "status")
         .await?
         .expect("slot exists");
 
@@ -315,12 +317,15 @@ async fn status_updates_move_confirmed_flush_lsn_and_keepalives_arrive() -> Resu
         end_lsn
     );
     // Nothing confirmed yet: the slot must not have moved past `start`.
-    assert_eq!(db.confirmed_flush_lsn("status").await?, Some(start));
+    assert_eq!(
+        confirmed_flush_lsn(&db.client, "status").await?,
+        Some(start)
+    );
 
     // Confirm; the timer carries it to the server.
     s.stream.confirm(end_lsn);
     await_condition(WAIT, Duration::from_millis(50), || async {
-        Ok(db.confirmed_flush_lsn("status").await? >= Some(end_lsn))
+        Ok(confirmed_flush_lsn(&db.client, "status").await? >= Some(end_lsn))
     })
     .await?;
     assert!(s.stream.stats().status_updates_sent >= 1);
@@ -329,7 +334,7 @@ async fn status_updates_move_confirmed_flush_lsn_and_keepalives_arrive() -> Resu
     s.stream.confirm(start);
     s.stream.status_handle().send_now().await?;
     assert_eq!(s.stream.stats().reported, end_lsn);
-    assert!(db.confirmed_flush_lsn("status").await? >= Some(end_lsn));
+    assert!(confirmed_flush_lsn(&db.client, "status").await? >= Some(end_lsn));
     Ok(())
 }
 
@@ -337,12 +342,12 @@ async fn status_updates_move_confirmed_flush_lsn_and_keepalives_arrive() -> Resu
 async fn reply_requested_keepalives_are_answered_and_the_connection_survives() -> Result<()> {
     // A short wal_sender_timeout makes the walsender ask for replies every
     // second; the timer is set far away so only the replies keep it alive.
-    let db = TestDb::start_with(ClusterOptions::default().conf("wal_sender_timeout", "2s")).await?;
+    let db = test_db_with(ClusterOptions::default().conf("wal_sender_timeout", "2s")).await?;
     let options = StreamOptions {
         status_interval: Duration::from_secs(3600),
         ..StreamOptions::default()
     };
-    let mut s = Session::open_with(&db.config(), "replies", options).await?;
+    let mut s = Session::open_with(&replication_config(&db.cluster), "replies", options).await?;
     let mut asked = 0;
     while asked < 4 {
         if s.next_keepalive(WAIT).await?.reply_requested {
@@ -361,14 +366,14 @@ async fn reply_requested_keepalives_are_answered_and_the_connection_survives() -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_updates_flow_while_the_consumer_is_slow() -> Result<()> {
-    let db = TestDb::start_with(ClusterOptions::default().conf("wal_sender_timeout", "2s")).await?;
+    let db = test_db_with(ClusterOptions::default().conf("wal_sender_timeout", "2s")).await?;
     let options = StreamOptions {
         status_interval: Duration::from_millis(250),
         channel_capacity: 8,
         channel_bytes: 64 * 1024,
         ..StreamOptions::default()
     };
-    let mut s = Session::open_with(&db.config(), "slow", options).await?;
+    let mut s = Session::open_with(&replication_config(&db.cluster), "slow", options).await?;
     db.client
         .batch_execute("SELECT count(pg_logical_emit_message(true, 'bulk', repeat('y', 200))) FROM generate_series(1, 20000) g;")
         .await?;
@@ -393,8 +398,8 @@ async fn status_updates_flow_while_the_consumer_is_slow() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_sends_a_last_status_update_and_restart_resumes_after_it() -> Result<()> {
-    let db = TestDb::start().await?;
-    let config = db.config();
+    let db = test_db().await?;
+    let config = replication_config(&db.cluster);
     let mut s = Session::open(&config, "resume").await?;
     // Two statements in one simple query would be one transaction.
     for content in ["first", "second"] {
@@ -413,7 +418,10 @@ async fn stop_sends_a_last_status_update_and_restart_resumes_after_it() -> Resul
     // Confirm only the first transaction, then stop cleanly.
     s.stream.confirm(end_lsn);
     s.stream.stop().await?;
-    assert_eq!(db.confirmed_flush_lsn("resume").await?, Some(end_lsn));
+    assert_eq!(
+        confirmed_flush_lsn(&db.client, "resume").await?,
+        Some(end_lsn)
+    );
 
     // The second transaction was received but never confirmed: it comes again.
     let mut s = Session::open(&config, "resume").await?;

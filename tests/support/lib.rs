@@ -11,83 +11,34 @@ use walrelay_pg::{
     Config, PgOutputOptions, ReplicationConnection, ReplicationStream, SslMode, StreamOptions,
 };
 use walrelay_pgoutput::{Decoder, Lsn, PgOutputMessage, RelationCache};
-pub use walrelay_testkit::{ClusterOptions, PgCluster};
+pub use walrelay_testkit::db::confirmed_flush_lsn;
+use walrelay_testkit::{outbox_table, OutboxKeys, BUSY_TABLE};
+pub use walrelay_testkit::{ClusterOptions, PgCluster, TestDb};
 
 /// The publication the test schema creates.
 pub const PUBLICATION: &str = "walrelay_pub";
 
-/// Outbox table with Debezium's column names and a text primary key: a
-/// text key (unlike bigserial) writes no sequence record between an
-/// emitted message and the insert, so the message-end-equals-insert-start
-/// case of the key contract actually happens.
-pub const SCHEMA: &str = "
-    CREATE TABLE outbox (
-        id text PRIMARY KEY,
-        aggregatetype text NOT NULL,
-        aggregateid text NOT NULL,
-        type text NOT NULL,
-        payload jsonb,
-        headers jsonb
-    );
-    CREATE TABLE busy (id bigserial PRIMARY KEY, v text);
-    CREATE PUBLICATION walrelay_pub FOR TABLE outbox;
-";
-
-/// A running cluster with the test schema and a superuser client.
-pub struct TestDb {
-    pub cluster: PgCluster,
-    pub client: tokio_postgres::Client,
+/// The outbox (keys required), a table outside the publication, and the
+/// publication of the outbox.
+pub fn schema() -> String {
+    format!(
+        "{}{}\n    CREATE PUBLICATION {PUBLICATION} FOR TABLE outbox;",
+        outbox_table(OutboxKeys::Required),
+        BUSY_TABLE
+    )
 }
 
-impl TestDb {
-    pub async fn start() -> Result<TestDb> {
-        Self::start_with(ClusterOptions::default()).await
-    }
-
-    pub async fn start_with(opts: ClusterOptions) -> Result<TestDb> {
-        let cluster = tokio::task::spawn_blocking(move || PgCluster::start(opts)).await??;
-        let client = cluster.client().await?;
-        client
-            .batch_execute(SCHEMA)
-            .await
-            .context("creating the test schema")?;
-        Ok(TestDb { cluster, client })
-    }
-
-    /// Replication connection settings for the superuser, without TLS.
-    pub fn config(&self) -> Config {
-        replication_config(&self.cluster)
-    }
-
-    /// The slot's `confirmed_flush_lsn`, read over an ordinary connection.
-    pub async fn confirmed_flush_lsn(&self, slot: &str) -> Result<Option<Lsn>> {
-        let row = self
-            .client
-            .query_opt(
-                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-                &[&slot],
-            )
-            .await?;
-        Ok(match row {
-            None => None,
-            Some(r) => r
-                .get::<_, Option<String>>(0)
-                .map(|s| s.parse())
-                .transpose()?,
-        })
-    }
-
-    /// `pg_current_wal_lsn()`.
-    pub async fn current_wal_lsn(&self) -> Result<Lsn> {
-        let s: String = self
-            .client
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
-            .await?
-            .get(0);
-        Ok(s.parse()?)
-    }
+/// A running cluster with [`schema`] and a superuser client.
+pub async fn test_db() -> Result<TestDb> {
+    test_db_with(ClusterOptions::default()).await
 }
 
+/// [`test_db`] with cluster options.
+pub async fn test_db_with(opts: ClusterOptions) -> Result<TestDb> {
+    TestDb::start(opts, &schema()).await
+}
+
+/// Replication connection settings for the superuser, without TLS.
 pub fn replication_config(cluster: &PgCluster) -> Config {
     Config::parse(&cluster.conninfo("postgres", "postgres"))
         .expect("testkit conninfo parses")

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use tokio::process::{Child, Command};
-use walrelay_testkit::{ClusterOptions, PgCluster, TansuBroker};
+use walrelay_testkit::{outbox_table, ClusterOptions, OutboxKeys, PgCluster, TansuBroker};
 
 use crate::proxy::Proxy;
 
@@ -31,19 +31,14 @@ pub const AUDIT_SLOT: &str = "chaos_audit";
 /// The producer's `message.timeout.ms`: broker outages last longer.
 pub const MESSAGE_TIMEOUT: Duration = Duration::from_millis(3000);
 
-const SOURCE_SCHEMA: &str = "
-    CREATE TABLE outbox (
-        id text PRIMARY KEY,
-        aggregatetype text NOT NULL,
-        aggregateid text NOT NULL,
-        type text NOT NULL,
-        payload jsonb,
-        headers jsonb
-    );
-    -- One row per committed workload unit, written in the unit's own
-    -- transaction: the ground truth of what committed.
-    CREATE TABLE chaos_ledger (unit bigint PRIMARY KEY, events int NOT NULL);
-";
+/// The outbox, and one row per committed workload unit, written in the
+/// unit's own transaction: the ground truth of what committed.
+fn source_schema() -> String {
+    format!(
+        "{}\n    CREATE TABLE chaos_ledger (unit bigint PRIMARY KEY, events int NOT NULL);",
+        outbox_table(OutboxKeys::Required)
+    )
+}
 
 pub struct Services {
     pub source: Arc<PgCluster>,
@@ -101,7 +96,7 @@ impl Services {
         s.source
             .client()
             .await?
-            .batch_execute(SOURCE_SCHEMA)
+            .batch_execute(&source_schema())
             .await?;
         Ok(s)
     }

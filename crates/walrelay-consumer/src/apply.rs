@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Transaction};
-use walrelay::key::{EventKey, ParseEventKeyError};
+use walrelay_contract::{EventKey, ParseEventKeyError};
 
 use crate::batch::{self, Plan};
 use crate::delivery::Delivery;

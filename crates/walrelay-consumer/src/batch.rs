@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use walrelay::key::EventKey;
+use walrelay_contract::EventKey;
 
 use crate::meta::RecordMeta;
 use crate::store::INITIAL_HWM;

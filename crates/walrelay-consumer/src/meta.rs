@@ -4,8 +4,8 @@
 use std::fmt;
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use walrelay::key::{EventKey, ParseEventKeyError};
-use walrelay::record::header;
+use walrelay_contract::header;
+use walrelay_contract::{EventKey, ParseEventKeyError};
 use walrelay_pgoutput::{Lsn, ParseLsnError};
 
 /// The walrelay metadata of one record, parsed from its headers.

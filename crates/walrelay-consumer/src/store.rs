@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, IsolationLevel, Transaction};
-use walrelay::key::{EventKey, ParseEventKeyError};
+use walrelay_contract::{EventKey, ParseEventKeyError};
 
 use crate::meta::RecordMeta;
 use crate::metrics::Counters;

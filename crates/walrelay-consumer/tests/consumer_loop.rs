@@ -5,8 +5,8 @@ mod support;
 use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
-use walrelay::key::EventKey;
 use walrelay_consumer::{ConfigError, ConsumerLoop, PgHwmStore};
+use walrelay_contract::EventKey;
 use walrelay_testkit::{await_condition, ClusterOptions, PgCluster};
 
 use support::*;

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_postgres::Transaction;
-use walrelay::key::EventKey;
 use walrelay_consumer::{
     metrics::PartitionLabels, ConsumerLoop, Delivery, LoopError, OnPoison, PgHwmStore, RetryPolicy,
     Settings,
 };
+use walrelay_contract::EventKey;
 use walrelay_testkit::await_condition;
 
 use support::*;

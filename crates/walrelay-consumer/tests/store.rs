@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio_postgres::{Client, Transaction};
-use walrelay::key::EventKey;
 use walrelay_consumer::{
     migrate, CountersSnapshot, HwmRow, HwmStore, Outcome, PgHwmStore, Position, ProcessError,
     RecordMeta, MIGRATION,
 };
+use walrelay_contract::EventKey;
 use walrelay_testkit::{await_condition, ClusterOptions, PgCluster};
 
 const SOURCE: &str = "7312/app/walrelay";

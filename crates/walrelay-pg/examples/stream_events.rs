@@ -21,7 +21,7 @@ use walrelay_pg::{
     Config, PgOutputOptions, ReplicationConnection, ReplicationStream, SslMode, StreamOptions,
 };
 use walrelay_pgoutput::{ColumnValue, Decoder, Lsn, PgOutputMessage, RelationCache};
-use walrelay_testkit::{ClusterOptions, PgCluster};
+use walrelay_testkit::{db, outbox_table, ClusterOptions, OutboxKeys, PgCluster};
 
 /// (what, SQL, transactions the slot will deliver for it)
 const WORKLOAD: &[(&str, &str, usize)] = &[
@@ -69,10 +69,10 @@ async fn main() -> Result<()> {
     println!("throwaway {} on port {}", cluster.version(), cluster.port());
     let client = cluster.client().await?;
     client
-        .batch_execute(
-            "CREATE TABLE outbox (id text PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb);
-             CREATE PUBLICATION walrelay FOR TABLE outbox;",
-        )
+        .batch_execute(&format!(
+            "{}\n    CREATE PUBLICATION walrelay FOR TABLE outbox;",
+            outbox_table(OutboxKeys::Required)
+        ))
         .await?;
     let config =
         Config::parse(&cluster.conninfo("postgres", "postgres"))?.sslmode(SslMode::Disable);
@@ -91,10 +91,7 @@ async fn main() -> Result<()> {
     }
     let handle = stream.status_handle();
     handle.send_now().await?;
-    let confirmed: Option<String> = client
-        .query_one("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walrelay'", &[])
-        .await?
-        .get(0);
+    let confirmed = db::confirmed_flush_lsn(&client, "walrelay").await?;
     println!(
         "\n{commits} transactions; confirmed {}; slot confirmed_flush_lsn = {}",
         handle.stats().confirmed,

@@ -136,6 +136,20 @@ impl Body {
     }
 }
 
+impl BackendMessage {
+    /// The error for this message arriving where it has no place
+    /// (`context`: "authentication", "streaming", ...), naming the message
+    /// without its contents.
+    pub(crate) fn unexpected(&self, context: &str) -> Error {
+        let name = match self {
+            BackendMessage::CopyData(_) => "CopyData".to_owned(),
+            BackendMessage::Other { tag } => format!("'{}'", char::from(*tag).escape_default()),
+            other => format!("{other:?}").chars().take(60).collect(),
+        };
+        Error::Protocol(format!("unexpected message {name} during {context}"))
+    }
+}
+
 /// Decode one frame.
 pub fn parse(frame: RawFrame) -> Result<BackendMessage, Error> {
     let tag = frame.tag;

@@ -256,7 +256,7 @@ impl ReplicationConnection {
                 BackendMessage::NegotiateProtocolVersion { unrecognized, .. } => {
                     debug!(?unrecognized, "server negotiated the protocol version down");
                 }
-                other => return Err(unexpected("authentication", &other)),
+                other => return Err(other.unexpected("authentication")),
             }
         }
         // After AuthenticationOk: ParameterStatus*, BackendKeyData, then
@@ -278,7 +278,7 @@ impl ReplicationConnection {
                         e,
                     ))
                 }
-                other => return Err(unexpected("session start", &other)),
+                other => return Err(other.unexpected("session start")),
             }
         }
         // A standby connects every second or so: one line a minute, with
@@ -386,7 +386,7 @@ impl ReplicationConnection {
                 BackendMessage::CommandComplete { .. } | BackendMessage::EmptyQueryResponse => {}
                 BackendMessage::ErrorResponse(e) => error = Some(e),
                 BackendMessage::ReadyForQuery { .. } => break,
-                other => return Err(unexpected("a simple query", &other)),
+                other => return Err(other.unexpected("a simple query")),
             }
         }
         match error {
@@ -581,7 +581,7 @@ impl ReplicationConnection {
                     e,
                 ));
             }
-            other => return Err(unexpected("START_REPLICATION", &other)),
+            other => return Err(other.unexpected("START_REPLICATION")),
         }
         info!(peer = %self.peer, slot, %start, "replication started");
         Ok(ReplicationStream::spawn(
@@ -617,13 +617,4 @@ fn command_name(sql: &str) -> String {
     } else {
         word
     }
-}
-
-pub(crate) fn unexpected(context: &str, msg: &BackendMessage) -> Error {
-    let name = match msg {
-        BackendMessage::CopyData(_) => "CopyData".to_owned(),
-        BackendMessage::Other { tag } => format!("'{}'", char::from(*tag).escape_default()),
-        other => format!("{other:?}").chars().take(60).collect(),
-    };
-    Error::Protocol(format!("unexpected message {name} during {context}"))
 }

@@ -26,6 +26,9 @@
 //!                    └───────────────────────────────────────────┘
 //! ```
 //!
+//! The two boxes are the task's states (`IoState::Reading` and
+//! `IoState::Delivering`).
+//!
 //! Backpressure: while a batch waits in `Delivering` (the channel or its
 //! byte budget is full), the task does not read the socket; the kernel
 //! buffers fill and TCP flow control stops the walsender. A batch keeps
@@ -52,7 +55,6 @@ use tracing::{debug, info_span, trace, warn, Instrument};
 use walrelay_pgoutput::Lsn;
 
 use crate::backend::{self, BackendMessage};
-use crate::connection::unexpected;
 use crate::error::Error;
 use crate::framing::{FrameReader, RawFrame};
 use crate::tls::Stream;
@@ -327,12 +329,7 @@ impl IoTask {
     async fn run_inner(&mut self) -> Result<(), Error> {
         let mut ticker = tokio::time::interval(self.options.status_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Messages read but not yet handed to the consumer. While they are
-        // here, the socket is not read: that is the backpressure.
-        let mut pending: Option<Batch> = None;
-        // An error met while filling a batch: reported after the messages
-        // before it were handed over.
-        let mut failed: Option<Error> = None;
+        let mut state = IoState::Reading;
         loop {
             // The select only decides what happened; the work is done
             // below, after every branch future (and its borrows) is gone.
@@ -342,10 +339,10 @@ impl IoTask {
                 biased;
                 ctrl = self.control.recv() => Action::Control(ctrl),
                 _ = ticker.tick() => Action::Tick,
-                r = room_for(&self.events, &self.budget, self.channel_bytes, pending.as_ref()), if pending.is_some() => {
+                r = room_for(&self.events, &self.budget, self.channel_bytes, state.batch()), if state.is_delivering() => {
                     Action::Room(r)
                 }
-                frame = self.reader.read_frame(), if pending.is_none() => Action::Frame(frame),
+                frame = self.reader.read_frame(), if !state.is_delivering() => Action::Frame(frame),
             };
             match action {
                 Action::Control(Some(Control::SendNow(reply))) => {
@@ -367,9 +364,13 @@ impl IoTask {
                 Action::Tick => self.send_status().await?,
                 Action::Room(r) => {
                     let (slot, budget) = r?;
-                    let batch = pending.take().expect("room is only awaited for a batch");
+                    let IoState::Delivering { batch, then } =
+                        std::mem::replace(&mut state, IoState::Reading)
+                    else {
+                        unreachable!("room is only awaited while delivering a batch")
+                    };
                     slot.send((Ok(batch.messages), budget));
-                    if let Some(e) = failed.take() {
+                    if let Some(e) = then {
                         return Err(e);
                     }
                 }
@@ -379,13 +380,13 @@ impl IoTask {
                     if let Some(msg) = self.on_frame(frame).await? {
                         batch.push(msg);
                     }
-                    failed = self.fill(&mut batch).await.err();
+                    let then = self.fill(&mut batch).await.err();
                     if batch.messages.is_empty() {
-                        if let Some(e) = failed.take() {
+                        if let Some(e) = then {
                             return Err(e);
                         }
                     } else {
-                        pending = Some(batch);
+                        state = IoState::Delivering { batch, then };
                     }
                 }
             }
@@ -437,7 +438,7 @@ impl IoTask {
             BackendMessage::CommandComplete { tag } => Err(Error::StreamEndedByServer {
                 by: format!("CommandComplete {tag:?}"),
             }),
-            other => Err(unexpected("streaming", &other)),
+            other => Err(other.unexpected("streaming")),
         }
     }
 
@@ -507,6 +508,32 @@ impl IoTask {
         let _ = self.writer.write_all(&self.out).await;
         let _ = self.writer.shutdown().await;
         Ok(())
+    }
+}
+
+/// What the I/O task does with the socket between wake-ups: the two boxes
+/// of the module diagram. Control requests and the status timer are served
+/// in both.
+enum IoState {
+    /// Reading the socket for the next batch.
+    Reading,
+    /// Handing `batch` to the consumer. The socket is not read meanwhile:
+    /// that is the backpressure. `then` is an error met while filling the
+    /// batch, reported once the messages before it were handed over.
+    Delivering { batch: Batch, then: Option<Error> },
+}
+
+impl IoState {
+    fn is_delivering(&self) -> bool {
+        matches!(self, IoState::Delivering { .. })
+    }
+
+    /// The batch waiting for room in the channel, if any.
+    fn batch(&self) -> Option<&Batch> {
+        match self {
+            IoState::Delivering { batch, .. } => Some(batch),
+            IoState::Reading => None,
+        }
     }
 }
 

@@ -30,9 +30,9 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientConfig;
 
 use crate::cluster::HOST;
+use crate::kafka::client_config;
 
 /// Environment variable naming the `tansu` binary to use; it wins over the
 /// copy `scripts/install-tansu.sh` puts in `target/tools/bin/tansu`.
@@ -601,17 +601,6 @@ fn resolve_env_binary(path: &Path) -> Option<PathBuf> {
         .flatten()
         .map(|dir| dir.join(path))
         .find(|p| p.is_file())
-}
-
-/// The base configuration of the short-lived clients the testkit uses.
-pub(crate) fn client_config(bootstrap: &str) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", bootstrap)
-        .set("socket.connection.setup.timeout.ms", "3000")
-        .set("reconnect.backoff.ms", "20")
-        .set("reconnect.backoff.max.ms", "500");
-    config
 }
 
 fn kill_child(child: &mut Child) -> anyhow::Result<()> {

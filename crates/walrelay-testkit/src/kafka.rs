@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
-use rdkafka::{Offset, TopicPartitionList};
-
-use crate::broker::client_config;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 /// How long [`read_topics`] keeps reading after it has the expected number
 /// of records, to catch unexpected extra records.
@@ -296,4 +294,15 @@ fn rand_seed() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
     h.finish()
+}
+
+/// The base configuration of the short-lived clients the testkit uses.
+pub(crate) fn client_config(bootstrap: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("socket.connection.setup.timeout.ms", "3000")
+        .set("reconnect.backoff.ms", "20")
+        .set("reconnect.backoff.max.ms", "500");
+    config
 }

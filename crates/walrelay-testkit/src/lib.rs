@@ -13,6 +13,9 @@
 //!   `postgres` user (they refuse root) and the cluster directory is owned
 //!   by it.
 //! * [`TestCa`] makes certificates for TLS clusters.
+//! * [`TestDb`], [`outbox_table`] and the [`db`] helpers: a cluster with a
+//!   schema, the outbox table every suite and example creates, and the WAL
+//!   positions tests wait for.
 //! * [`await_condition`] polls a condition until it holds or a timeout
 //!   passes: tests await conditions instead of sleeping.
 //! * [`TansuBroker::start`] runs a throwaway Tansu broker (Kafka-compatible,
@@ -36,6 +39,7 @@
 mod bin;
 pub mod broker;
 mod cluster;
+pub mod db;
 pub mod kafka;
 mod tls;
 mod user;
@@ -48,6 +52,7 @@ pub use broker::{TansuBroker, KEEP_BROKER_ENV, TANSU_BIN_ENV};
 pub use cluster::{
     Auth, ClusterOptions, PasswordMethod, PgCluster, HOST, KEEP_CLUSTER_ENV, SUPERUSER,
 };
+pub use db::{outbox_table, OutboxKeys, TestDb, BUSY_TABLE};
 pub use kafka::{partition_count, read_topics, read_until_quiet, ConsumedRecord, EXTRA_READ_GRACE};
 pub use tls::{TestCa, TlsMaterial};
 

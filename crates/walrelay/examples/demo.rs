@@ -15,7 +15,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use walrelay_testkit::{await_condition, read_until_quiet, ClusterOptions, PgCluster, TansuBroker};
+use walrelay_testkit::{
+    await_condition, db, outbox_table, read_until_quiet, ClusterOptions, OutboxKeys, PgCluster,
+    TansuBroker,
+};
 
 fn walrelay_bin() -> PathBuf {
     std::env::var_os("WALRELAY_BIN")
@@ -48,10 +51,10 @@ async fn main() -> Result<()> {
     );
     let client = cluster.client().await?;
     client
-        .batch_execute(
-            "CREATE TABLE outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), aggregatetype text NOT NULL,
-                                  aggregateid text NOT NULL, type text NOT NULL, payload jsonb, headers jsonb);",
-        )
+        .batch_execute(&format!(
+            "{}\n    ALTER TABLE outbox ALTER COLUMN id SET DEFAULT gen_random_uuid()::text;",
+            outbox_table(OutboxKeys::Required)
+        ))
         .await?;
 
     let dir = tempfile::tempdir()?;
@@ -134,18 +137,12 @@ table = "public.outbox"
     println!("   1 transaction rolled back (2 events that must never appear)");
     let expected = 1000 + 2000 + 500;
 
-    let end: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await?
-        .get(0);
-    let end: walrelay_pgoutput::Lsn = end.parse()?;
-    await_condition(Duration::from_secs(120), Duration::from_millis(100), || async {
-        let c: Option<String> = client
-            .query_one("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walrelay'", &[])
-            .await?
-            .get(0);
-        Ok(c.map(|c| c.parse::<walrelay_pgoutput::Lsn>()).transpose()? >= Some(end))
-    })
+    let end = db::current_wal_lsn(&client).await?;
+    await_condition(
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || async { Ok(db::confirmed_flush_lsn(&client, "walrelay").await? >= Some(end)) },
+    )
     .await
     .with_context(|| std::fs::read_to_string(&log_path).unwrap_or_default())?;
     println!("   Kafka acknowledged everything; slot confirmed_flush_lsn >= {end}");

@@ -62,19 +62,6 @@ pub enum AckError {
         /// The acknowledged sequence number.
         seq: u64,
     },
-    /// The event belongs to a pipeline dropped by [`CheckpointTracker::reset`]
-    /// (a late delivery report of the old producer). Safe to ignore: the
-    /// event is replayed by the new pipeline under a new sequence number.
-    #[error(
-        "ack for event {seq} from before the last reset (events below {first_live} were \
-         dropped); ignoring it is safe, the event is replayed"
-    )]
-    Stale {
-        /// The acknowledged sequence number.
-        seq: u64,
-        /// The first sequence number registered after the reset.
-        first_live: u64,
-    },
 }
 
 /// Decides the LSN that may be confirmed to PostgreSQL.
@@ -86,25 +73,18 @@ pub enum AckError {
 /// primary keepalive; and [`ack`](Self::ack) whenever Kafka acknowledges a
 /// record. Every registered event must eventually be covered by a `commit`
 /// or `standalone`: until then keepalives are not confirmed.
-///
-/// Sequence numbers keep increasing across [`reset`](Self::reset), so a late
-/// acknowledgement from a dropped producer is recognised
-/// ([`AckError::Stale`]) instead of acknowledging a new event.
 #[derive(Debug, Clone, Default)]
 pub struct CheckpointTracker {
-    /// Sequence number of `ring[0]`; every event below it is acked (or was
-    /// dropped by a reset).
+    /// Sequence number of `ring[0]`; every event below it is acked.
     base: u64,
     /// Next sequence number to hand out.
     next: u64,
-    /// First sequence number registered after the last reset.
-    first_live: u64,
     /// Flags of events `base..next`; `ring[0]`, if any, is unacked.
     ring: VecDeque<Slot>,
     /// Candidates not yet confirmable, in registration order, each with a
     /// larger `seq_end` than the previous one.
     candidates: VecDeque<Candidate>,
-    /// `seq_end` of the last candidate registered since the last reset
+    /// `seq_end` of the last candidate registered
     /// (events at or above it are not covered by any candidate yet).
     covered: u64,
     in_flight_events: usize,
@@ -150,21 +130,13 @@ impl CheckpointTracker {
     /// Kafka acknowledged event `seq` (in any order).
     ///
     /// Errors (state unchanged): [`AckError::Unknown`] for a number never
-    /// handed out, [`AckError::AlreadyAcked`] for a duplicate,
-    /// [`AckError::Stale`] for an event dropped by [`reset`](Self::reset).
-    /// The first two are bugs in the caller; the last one is expected after
-    /// a restart and may be ignored.
+    /// handed out, [`AckError::AlreadyAcked`] for a duplicate: both are bugs
+    /// in the caller.
     pub fn ack(&mut self, seq: u64) -> Result<(), AckError> {
         if seq >= self.next {
             return Err(AckError::Unknown {
                 seq,
                 next: self.next,
-            });
-        }
-        if seq < self.first_live {
-            return Err(AckError::Stale {
-                seq,
-                first_live: self.first_live,
             });
         }
         if seq < self.base {
@@ -264,19 +236,6 @@ impl CheckpointTracker {
     #[must_use]
     pub fn next_seq(&self) -> u64 {
         self.next
-    }
-
-    /// Drops all in-flight state for a restart from the slot: events and
-    /// candidates of the old pipeline are forgotten (their late acks become
-    /// [`AckError::Stale`]); the confirmed position stays.
-    pub fn reset(&mut self) {
-        self.ring.clear();
-        self.candidates.clear();
-        self.base = self.next;
-        self.first_live = self.next;
-        self.covered = self.next;
-        self.in_flight_events = 0;
-        self.in_flight_bytes = 0;
     }
 
     /// `true` when nothing received is waiting for Kafka.
@@ -499,50 +458,6 @@ mod tests {
     }
 
     #[test]
-    fn reset_drops_in_flight_state_and_keeps_confirmed() {
-        let mut t = CheckpointTracker::new();
-        let a = t.register_event(3);
-        t.commit(Lsn(0x100));
-        t.ack(a).unwrap();
-        let b = t.register_event(4);
-        t.commit(Lsn(0x200));
-        let c = t.register_event(5);
-        assert_eq!(t.confirmable(), Some(Lsn(0x100)));
-
-        t.reset();
-        assert_eq!(t.in_flight_events(), 0);
-        assert_eq!(t.in_flight_bytes(), 0);
-        assert_eq!(t.pending_candidates(), 0);
-        assert_eq!(t.confirmable(), Some(Lsn(0x100)));
-        // Late acks of the dropped producer.
-        assert_eq!(
-            t.ack(b),
-            Err(AckError::Stale {
-                seq: b,
-                first_live: 3
-            })
-        );
-        assert_eq!(
-            t.ack(c),
-            Err(AckError::Stale {
-                seq: c,
-                first_live: 3
-            })
-        );
-        // Replay: new numbers, same LSNs.
-        let b2 = t.register_event(4);
-        assert!(b2 > c);
-        t.commit(Lsn(0x200));
-        assert_eq!(t.confirmable(), Some(Lsn(0x100)));
-        t.ack(b2).unwrap();
-        assert_eq!(t.confirmable(), Some(Lsn(0x200)));
-        // Idle after reset: keepalive confirms.
-        t.reset();
-        t.keepalive(Lsn(0x300), false);
-        assert_eq!(t.confirmable(), Some(Lsn(0x300)));
-    }
-
-    #[test]
     fn many_events_keep_the_ring_small() {
         let mut t = CheckpointTracker::new();
         for i in 0..10_000u64 {
@@ -577,8 +492,6 @@ mod proptests {
         Ack(usize),
         /// A keepalive advancing the WAL by the given amount.
         Keepalive(u64),
-        /// Restart from the slot.
-        Reset,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -589,7 +502,6 @@ mod proptests {
             1 => (0..1000usize).prop_map(Op::Standalone),
             6 => any::<usize>().prop_map(Op::Ack),
             2 => (0..50u64).prop_map(Op::Keepalive),
-            1 => Just(Op::Reset),
         ]
     }
 
@@ -688,21 +600,6 @@ mod proptests {
                         if idle {
                             m.confirmed = m.confirmed.max(Lsn(m.wal));
                         }
-                    }
-                    Op::Reset => {
-                        t.reset();
-                        let first = t.next_seq();
-                        for &(seq, _, acked) in &m.events {
-                            if !acked {
-                                prop_assert_eq!(
-                                    t.ack(seq),
-                                    Err(AckError::Stale { seq, first_live: first })
-                                );
-                            }
-                        }
-                        m.events.clear();
-                        m.candidates.clear();
-                        m.open_tx = None;
                     }
                 }
                 m.recompute();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, ConfigError, MessageRoute, OutboxConfig};
+use crate::config::{Config, ConfigError, KafkaConfig, MessageRoute, OutboxConfig};
 
 /// Relay a PostgreSQL logical replication slot to Kafka, with ordered
 /// 128-bit idempotency keys so consumers can process every event exactly
@@ -215,23 +215,6 @@ pub struct Options {
     pub log: String,
 }
 
-/// Resolves on SIGTERM (service managers, `kill`) or SIGINT (Ctrl-C):
-/// how `run` and `verify` learn that they should stop.
-pub async fn wait_for_stop_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
 fn parse_pair(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
@@ -240,6 +223,26 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
 }
 
 impl Options {
+    /// `walrelay verify`'s Kafka settings, bootstrap servers and properties: the file's `[kafka]` section (if
+    /// `--config` is given; the rest of the file is neither needed nor
+    /// validated), overridden by flags and environment.
+    pub fn kafka_config(&self) -> anyhow::Result<KafkaConfig> {
+        let mut kafka = match &self.config {
+            Some(path) => Config::load(path)?.kafka,
+            None => KafkaConfig::default(),
+        };
+        if let Some(v) = &self.bootstrap_servers {
+            kafka.bootstrap_servers = v.clone();
+        }
+        for (k, v) in &self.kafka_properties {
+            kafka.properties.insert(k.clone(), v.clone());
+        }
+        if kafka.bootstrap_servers.trim().is_empty() {
+            anyhow::bail!("--bootstrap-servers must name at least one broker (host:port)");
+        }
+        Ok(kafka)
+    }
+
     /// The file (if any) with flags and environment applied, validated.
     pub fn effective_config(&self) -> Result<Config, ConfigError> {
         let mut c = match &self.config {
@@ -481,5 +484,39 @@ mod tests {
         ] {
             assert!(help.contains(opt), "{opt} missing from --help");
         }
+    }
+
+    #[test]
+    fn verify_needs_no_postgres_settings() {
+        use crate::verify::exit;
+        use clap::Parser;
+        let cli = Cli::try_parse_from([
+            "walrelay",
+            "verify",
+            "--bootstrap-servers",
+            "k:9092",
+            "--topic",
+            "a",
+            "--topic",
+            "b",
+            "--from",
+            "c:0:5",
+            "--idle-timeout",
+            "500ms",
+            "--json",
+        ])
+        .unwrap();
+        let Command::Verify(args) = &cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(args.topics, ["a", "b"]);
+        assert_eq!(args.idle_timeout, Duration::from_millis(500));
+        assert!(args.json && args.timeout.is_none());
+        let kafka = cli.options.kafka_config().unwrap();
+        assert_eq!(kafka.bootstrap_servers, "k:9092");
+        // --topic or --from is required.
+        let err = Cli::try_parse_from(["walrelay", "verify"]).unwrap_err();
+        assert_eq!(err.exit_code(), exit::USAGE);
+        assert!(Cli::try_parse_from(["walrelay", "verify", "--from", "t:0:0"]).is_ok());
     }
 }

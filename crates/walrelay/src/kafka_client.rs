@@ -45,7 +45,7 @@ pub fn producer_config(kafka: &KafkaConfig) -> SinkConfig {
 
 /// The librdkafka properties for `client`, secrets resolved. The result
 /// holds secrets in clear text: log it only through
-/// [`crate::sink::redact`].
+/// [`crate::secrets::redact`].
 pub fn properties(
     kafka: &KafkaConfig,
     client: KafkaClient,

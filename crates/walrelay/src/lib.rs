@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `walrelay_pg` (crate) | the replication connection and stream, status updates |
 //! | `walrelay_pgoutput` (crate) | decoding pgoutput messages |
-//! | [`key`] | the idempotency key of each event (docs/contract.md) |
+//! | [`key`] | the idempotency key of each event (docs/contract.md; the key type itself is in `walrelay_contract`) |
 //! | [`envelope`] | the `walrelay.emit` envelope format |
 //! | [`route`] | which record an event becomes: topic, key, value, headers |
 //! | [`partition`] | deterministic partitioning (Java-compatible murmur2) |
@@ -15,11 +15,14 @@
 //! | [`sink`] | the idempotent Kafka producer and its delivery reports |
 //! | [`checkpoint`] | which LSN may be confirmed, given what Kafka acknowledged |
 //! | [`pipeline`] | the loop tying them together, and restarts from the slot |
+//! | [`error`] | the relay's error type, with what to do about each |
 //! | [`metrics`], [`http`] | Prometheus metrics, `/metrics`, `/healthz`, `/readyz` |
 //! | [`publication`], [`monitor`] | what the publication must contain for the configuration; the periodic check while `run` runs |
 //! | [`setup`] | `walrelay setup`: helpers, publication, slot |
 //! | [`status`] | `walrelay status`: the slot as PostgreSQL sees it |
+//! | [`verify`] | `walrelay verify`: read topics back and check what a high-water-mark consumer needs |
 //! | [`config`], [`cli`] | configuration file, environment and flags |
+//! | [`shutdown`] | SIGTERM/SIGINT and the stop channel |
 //! | [`secrets`] | Kafka secrets from files and environment variables, never shown |
 
 #![forbid(unsafe_code)]
@@ -27,10 +30,11 @@
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod error;
 pub mod fence;
-/// The `walrelay.v1` envelope format lives in its own crate (fuzzable, no
+/// The `walrelay.v1` envelope format lives in the contract crate (fuzzable, no
 /// librdkafka); re-exported here because the router is its main user.
-pub use walrelay_envelope as envelope;
+pub use walrelay_contract::envelope;
 pub mod http;
 pub mod kafka_client;
 pub mod key;
@@ -43,6 +47,7 @@ pub mod record;
 pub mod route;
 pub mod secrets;
 pub mod setup;
+pub mod shutdown;
 pub mod sink;
 pub mod status;
 pub mod verify;

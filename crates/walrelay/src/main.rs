@@ -5,7 +5,6 @@ use std::io::IsTerminal;
 
 use anyhow::Context;
 use clap::Parser;
-use tokio::sync::watch;
 use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 use walrelay::cli::{self, Cli, Command, LogFormat};
@@ -59,7 +58,13 @@ async fn main() -> anyhow::Result<()> {
     if let Command::Verify(args) = &cli.command {
         // Reads Kafka only: needs neither PostgreSQL nor a complete relay
         // configuration, and has its own exit codes (docs/verify.md).
-        let code = walrelay::verify::main(&cli.options, args).await;
+        let code = match cli.options.kafka_config() {
+            Ok(kafka) => walrelay::verify::main(kafka, args).await,
+            Err(e) => {
+                eprintln!("walrelay verify: {e:#}");
+                walrelay::verify::exit::ERROR
+            }
+        };
         std::process::exit(code);
     }
     let config = cli.options.effective_config()?;
@@ -71,12 +76,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Run => {
-            let (stop_tx, stop_rx) = watch::channel(false);
-            tokio::spawn(async move {
-                cli::wait_for_stop_signal().await;
-                tracing::info!("stop requested: draining");
-                let _ = stop_tx.send(true);
-            });
+            let stop_rx = walrelay::shutdown::stop_on_signal();
             // Metrics and health checks run beside the relay, on their own
             // tasks, and stop after it (so /metrics serves the drain too).
             let metrics = cli.options.metrics_addr.map(|_| Metrics::new());

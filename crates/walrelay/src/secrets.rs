@@ -137,10 +137,18 @@ impl SecretRef {
     }
 }
 
-/// Whether a Kafka property holds a secret: its value may be a reference
-/// (`env:`, `file:`) and is never shown.
+/// Whether a Kafka property holds a secret (passwords, secrets, private
+/// keys): its value may be a reference (`env:`, `file:`) and is never logged
+/// or shown. The one definition of the rule: the sink, `walrelay config` and
+/// every `Debug` of a configuration go through it.
 pub fn is_secret_property(name: &str) -> bool {
-    crate::sink::is_sensitive_property(name)
+    let name = name.to_ascii_lowercase();
+    name.contains("password")
+        || name.contains("secret")
+        || name.contains("passphrase")
+        || name.ends_with("key.pem")
+        || name == "ssl_key"
+        || name == "sasl.oauthbearer.config"
 }
 
 /// The properties with every secret reference resolved. The result holds
@@ -174,6 +182,32 @@ pub fn displayable<'a>(name: &str, value: &'a str) -> &'a str {
 
 /// What secret values are shown as.
 pub const REDACTED: &str = "<redacted>";
+
+/// A property map whose values may be resolved secrets (what librdkafka
+/// gets), for logs: every secret value replaced by [`REDACTED`], references
+/// included, since a resolved secret may itself look like one.
+pub fn redact(properties: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    properties
+        .iter()
+        .map(|(k, v)| {
+            let v = if is_secret_property(k) {
+                REDACTED
+            } else {
+                v.as_str()
+            };
+            (k.as_str(), v)
+        })
+        .collect()
+}
+
+/// `Debug` of a resolved property map, through [`redact`].
+pub(crate) struct Redacted<'a>(pub(crate) &'a BTreeMap<String, String>);
+
+impl fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(redact(self.0)).finish()
+    }
+}
 
 /// A property map for `Debug` output, through [`displayable`].
 pub struct DisplayProperties<'a>(pub &'a BTreeMap<String, String>);

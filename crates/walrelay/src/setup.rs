@@ -10,7 +10,7 @@ use walrelay_pg::commands::{quote_identifier, quote_literal};
 use walrelay_pg::{Config as PgConfig, ReplicationConnection, SlotStatus};
 
 use crate::config::Config;
-use crate::pipeline::RelayError;
+use crate::error::RelayError;
 
 /// The SQL helpers (`walrelay.emit`), from `sql/walrelay.sql`.
 pub const HELPERS_SQL: &str = include_str!("../../../sql/walrelay.sql");

@@ -34,6 +34,7 @@ use tokio::sync::Notify;
 use walrelay_pg::log_limit::KeyedLogLimit;
 
 use crate::record::Record;
+use crate::secrets::{is_secret_property, redact, Redacted, REDACTED};
 
 /// How long [`KafkaSink::partitions`] waits for a topic's metadata by default.
 pub const DEFAULT_METADATA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -106,23 +107,9 @@ const MAX_IN_FLIGHT: &[&str] = &["max.in.flight.requests.per.connection", "max.i
 const RETRIES: &[&str] = &["retries", "message.send.max.retries"];
 const BOOTSTRAP: &[&str] = &["bootstrap.servers", "metadata.broker.list"];
 
-const REDACTED: &str = "<redacted>";
-
-/// Whether a property's value is a secret that must never be logged or shown
-/// in `Debug` output: passwords, secrets, private keys.
-pub fn is_sensitive_property(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    name.contains("password")
-        || name.contains("secret")
-        || name.contains("passphrase")
-        || name.ends_with("key.pem")
-        || name == "ssl_key"
-        || name == "sasl.oauthbearer.config"
-}
-
 /// Producer configuration.
 ///
-/// `Debug` shows secret property values (see [`is_sensitive_property`]) as
+/// `Debug` shows secret property values (see [`is_secret_property`]) as
 /// `<redacted>`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SinkConfig {
@@ -309,29 +296,6 @@ impl fmt::Debug for SinkConfig {
             .field("properties", &Redacted(&self.properties))
             .field("metadata_timeout", &self.metadata_timeout)
             .finish()
-    }
-}
-
-/// A property map for logs: secret values replaced by `<redacted>`.
-pub fn redact(properties: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
-    properties
-        .iter()
-        .map(|(k, v)| {
-            let v = if is_sensitive_property(k) {
-                REDACTED
-            } else {
-                v.as_str()
-            };
-            (k.as_str(), v)
-        })
-        .collect()
-}
-
-struct Redacted<'a>(&'a BTreeMap<String, String>);
-
-impl fmt::Debug for Redacted<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_map().entries(redact(self.0)).finish()
     }
 }
 
@@ -1316,7 +1280,7 @@ fn is_too_large(code: Option<RDKafkaErrorCode>) -> bool {
 fn create_error(error: KafkaError) -> SinkError {
     match error {
         KafkaError::ClientConfig(_, description, property, value) => {
-            let reason = if is_sensitive_property(&property) {
+            let reason = if is_secret_property(&property) {
                 // librdkafka's description may quote the value.
                 let description = if value.is_empty() {
                     description

@@ -19,7 +19,7 @@ use walrelay_pg::commands::quote_literal;
 use walrelay_pg::{Config as PgConfig, ReplicationConnection};
 
 use crate::config::Config;
-use crate::pipeline::RelayError;
+use crate::error::RelayError;
 
 /// Exit code of `walrelay status` for an invalid command line (EX_USAGE),
 /// so that it cannot be mistaken for a verdict: clap's own code, 2, is

@@ -234,7 +234,7 @@ fn secrets_come_from_files_and_environment_and_are_never_shown() {
         format!("{:?}", config.kafka),
         format!("{:?}", config.postgres),
         format!("{sink:?}"),
-        format!("{:?}", walrelay::sink::redact(&props)),
+        format!("{:?}", walrelay::secrets::redact(&props)),
         rendered.clone(),
     ] {
         for secret in secrets {

@@ -356,7 +356,7 @@ fn secrets_stay_out_of_debug_and_errors() {
     assert!(debug.contains("walrelay-user"), "{debug}");
     assert!(debug.contains("<redacted>"), "{debug}");
     let props = cfg.effective_properties().unwrap();
-    let shown = format!("{:?}", walrelay::sink::redact(&props));
+    let shown = format!("{:?}", walrelay::secrets::redact(&props));
     assert!(!shown.contains("hunter"), "{shown}");
 }
 

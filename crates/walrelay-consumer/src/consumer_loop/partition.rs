@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use rdkafka::message::{Headers, Message, OwnedMessage};
-use walrelay::key::EventKey;
+use walrelay_contract::EventKey;
 
 use crate::apply::Park;
 use crate::batch;

@@ -14,11 +14,11 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio_postgres::{Client, NoTls, Transaction};
-use walrelay::record::header;
 use walrelay_consumer::{
     migrate, ConsumerLoop, Counters, Database, Delivery, OnPoison, PgHwmStore, RetryPolicy,
     Settings,
 };
+use walrelay_contract::header;
 use walrelay_testkit::TansuBroker;
 
 use crate::scenario::{

@@ -14,11 +14,11 @@ use rdkafka::ClientConfig;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, Transaction};
-use walrelay::key::EventKey;
-use walrelay::record::header;
 use walrelay_consumer::{
     migrate, ConsumerLoop, Counters, Database, Delivery, LoopError, PgHwmStore, Position, Settings,
 };
+use walrelay_contract::header;
+use walrelay_contract::EventKey;
 use walrelay_testkit::{await_condition, ClusterOptions, PgCluster, TansuBroker};
 
 pub const SOURCE: &str = "7312/app/walrelay";

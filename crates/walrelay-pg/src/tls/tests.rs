@@ -1,15 +1,21 @@
 //! Tests for the TLS negotiation, using an in-process server.
 
 use super::*;
+use crate::config::{ConfigError, RootCert};
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SignatureAlgorithm,
     PKCS_ECDSA_P256_SHA256, PKCS_ECDSA_P384_SHA384, PKCS_ED25519,
 };
-use rustls::ServerConfig;
+use rustls::{CertificateError, ServerConfig};
+use rustls_pki_types::CertificateDer;
 use rustls_pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use sha2::Digest;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 

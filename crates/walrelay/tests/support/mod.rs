@@ -12,24 +12,21 @@ use walrelay::config::{Config, MessageRoute, OutboxConfig};
 use walrelay::key::EventKey;
 use walrelay::pipeline::Trace;
 use walrelay_pgoutput::Lsn;
-use walrelay_testkit::{ClusterOptions, ConsumedRecord, PgCluster, TansuBroker};
+use walrelay_testkit::{
+    db, outbox_table, ClusterOptions, ConsumedRecord, OutboxKeys, PgCluster, TansuBroker, TestDb,
+    BUSY_TABLE,
+};
 
 /// Keys first seen, per (topic, partition), in offset order.
 pub type FreshKeys = BTreeMap<(String, i32), Vec<EventKey>>;
 
 pub const WAIT: Duration = Duration::from_secs(90);
 
-pub const SCHEMA: &str = "
-    CREATE TABLE outbox (
-        id text PRIMARY KEY,
-        aggregatetype text NOT NULL,
-        aggregateid text,
-        type text,
-        payload jsonb,
-        headers jsonb
-    );
-    CREATE TABLE busy (id bigserial PRIMARY KEY, v text);
-";
+/// The outbox (keys optional: some tests write rows the relay must refuse)
+/// and a table outside every publication.
+pub fn schema() -> String {
+    format!("{}{}", outbox_table(OutboxKeys::Optional), BUSY_TABLE)
+}
 
 pub struct Env {
     pub cluster: PgCluster,
@@ -46,9 +43,7 @@ impl Env {
     }
 
     pub async fn postgres_only(opts: ClusterOptions) -> Result<Env> {
-        let cluster = tokio::task::spawn_blocking(move || PgCluster::start(opts)).await??;
-        let client = cluster.client().await?;
-        client.batch_execute(SCHEMA).await?;
+        let TestDb { cluster, client } = TestDb::start(opts, &schema()).await?;
         Ok(Env {
             cluster,
             client,
@@ -88,35 +83,17 @@ impl Env {
     }
 
     pub async fn confirmed_flush_lsn(&self, slot: &str) -> Result<Lsn> {
-        let s: Option<String> = self
-            .client
-            .query_one(
-                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-                &[&slot],
-            )
+        db::confirmed_flush_lsn(&self.client, slot)
             .await?
-            .get(0);
-        Ok(s.context("slot has no confirmed_flush_lsn")?.parse()?)
+            .context("slot has no confirmed_flush_lsn")
     }
 
     pub async fn current_wal_lsn(&self) -> Result<Lsn> {
-        let s: String = self
-            .client
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
-            .await?
-            .get(0);
-        Ok(s.parse()?)
+        db::current_wal_lsn(&self.client).await
     }
 
     pub async fn system_identifier(&self) -> Result<String> {
-        Ok(self
-            .client
-            .query_one(
-                "SELECT system_identifier::text FROM pg_control_system()",
-                &[],
-            )
-            .await?
-            .get(0))
+        db::system_identifier(&self.client).await
     }
 }
 

@@ -2,8 +2,8 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
 use rdkafka::Timestamp;
-use walrelay::key::EventKey;
-use walrelay::record::header;
+use walrelay_contract::header;
+use walrelay_contract::EventKey;
 
 use super::*;
 use crate::settings::RetryPolicy;

@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use walrelay_envelope::{encode, is_valid_topic, parse};
+use walrelay_contract::envelope::{encode, is_valid_topic, parse};
 
 fuzz_target!(|data: &[u8]| {
     let content = Bytes::copy_from_slice(data);

@@ -20,8 +20,6 @@
 //! exactly; a `jsonb` payload is its text form). Parsing is pure and never
 //! panics: malformed input is an [`EnvelopeError`] that says what is wrong.
 
-#![forbid(unsafe_code)]
-
 use bytes::Bytes;
 use serde::Deserialize;
 

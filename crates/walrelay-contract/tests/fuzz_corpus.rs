@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use walrelay_envelope::{encode, is_valid_topic, parse};
+use walrelay_contract::envelope::{encode, is_valid_topic, parse};
 
 #[test]
 fn every_corpus_input_parses_or_errors_and_round_trips() {
