@@ -229,9 +229,18 @@ pub fn read(
             t.own.is_none() && t.records_read > 0 && first_offset.get(p).is_some_and(|&o| o > 0)
         });
     }
+    let elapsed = started.elapsed();
+    // Closing a librdkafka client takes 100-150 ms (its threads wind
+    // down); the session's first record need not wait for that.
+    let close = std::thread::Builder::new()
+        .name("walrelay-fence-close".into())
+        .spawn(move || drop(consumer));
+    if let Err(e) = close {
+        tracing::debug!("closing the tail fence reader on this thread: {e}");
+    }
     Ok(TopicTails {
         partitions: tails,
-        elapsed: started.elapsed(),
+        elapsed,
     })
 }
 
