@@ -12,7 +12,7 @@
 //! | [`route`] | which record an event becomes: topic, key, value, headers |
 //! | [`partition`] | deterministic partitioning (Java-compatible murmur2) |
 //! | [`fence`] | the tail fence: what a replay need not write again |
-//! | [`sink`] | the idempotent Kafka producer and its delivery reports |
+//! | [`sink`] | the idempotent Kafka producer and its delivery reports (`sink/`: the producer, its configuration, the property policy, librdkafka's callbacks, errors) |
 //! | [`checkpoint`] | which LSN may be confirmed, given what Kafka acknowledged |
 //! | [`pipeline`] | the loop tying them together, and restarts from the slot |
 //! | [`error`] | the relay's error type, with what to do about each |

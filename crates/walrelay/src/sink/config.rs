@@ -1,0 +1,268 @@
+//! The producer's configuration and the properties it is created with:
+//! walrelay's defaults, the user's properties, the enforced guarantees.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use super::error::{create_error, SinkError};
+use super::policy::{
+    check_files, check_guarantees, check_ignored, check_security, find, ACKS, MAX_IN_FLIGHT,
+    MAX_IN_FLIGHT_REQUESTS,
+};
+use crate::secrets::Redacted;
+
+/// How long [`KafkaSink::partitions`](super::KafkaSink::partitions) waits for a topic's metadata by default.
+pub const DEFAULT_METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default `queue.buffering.max.messages`. The relay bounds the number of
+/// records in flight itself; librdkafka's queue must be larger than that
+/// bound so that [`SinkError::QueueFull`] stays a backstop, not the normal
+/// flow control.
+pub const DEFAULT_QUEUE_MAX_MESSAGES: u32 = 1_000_000;
+
+/// Default `message.timeout.ms`: a record not acknowledged within 30 s fails
+/// its delivery, which restarts the pipeline from the slot. librdkafka's own
+/// default (300 s) would hold every confirmed-LSN advance for five minutes
+/// before anyone notices that Kafka is gone.
+pub const DEFAULT_MESSAGE_TIMEOUT_MS: u32 = 30_000;
+
+/// Throughput defaults, each overridable by the user (under any alias).
+///
+/// - `linger.ms=5`: librdkafka's own default, stated explicitly. Long enough
+///   to fill batches under load, short enough that a quiet stream is not
+///   delayed (a 20 ms linger has been measured to cap small-batch relays at
+///   a few thousand events per second).
+/// - `batch.num.messages=10000`: up to 10k records per partition batch;
+///   `batch.size` (1 MB) usually binds first for larger records.
+/// - `compression.codec=none`: only gzip is compiled in (libz), and gzip
+///   costs more CPU than it usually saves on a local network. Set
+///   `compression.codec=gzip` to trade CPU for bandwidth; codecs that are not
+///   compiled in (snappy/lz4/zstd may be missing) are rejected by librdkafka
+///   at start-up as a config error.
+/// - `queue.buffering.max.messages`: see [`DEFAULT_QUEUE_MAX_MESSAGES`].
+/// - `message.timeout.ms`: see [`DEFAULT_MESSAGE_TIMEOUT_MS`].
+/// - `client.id=walrelay`: names the relay in broker logs and quotas.
+const DEFAULTS: &[(&[&str], &str)] = &[
+    (&["linger.ms", "queue.buffering.max.ms"], "5"),
+    (&["batch.num.messages"], "10000"),
+    (&["compression.codec", "compression.type"], "none"),
+    (&["queue.buffering.max.messages"], "1000000"),
+    (&["message.timeout.ms", "delivery.timeout.ms"], "30000"),
+    (&["client.id"], "walrelay"),
+];
+
+/// librdkafka property aliases: setting two names of one group would make
+/// the effective value depend on map order, so it is rejected.
+const ALIASES: &[&[&str]] = &[
+    &["bootstrap.servers", "metadata.broker.list"],
+    &["acks", "request.required.acks"],
+    &["max.in.flight.requests.per.connection", "max.in.flight"],
+    &["linger.ms", "queue.buffering.max.ms"],
+    &["message.timeout.ms", "delivery.timeout.ms"],
+    &["compression.codec", "compression.type"],
+    &["retries", "message.send.max.retries"],
+    &["sasl.mechanisms", "sasl.mechanism"],
+    &[
+        "sasl.oauthbearer.client.id",
+        "sasl.oauthbearer.client.credentials.client.id",
+    ],
+    &[
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.client.credentials.client.secret",
+    ],
+];
+
+const BOOTSTRAP: &[&str] = &["bootstrap.servers", "metadata.broker.list"];
+
+/// Producer configuration.
+///
+/// `Debug` shows secret property values (see [`crate::secrets::is_secret_property`]) as
+/// `<redacted>`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SinkConfig {
+    /// Comma-separated `host:port` list (librdkafka `bootstrap.servers`).
+    pub bootstrap_servers: String,
+    /// librdkafka properties, passed as-is except for the delivery
+    /// guarantees walrelay enforces (see the module documentation).
+    pub properties: BTreeMap<String, String>,
+    /// How long [`KafkaSink::partitions`](super::KafkaSink::partitions) waits for a topic's metadata.
+    pub metadata_timeout: Duration,
+}
+
+impl SinkConfig {
+    /// A configuration with the given brokers and librdkafka properties and
+    /// the default metadata timeout ([`DEFAULT_METADATA_TIMEOUT`]).
+    pub fn new(bootstrap_servers: impl Into<String>, properties: BTreeMap<String, String>) -> Self {
+        SinkConfig {
+            bootstrap_servers: bootstrap_servers.into(),
+            properties,
+            metadata_timeout: DEFAULT_METADATA_TIMEOUT,
+        }
+    }
+
+    /// Adds (or replaces) one librdkafka property.
+    pub fn with_property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.insert(name.into(), value.into());
+        self
+    }
+
+    /// The properties the producer is created with: walrelay's defaults,
+    /// then the user's properties, then the enforced delivery guarantees.
+    /// Fails on a property that would weaken the guarantees, on a secret
+    /// reference (`env:`, `file:`, see [`crate::secrets`]) that cannot be
+    /// resolved, and on inconsistent TLS or SASL settings
+    /// ([`check_security`]). The result holds secrets in clear text: log it
+    /// only through [`redact`](crate::secrets::redact).
+    pub fn effective_properties(&self) -> Result<BTreeMap<String, String>, SinkError> {
+        self.properties_with(Secrets::Resolve, false)
+    }
+
+    /// `strict`: TLS or SASL properties that the security protocol ignores
+    /// are errors rather than warnings.
+    fn properties_with(
+        &self,
+        secrets: Secrets,
+        strict: bool,
+    ) -> Result<BTreeMap<String, String>, SinkError> {
+        let user = &match secrets {
+            Secrets::Resolve => {
+                let user = crate::secrets::resolve_properties(&self.properties).map_err(|e| {
+                    SinkError::Config {
+                        property: e.property().to_owned(),
+                        reason: e.detail(),
+                    }
+                })?;
+                check_security(&user)?;
+                check_ignored(&user, strict)?;
+                check_files(&user)?;
+                user
+            }
+            Secrets::Placeholder => {
+                let user = self
+                    .properties
+                    .iter()
+                    .map(|(k, v)| (k.clone(), crate::secrets::displayable(k, v).to_owned()))
+                    .collect();
+                check_security(&user)?;
+                check_ignored(&user, strict)?;
+                user
+            }
+        };
+        for group in ALIASES {
+            let set: Vec<&str> = group
+                .iter()
+                .copied()
+                .filter(|name| user.contains_key(*name))
+                .collect();
+            if set.len() > 1 {
+                return Err(SinkError::config(
+                    set[1],
+                    format!(
+                        "`{}` and `{}` are aliases of one librdkafka property; set only one",
+                        set[0], set[1]
+                    ),
+                ));
+            }
+        }
+        check_guarantees(user)?;
+
+        let mut props = BTreeMap::new();
+        for (names, value) in DEFAULTS {
+            if !names.iter().any(|name| user.contains_key(*name)) {
+                props.insert(names[0].to_owned(), (*value).to_owned());
+            }
+        }
+        props.extend(user.iter().map(|(k, v)| (k.clone(), v.clone())));
+
+        // The enforced guarantees (user values, if any, were checked above
+        // and are equivalent or stricter).
+        props.insert("enable.idempotence".to_owned(), "true".to_owned());
+        props.insert("enable.gapless.guarantee".to_owned(), "true".to_owned());
+        if find(user, ACKS).is_none() {
+            props.insert("acks".to_owned(), "all".to_owned());
+        }
+        if find(user, MAX_IN_FLIGHT).is_none() {
+            props.insert(
+                MAX_IN_FLIGHT[0].to_owned(),
+                MAX_IN_FLIGHT_REQUESTS.to_string(),
+            );
+        }
+
+        match find(user, BOOTSTRAP) {
+            Some((name, value)) => {
+                if !self.bootstrap_servers.is_empty() && value != self.bootstrap_servers {
+                    return Err(SinkError::config(
+                        name,
+                        format!(
+                            "conflicts with the configured bootstrap servers `{}`; set the \
+                             brokers in one place",
+                            self.bootstrap_servers
+                        ),
+                    ));
+                }
+            }
+            None if self.bootstrap_servers.trim().is_empty() => {
+                return Err(SinkError::config(
+                    "bootstrap.servers",
+                    "no Kafka brokers configured".to_owned(),
+                ));
+            }
+            None => {
+                props.insert(
+                    "bootstrap.servers".to_owned(),
+                    self.bootstrap_servers.clone(),
+                );
+            }
+        }
+        Ok(props)
+    }
+}
+
+impl SinkConfig {
+    /// Everything that can be checked without connecting: the properties
+    /// ([`effective_properties`](Self::effective_properties)), TLS or SASL
+    /// properties that the security protocol would ignore (an error here,
+    /// a warning when the producer is created), then each name and value
+    /// as librdkafka parses them. Creating the producer
+    /// checks the rest (TLS files' contents, for one).
+    pub fn validate(&self) -> Result<(), SinkError> {
+        self.validate_with(Secrets::Resolve)
+    }
+
+    /// [`validate`](Self::validate) without reading anything: secret
+    /// references are not resolved and files are not checked. For commands
+    /// that load the whole configuration but do not produce (`setup`,
+    /// `status`, `config`), which may run where the relay's Kafka secrets
+    /// and certificates are not.
+    pub fn validate_settings(&self) -> Result<(), SinkError> {
+        self.validate_with(Secrets::Placeholder)
+    }
+
+    fn validate_with(&self, secrets: Secrets) -> Result<(), SinkError> {
+        let props = self.properties_with(secrets, true)?;
+        crate::kafka_client::to_client_config(&props)
+            .create_native_config()
+            .map(drop)
+            .map_err(create_error)
+    }
+}
+
+/// How [`SinkConfig::properties_with`] treats secret properties.
+#[derive(Clone, Copy)]
+enum Secrets {
+    /// Resolve `env:`/`file:` references and check named files.
+    Resolve,
+    /// Leave secrets out (a placeholder stands in) and read nothing.
+    Placeholder,
+}
+
+impl fmt::Debug for SinkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("properties", &Redacted(&self.properties))
+            .field("metadata_timeout", &self.metadata_timeout)
+            .finish()
+    }
+}

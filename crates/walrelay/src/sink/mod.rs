@@ -1,0 +1,368 @@
+//! The Kafka side of the relay: an idempotent, gapless producer with
+//! explicit partitions and one delivery report per record.
+//!
+//! Delivery guarantees are not configurable. walrelay's consumers accept a
+//! record only if its idempotency key is above the partition's high-water
+//! mark, so the producer must write, per partition, a gapless run of the key
+//! sequence in send order (see `contract.md`, "Kafka side"). That needs
+//! `enable.idempotence=true`, `acks=all`, `enable.gapless.guarantee=true`,
+//! at most 5 in-flight requests per connection and FIFO queuing; a user
+//! property that would weaken any of them is rejected with
+//! [`SinkError::Config`]. Every other librdkafka property is passed through
+//! as-is.
+//!
+//! Delivery reports are produced by librdkafka on the producer's own polling
+//! thread ([`ThreadedProducer`]) and collected in a delivery queue, so
+//! they keep flowing while the async side is busy; [`KafkaSink::next_delivery`]
+//! reads them. Any delivery error means: stop forwarding, drop the sink, restart
+//! from the slot's confirmed LSN ([`SinkError::restarts_pipeline`]).
+//!
+//! | module | owns |
+//! |---|---|
+//! | this one | [`KafkaSink`]: creating the producer, partition counts, sending, delivery reports, flushing |
+//! | `config` | [`SinkConfig`], walrelay's defaults and the effective properties |
+//! | `policy` | the guarantee and TLS/SASL checks on user properties |
+//! | `context` | librdkafka's callbacks: delivery reports, rate-limited log lines |
+//! | `error` | [`SinkError`] and the [`Recovery`] each one calls for |
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer, PurgeConfig, ThreadedProducer};
+
+use crate::record::Record;
+use crate::secrets::redact;
+
+mod config;
+mod context;
+mod error;
+mod policy;
+
+pub use config::{
+    SinkConfig, DEFAULT_MESSAGE_TIMEOUT_MS, DEFAULT_METADATA_TIMEOUT, DEFAULT_QUEUE_MAX_MESSAGES,
+};
+pub use context::{Delivery, LIBRDKAFKA_LOG_INTERVAL};
+pub use error::{Recovery, SinkError};
+pub use policy::{builtin_features, check_files, check_security, MAX_IN_FLIGHT_REQUESTS};
+
+use context::{DeliveryQueue, SinkContext};
+use error::{create_error, is_too_large};
+
+type Inner = ThreadedProducer<SinkContext>;
+
+/// An idempotent, gapless Kafka producer with explicit partitions.
+///
+/// Dropping it purges everything not yet acknowledged (the pipeline replays
+/// from the slot anyway) and waits at most about half a second for
+/// librdkafka to wind down; it blocks the current thread for that long.
+pub struct KafkaSink {
+    producer: Arc<Inner>,
+    deliveries: Arc<DeliveryQueue>,
+    /// Reports taken from `deliveries` and not yet returned.
+    taken: std::vec::IntoIter<Delivery>,
+    partition_counts: Mutex<HashMap<String, u32>>,
+    metadata_timeout: Duration,
+}
+
+impl fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaSink")
+            .field("in_flight", &self.producer.in_flight_count())
+            .field("metadata_timeout", &self.metadata_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSink {
+    /// Creates the producer (it connects in the background).
+    pub fn new(config: &SinkConfig) -> Result<KafkaSink, SinkError> {
+        let props = config.effective_properties()?;
+        let mut client_config = crate::kafka_client::to_client_config(&props);
+        // librdkafka's log level gates what reaches `ClientContext::log`.
+        client_config.set_log_level(
+            if props.contains_key("debug")
+                || tracing::enabled!(target: "librdkafka", tracing::Level::DEBUG)
+            {
+                RDKafkaLogLevel::Debug
+            } else if tracing::enabled!(target: "librdkafka", tracing::Level::INFO) {
+                RDKafkaLogLevel::Info
+            } else {
+                RDKafkaLogLevel::Warning
+            },
+        );
+        tracing::debug!(properties = ?redact(&props), "creating the Kafka producer");
+
+        let deliveries = Arc::new(DeliveryQueue::default());
+        let context = SinkContext {
+            deliveries: Arc::clone(&deliveries),
+            fatal: Mutex::new(None),
+        };
+        let producer: Inner = client_config
+            .create_with_context(context)
+            .map_err(create_error)?;
+        Ok(KafkaSink {
+            producer: Arc::new(producer),
+            deliveries,
+            taken: Vec::new().into_iter(),
+            partition_counts: Mutex::new(HashMap::new()),
+            metadata_timeout: config.metadata_timeout,
+        })
+    }
+
+    /// The topic's partition count, from metadata (cached per topic for the
+    /// sink's lifetime: a new pipeline run builds a new sink). Fetching
+    /// metadata may auto-create a missing topic where the brokers allow it;
+    /// a topic that still does not exist when the metadata timeout runs out
+    /// is [`SinkError::TopicMissing`].
+    pub async fn partitions(&self, topic: &str) -> Result<u32, SinkError> {
+        if let Some(&count) = self
+            .partition_counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(topic)
+        {
+            return Ok(count);
+        }
+        let producer = Arc::clone(&self.producer);
+        let name = topic.to_owned();
+        let timeout = self.metadata_timeout;
+        let count = tokio::task::spawn_blocking(move || partition_count(&producer, &name, timeout))
+            .await
+            .map_err(|e| SinkError::Task {
+                operation: "metadata",
+                message: e.to_string(),
+            })??;
+        self.partition_counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(topic.to_owned(), count);
+        Ok(count)
+    }
+
+    /// Enqueues one record for `partition` without blocking. Its outcome
+    /// arrives later from [`next_delivery`](Self::next_delivery), tagged with
+    /// `seq`. [`SinkError::QueueFull`] means nothing was enqueued: wait for
+    /// deliveries and send again.
+    pub fn send(&self, seq: u64, record: &Record, partition: u32) -> Result<(), SinkError> {
+        let produce_error = |code: RDKafkaErrorCode, message: String| SinkError::Produce {
+            topic: record.topic.to_string(),
+            partition: i32::try_from(partition).unwrap_or(i32::MAX),
+            code,
+            message,
+        };
+        let Ok(kafka_partition) = i32::try_from(partition) else {
+            return Err(produce_error(
+                RDKafkaErrorCode::InvalidArgument,
+                "partition number out of range".to_owned(),
+            ));
+        };
+        let Ok(opaque) = usize::try_from(seq) else {
+            return Err(produce_error(
+                RDKafkaErrorCode::InvalidArgument,
+                "sequence number does not fit in usize".to_owned(),
+            ));
+        };
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (name, value) in &record.headers {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(value.as_ref()),
+            });
+        }
+        let mut kafka_record: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(&record.topic, opaque)
+                .partition(kafka_partition)
+                .headers(headers);
+        if let Some(key) = &record.key {
+            kafka_record = kafka_record.key(key.as_ref());
+        }
+        if let Some(value) = &record.value {
+            kafka_record = kafka_record.payload(value.as_ref());
+        }
+        if let Some(timestamp) = record.timestamp_ms {
+            kafka_record = kafka_record.timestamp(timestamp);
+        }
+        match self.producer.send(kafka_record) {
+            Ok(()) => Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(SinkError::QueueFull)
+            }
+            Err((error, _)) if is_too_large(error.rdkafka_error_code()) => {
+                Err(SinkError::RecordTooLarge {
+                    key: record.event_key.to_hex(),
+                    topic: record.topic.to_string(),
+                    partition: kafka_partition,
+                    bytes: record.size() - record.topic.len(),
+                    code: RDKafkaErrorCode::MessageSizeTooLarge,
+                    message: error.to_string(),
+                })
+            }
+            Err((error, _)) => {
+                let code = error
+                    .rdkafka_error_code()
+                    .unwrap_or(RDKafkaErrorCode::InvalidArgument);
+                let message = match self.producer.client().fatal_error() {
+                    Some((_, reason)) => format!("{code}; the producer stopped: {reason}"),
+                    None => error.to_string(),
+                };
+                Err(produce_error(code, message))
+            }
+        }
+    }
+
+    /// The next delivery report, in the order librdkafka reports them
+    /// (per partition that is send order). Cancel-safe: the only await is
+    /// the wake-up, and reports already taken stay in the sink. Pends
+    /// while nothing is in flight. The producer lives as long as the sink,
+    /// so there is no "closed" outcome.
+    pub async fn next_delivery(&mut self) -> Delivery {
+        loop {
+            if let Some(delivery) = self.try_next_delivery() {
+                return delivery;
+            }
+            self.deliveries.ready.notified().await;
+        }
+    }
+
+    /// A delivery report that is already available, without waiting.
+    pub fn try_next_delivery(&mut self) -> Option<Delivery> {
+        let delivery = match self.taken.next() {
+            Some(d) => d,
+            None => {
+                self.taken = self.deliveries.take().into_iter();
+                self.taken.next()?
+            }
+        };
+        Some(self.explain(delivery))
+    }
+
+    /// Adds the producer's fatal error to a purge error reported before the
+    /// fatal error event reached the context.
+    fn explain(&self, mut delivery: Delivery) -> Delivery {
+        if let Err(SinkError::Delivery {
+            code: RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight,
+            message,
+            ..
+        }) = &mut delivery.result
+        {
+            if !message.contains("the producer stopped") {
+                if let Some((code, reason)) = self.producer.client().fatal_error() {
+                    message.push_str(&format!("; the producer stopped: {code:?}: {reason}"));
+                }
+            }
+        }
+        delivery
+    }
+
+    /// Records (and requests) librdkafka has not finished with, including
+    /// delivery reports not yet handed to the channel.
+    pub fn in_flight(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
+    /// Waits until every enqueued record has a delivery report (success or
+    /// failure), or `timeout`. Runs on a blocking thread; cancelling the
+    /// returned future does not stop that thread before `timeout`.
+    ///
+    /// Queued records still wait out `linger.ms`: rdkafka 0.39 implements
+    /// flush as repeated `rd_kafka_flush(0)` calls plus polling, so
+    /// librdkafka's "ignore linger while flushing" lasts only for each
+    /// instant call. With the default `linger.ms=5` that does not matter.
+    pub async fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
+        let producer = Arc::clone(&self.producer);
+        tokio::task::spawn_blocking(move || match producer.flush(timeout) {
+            Ok(()) => Ok(()),
+            Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {
+                Err(SinkError::FlushTimeout {
+                    in_flight: producer.in_flight_count(),
+                })
+            }
+            Err(error) => Err(SinkError::Flush(
+                error.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail),
+            )),
+        })
+        .await
+        .map_err(|e| SinkError::Task {
+            operation: "flush",
+            message: e.to_string(),
+        })?
+    }
+}
+
+impl Drop for KafkaSink {
+    fn drop(&mut self) {
+        // Unacknowledged records fail with a purge error (nobody listens any
+        // more); a flush running on a blocking thread returns promptly. The
+        // producer's own drop then purges again, flushes for at most 500 ms
+        // and destroys the client.
+        self.producer
+            .purge(PurgeConfig::default().queue().inflight().non_blocking());
+    }
+}
+
+/// Blocking: the topic's partition count from metadata, retried until
+/// `timeout` while the topic is missing or being created.
+fn partition_count(producer: &Inner, topic: &str, timeout: Duration) -> Result<u32, SinkError> {
+    let deadline = Instant::now() + timeout;
+    let mut backoff = Duration::from_millis(50);
+    let mut last_error = String::from("no answer");
+    loop {
+        let remaining = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let metadata = producer
+            .client()
+            .fetch_metadata(Some(topic), remaining)
+            .map_err(|error| {
+                let code = error.rdkafka_error_code();
+                SinkError::Metadata {
+                    topic: topic.to_owned(),
+                    code,
+                    message: match code {
+                        Some(code) => format!("{code} (waited up to {timeout:?})"),
+                        None => error.to_string(),
+                    },
+                }
+            })?;
+        if let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) {
+            match found.error().map(RDKafkaErrorCode::from) {
+                None if !found.partitions().is_empty() => {
+                    return u32::try_from(found.partitions().len()).map_err(|_| {
+                        SinkError::Metadata {
+                            topic: topic.to_owned(),
+                            code: None,
+                            message: "too many partitions".to_owned(),
+                        }
+                    });
+                }
+                None => last_error = "the topic has no partitions".to_owned(),
+                // Missing, or being auto-created: ask again.
+                Some(
+                    code @ (RDKafkaErrorCode::UnknownTopicOrPartition
+                    | RDKafkaErrorCode::UnknownTopic
+                    | RDKafkaErrorCode::LeaderNotAvailable),
+                ) => last_error = code.to_string(),
+                Some(code) => {
+                    return Err(SinkError::Metadata {
+                        topic: topic.to_owned(),
+                        code: Some(code),
+                        message: code.to_string(),
+                    });
+                }
+            }
+        }
+        if Instant::now() + backoff >= deadline {
+            return Err(SinkError::TopicMissing {
+                topic: topic.to_owned(),
+                last_error,
+            });
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
