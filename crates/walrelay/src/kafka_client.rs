@@ -23,6 +23,10 @@ use rdkafka::config::ClientConfig;
 use crate::config::KafkaConfig;
 use crate::sink::{check_security, SinkConfig, SinkError};
 
+/// Lives with the sink's configuration, which needs it to validate, so that
+/// imports run one way: this module depends on the sink, never back.
+pub use crate::sink::to_client_config;
+
 /// Which Kafka client the properties are for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KafkaClient {
@@ -81,15 +85,6 @@ pub fn properties(
 /// A librdkafka client configuration for `client` ([`properties`]).
 pub fn client_config(kafka: &KafkaConfig, client: KafkaClient) -> Result<ClientConfig, SinkError> {
     Ok(to_client_config(&properties(kafka, client)?))
-}
-
-/// A property map as a librdkafka client configuration.
-pub fn to_client_config(props: &BTreeMap<String, String>) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    for (name, value) in props {
-        c.set(name, value);
-    }
-    c
 }
 
 const VERIFY_CLIENT_ID: &str = "walrelay-verify";

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use rdkafka::config::ClientConfig;
+
 use super::error::{create_error, SinkError};
 use super::policy::{
     check_files, check_guarantees, check_ignored, check_security, find, ACKS, MAX_IN_FLIGHT,
@@ -241,7 +243,7 @@ impl SinkConfig {
 
     fn validate_with(&self, secrets: Secrets) -> Result<(), SinkError> {
         let props = self.properties_with(secrets, true)?;
-        crate::kafka_client::to_client_config(&props)
+        to_client_config(&props)
             .create_native_config()
             .map(drop)
             .map_err(create_error)
@@ -265,4 +267,14 @@ impl fmt::Debug for SinkConfig {
             .field("metadata_timeout", &self.metadata_timeout)
             .finish()
     }
+}
+
+/// A property map as a librdkafka client configuration (for every Kafka
+/// client walrelay creates; `kafka_client` builds each one with it).
+pub fn to_client_config(props: &BTreeMap<String, String>) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (name, value) in props {
+        c.set(name, value);
+    }
+    c
 }

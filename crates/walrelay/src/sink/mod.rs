@@ -44,7 +44,8 @@ mod error;
 mod policy;
 
 pub use config::{
-    SinkConfig, DEFAULT_MESSAGE_TIMEOUT_MS, DEFAULT_METADATA_TIMEOUT, DEFAULT_QUEUE_MAX_MESSAGES,
+    to_client_config, SinkConfig, DEFAULT_MESSAGE_TIMEOUT_MS, DEFAULT_METADATA_TIMEOUT,
+    DEFAULT_QUEUE_MAX_MESSAGES,
 };
 pub use context::{Delivery, LIBRDKAFKA_LOG_INTERVAL};
 pub use error::{Recovery, SinkError};
@@ -82,7 +83,7 @@ impl KafkaSink {
     /// Creates the producer (it connects in the background).
     pub fn new(config: &SinkConfig) -> Result<KafkaSink, SinkError> {
         let props = config.effective_properties()?;
-        let mut client_config = crate::kafka_client::to_client_config(&props);
+        let mut client_config = to_client_config(&props);
         // librdkafka's log level gates what reaches `ClientContext::log`.
         client_config.set_log_level(
             if props.contains_key("debug")
