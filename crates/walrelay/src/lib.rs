@@ -9,7 +9,7 @@
 //! | `walrelay_pgoutput` (crate) | decoding pgoutput messages |
 //! | [`key`] | the idempotency key of each event (docs/contract.md; the key type itself is in `walrelay_contract`) |
 //! | [`envelope`] | the `walrelay.emit` envelope format |
-//! | [`route`] | which record an event becomes: topic, key, value, headers |
+//! | [`route`] | which record an event becomes: topic, key, value, headers (`route/`: the router and base headers, logical messages, outbox rows, dead letters) |
 //! | [`partition`] | deterministic partitioning (Java-compatible murmur2) |
 //! | [`fence`] | the tail fence: what a replay need not write again |
 //! | [`sink`] | the idempotent Kafka producer and its delivery reports (`sink/`: the producer, its configuration, the property policy, librdkafka's callbacks, errors) |

@@ -1,0 +1,205 @@
+//! Outbox rows: the configured outbox tables, the check of a table's
+//! Relation, and the Debezium-compatible record a row becomes.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use walrelay_pgoutput::{ColumnError, Lsn, Relation, Row};
+
+use super::{reserved_header, RouteError, Router, TxInfo};
+use crate::config::OutboxColumns;
+use crate::envelope::is_valid_topic;
+use crate::key::EventKey;
+use crate::record::Record;
+
+/// An outbox table, resolved against its Relation.
+#[derive(Debug, Clone)]
+pub(super) struct OutboxRoute {
+    pub(super) schema: String,
+    pub(super) table: String,
+    pub(super) topic_template: String,
+    pub(super) columns: OutboxColumns,
+}
+
+impl Router {
+    fn outbox_index(&self, relation: &Relation) -> Option<usize> {
+        let schema = if relation.namespace.is_empty() {
+            "pg_catalog"
+        } else {
+            relation.namespace.as_str()
+        };
+        self.outbox
+            .iter()
+            .position(|o| o.schema == schema && o.table == relation.name)
+    }
+
+    /// Whether changes to this relation are outbox events; an error for a
+    /// table that is not configured (its events would otherwise vanish).
+    ///
+    /// A Relation also arrives in the middle of the stream after an ALTER
+    /// TABLE. Without a dead-letter topic, a configured column that is
+    /// missing stops the relay here, before any row of the new shape. With
+    /// one, the Relation is accepted and each such row becomes a dead
+    /// letter ([`RouteError::MissingColumn`] from [`Self::outbox_record`]):
+    /// the column may come back, and rows are what carry the data.
+    pub fn check_relation(&self, relation: &Relation, lsn: Lsn) -> Result<(), RouteError> {
+        let Some(i) = self.outbox_index(relation) else {
+            return Err(RouteError::NotAnOutbox {
+                table: format!("{}.{}", relation.namespace, relation.name),
+                lsn,
+            });
+        };
+        if self.dead_letter.is_some() {
+            return Ok(());
+        }
+        let o = &self.outbox[i];
+        let has = |c: &str| relation.columns.iter().any(|rc| rc.name == c);
+        let required: [(&str, &'static str); 5] = [
+            (&o.columns.id, "id"),
+            (&o.columns.aggregatetype, "aggregatetype"),
+            (&o.columns.aggregateid, "aggregateid"),
+            (&o.columns.event_type, "type"),
+            (&o.columns.payload, "payload"),
+        ];
+        for (column, option) in required {
+            if !has(column) {
+                return Err(RouteError::MissingColumn {
+                    table: format!("{}.{}", o.schema, o.table),
+                    column: column.to_owned(),
+                    option,
+                    lsn,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The record for an INSERT into an outbox table (checked with
+    /// [`Self::check_relation`] when its Relation arrived).
+    pub fn outbox_record(
+        &mut self,
+        tx: &TxInfo,
+        key: EventKey,
+        lsn: Lsn,
+        row: &Row<'_>,
+    ) -> Result<Record, RouteError> {
+        let relation = row.relation();
+        let i = self
+            .outbox_index(relation)
+            .ok_or_else(|| RouteError::NotAnOutbox {
+                table: format!("{}.{}", relation.namespace, relation.name),
+                lsn,
+            })?;
+        let o = &self.outbox[i];
+        let table = || format!("{}.{}", o.schema, o.table);
+        // `option`: the column's name in [outbox.columns], for the error.
+        let read = |column: &str, option: &'static str| -> Result<Option<&Bytes>, RouteError> {
+            row.bytes(column).map_err(|e| match e {
+                ColumnError::NoSuchColumn(_) => RouteError::MissingColumn {
+                    table: table(),
+                    column: column.to_owned(),
+                    option,
+                    lsn,
+                },
+                e => RouteError::BadColumn {
+                    table: table(),
+                    column: column.to_owned(),
+                    lsn,
+                    error: e.to_string(),
+                },
+            })
+        };
+        let required =
+            |column: &str, option: &'static str, why: &'static str| -> Result<&Bytes, RouteError> {
+                read(column, option)?.ok_or_else(|| RouteError::NullColumn {
+                    table: table(),
+                    column: column.to_owned(),
+                    lsn,
+                    why,
+                })
+            };
+        let aggregatetype = required(
+            &o.columns.aggregatetype,
+            "aggregatetype",
+            "it picks the topic",
+        )?;
+        let aggregatetype =
+            std::str::from_utf8(aggregatetype).map_err(|e| RouteError::BadColumn {
+                table: table(),
+                column: o.columns.aggregatetype.clone(),
+                lsn,
+                error: e.to_string(),
+            })?;
+        let topic = o
+            .topic_template
+            .replace("{aggregatetype}", aggregatetype)
+            .replace("{schema}", &o.schema)
+            .replace("{table}", &o.table);
+        if !is_valid_topic(&topic) {
+            return Err(RouteError::InvalidTopic {
+                table: table(),
+                topic,
+                lsn,
+            });
+        }
+        let record_key = required(
+            &o.columns.aggregateid,
+            "aggregateid",
+            "it is the record key",
+        )?
+        .clone();
+        let value = read(&o.columns.payload, "payload")?.cloned();
+        let id = read(&o.columns.id, "id")?.cloned();
+        let event_type = read(&o.columns.event_type, "type")?.cloned();
+        let app_headers: Vec<(String, String)> = match row.get(&o.columns.headers) {
+            None => Vec::new(),
+            Some(_) => match read(&o.columns.headers, "headers")? {
+                None => Vec::new(),
+                Some(json) => parse_headers(json).map_err(|error| RouteError::BadHeaders {
+                    table: table(),
+                    lsn,
+                    error,
+                })?,
+            },
+        };
+        if let Some(name) = reserved_header(app_headers.iter().map(|(k, _)| k)) {
+            return Err(RouteError::ReservedHeader {
+                origin: format!("outbox row in {}", table()),
+                header: name.clone(),
+                lsn,
+            });
+        }
+
+        let mut headers = self.base_headers(key, lsn, Some(tx), 2 + app_headers.len());
+        if let Some(id) = id {
+            headers.push((self.names.id.clone(), id));
+        }
+        if let Some(t) = event_type {
+            headers.push((self.names.event_type.clone(), t));
+        }
+        for (k, v) in app_headers {
+            headers.push((Arc::from(k.as_str()), Bytes::from(v)));
+        }
+        Ok(Record {
+            topic: self.intern(&topic),
+            key: Some(record_key),
+            value,
+            headers,
+            event_key: key,
+            timestamp_ms: tx.timestamp_ms,
+        })
+    }
+}
+
+fn parse_headers(json: &[u8]) -> Result<Vec<(String, String)>, String> {
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    Ok(map
+        .into_iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => (k, s),
+            other => (k, other.to_string()),
+        })
+        .collect())
+}
