@@ -16,13 +16,12 @@ use tokio::sync::watch;
 use tokio_postgres::Client;
 
 use super::context::{LoopContext, RebalanceEvent};
+use super::job::{run_job, Done, Job, JobKind, JobResult, TopicPartition};
 use super::partition::{may_hold, Partition, Queued, Step};
 use super::{Apply, LoopError, StoppedPartition};
-use crate::apply::{BatchError, BatchOutcome, Park};
-use crate::delivery::Delivery;
+use crate::apply::BatchError;
 use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels};
-use crate::parked;
-use crate::pool::{Database, Lease, Pool};
+use crate::pool::{Database, Pool};
 use crate::settings::Settings;
 use crate::store::{PgHwmStore, Position};
 
@@ -38,37 +37,6 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 /// so rebalances and a slow handler never leave the member unpolled for
 /// long.
 const HOLD_LIMIT: Duration = Duration::from_millis(500);
-
-type TopicPartition = (String, i32);
-
-/// What a finished database job reports back.
-struct Done<E> {
-    tp: TopicPartition,
-    generation: u64,
-    records: Vec<Queued>,
-    client: Option<Client>,
-    started: Instant,
-    result: JobResult<E>,
-}
-
-enum JobResult<E> {
-    Batch(Result<BatchOutcome, BatchError<E>>),
-    ParkedUnkeyed(Result<bool, tokio_postgres::Error>),
-}
-
-/// A database job to start: a batch, or parking a record without headers.
-struct Job {
-    lease: Lease,
-    position: Position,
-    generation: u64,
-    records: Vec<Queued>,
-    kind: JobKind,
-}
-
-enum JobKind {
-    Batch { park: Option<Park>, known: bool },
-    ParkUnkeyed { error: String },
-}
 
 pub(super) struct Driver<'a> {
     consumer: &'a StreamConsumer<LoopContext>,
@@ -559,74 +527,5 @@ fn store_offset(
         Ok(()) => *stored = true,
         // Revoked meanwhile: the new owner skips it by its mark.
         Err(e) => tracing::debug!("storing the offset failed: {e}"),
-    }
-}
-
-/// Runs a job on its connection and reports back.
-async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: Job) -> Done<E> {
-    let Job {
-        lease,
-        position,
-        generation,
-        records,
-        kind,
-    } = job;
-    let started = Instant::now();
-    let tp = (position.topic.clone(), position.partition);
-    let mut client = match lease.client().await {
-        Ok(client) => client,
-        Err(e) => {
-            let result = match kind {
-                JobKind::Batch { .. } => JobResult::Batch(Err(BatchError::Db(e))),
-                JobKind::ParkUnkeyed { .. } => JobResult::ParkedUnkeyed(Err(e)),
-            };
-            return Done {
-                tp,
-                generation,
-                records,
-                client: None,
-                started,
-                result,
-            };
-        }
-    };
-    let result = match kind {
-        JobKind::Batch { park, known } => {
-            let deliveries: Vec<Delivery<'_>> = records
-                .iter()
-                .filter_map(|r| {
-                    r.meta.as_ref().ok().map(|meta| Delivery {
-                        message: &r.message,
-                        meta,
-                        position: &position,
-                    })
-                })
-                .collect();
-            let result = store
-                .apply_batch(
-                    &mut client,
-                    &position,
-                    &deliveries,
-                    park.as_ref(),
-                    known,
-                    async |tx, new| apply.apply(tx, new).await,
-                )
-                .await;
-            JobResult::Batch(result)
-        }
-        JobKind::ParkUnkeyed { error } => JobResult::ParkedUnkeyed(match records.first() {
-            Some(record) => {
-                parked::insert_unkeyed(&mut client, &position, &record.message, &error).await
-            }
-            None => Ok(false),
-        }),
-    };
-    Done {
-        tp,
-        generation,
-        records,
-        client: Some(client),
-        started,
-        result,
     }
 }

@@ -51,6 +51,7 @@
 
 mod context;
 mod driver;
+mod job;
 mod partition;
 
 use std::sync::Arc;

@@ -1,0 +1,115 @@
+//! The database jobs the loop starts: a batch of records, or parking a
+//! record without walrelay's headers, each on a leased connection, and
+//! what each reports back when it finishes.
+
+use std::time::Instant;
+
+use tokio_postgres::Client;
+
+use super::partition::Queued;
+use super::Apply;
+use crate::apply::{BatchError, BatchOutcome, Park};
+use crate::delivery::Delivery;
+use crate::parked;
+use crate::pool::Lease;
+use crate::store::{PgHwmStore, Position};
+
+pub(super) type TopicPartition = (String, i32);
+
+/// What a finished database job reports back.
+pub(super) struct Done<E> {
+    pub(super) tp: TopicPartition,
+    pub(super) generation: u64,
+    pub(super) records: Vec<Queued>,
+    pub(super) client: Option<Client>,
+    pub(super) started: Instant,
+    pub(super) result: JobResult<E>,
+}
+
+pub(super) enum JobResult<E> {
+    Batch(Result<BatchOutcome, BatchError<E>>),
+    ParkedUnkeyed(Result<bool, tokio_postgres::Error>),
+}
+
+/// A database job to start: a batch, or parking a record without headers.
+pub(super) struct Job {
+    pub(super) lease: Lease,
+    pub(super) position: Position,
+    pub(super) generation: u64,
+    pub(super) records: Vec<Queued>,
+    pub(super) kind: JobKind,
+}
+
+pub(super) enum JobKind {
+    Batch { park: Option<Park>, known: bool },
+    ParkUnkeyed { error: String },
+}
+
+/// Runs a job on its connection and reports back.
+pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: Job) -> Done<E> {
+    let Job {
+        lease,
+        position,
+        generation,
+        records,
+        kind,
+    } = job;
+    let started = Instant::now();
+    let tp = (position.topic.clone(), position.partition);
+    let mut client = match lease.client().await {
+        Ok(client) => client,
+        Err(e) => {
+            let result = match kind {
+                JobKind::Batch { .. } => JobResult::Batch(Err(BatchError::Db(e))),
+                JobKind::ParkUnkeyed { .. } => JobResult::ParkedUnkeyed(Err(e)),
+            };
+            return Done {
+                tp,
+                generation,
+                records,
+                client: None,
+                started,
+                result,
+            };
+        }
+    };
+    let result = match kind {
+        JobKind::Batch { park, known } => {
+            let deliveries: Vec<Delivery<'_>> = records
+                .iter()
+                .filter_map(|r| {
+                    r.meta.as_ref().ok().map(|meta| Delivery {
+                        message: &r.message,
+                        meta,
+                        position: &position,
+                    })
+                })
+                .collect();
+            let result = store
+                .apply_batch(
+                    &mut client,
+                    &position,
+                    &deliveries,
+                    park.as_ref(),
+                    known,
+                    async |tx, new| apply.apply(tx, new).await,
+                )
+                .await;
+            JobResult::Batch(result)
+        }
+        JobKind::ParkUnkeyed { error } => JobResult::ParkedUnkeyed(match records.first() {
+            Some(record) => {
+                parked::insert_unkeyed(&mut client, &position, &record.message, &error).await
+            }
+            None => Ok(false),
+        }),
+    };
+    Done {
+        tp,
+        generation,
+        records,
+        client: Some(client),
+        started,
+        result,
+    }
+}
