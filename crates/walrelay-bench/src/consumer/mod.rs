@@ -32,11 +32,12 @@
 //! `ConsumerLoop` ([`python`]) with its batch and per-record handlers, as a
 //! child process from the pinned virtualenv.
 
+mod drain;
 mod inbox;
+mod live;
 mod python;
 pub mod report;
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -53,8 +54,10 @@ use walrelay_consumer::{ConsumerLoop, Database, Delivery, LoopMetrics, PgHwmStor
 
 use crate::env::BenchEnv;
 use crate::latency::{self, Percentiles};
-use crate::procstat;
 use crate::workload::{self, seq_of_payload, Kind, Workload};
+
+use drain::{drain, DrainTarget};
+use live::live;
 
 /// The side effect: one row per event.
 const EFFECTS: &str = "
@@ -533,204 +536,4 @@ async fn stop_consumer(
     tokio::time::timeout(Duration::from_secs(60), task)
         .await
         .context("the consumer did not stop within 60 s")??
-}
-
-/// Where a drain run reads and writes.
-struct DrainTarget<'a> {
-    topic: &'a str,
-    partitions: i32,
-    /// The database (and consumer group) name.
-    db: &'a str,
-    python: Option<&'a Path>,
-}
-
-/// One consumer applies the whole `topic` into a fresh database.
-async fn drain(
-    env: &BenchEnv,
-    consumer: Consumer,
-    target: DrainTarget<'_>,
-    records: u64,
-    repeat: u32,
-) -> Result<ConsumerRun> {
-    let DrainTarget {
-        topic,
-        partitions,
-        db,
-        python,
-    } = target;
-    let dsn = fresh_database(env, db).await?;
-    let applied = Applied::default();
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let db_cpu = env.db_cpu_window()?;
-    let cpu0 = procstat::self_cpu_seconds()?;
-    let task = start(
-        env,
-        consumer,
-        topic,
-        &dsn,
-        db,
-        python,
-        applied.clone(),
-        stop_rx,
-    )
-    .await?;
-    let finished = wait_applied(&applied, records, &task).await;
-    // A child process's CPU is its own, from its start; ours otherwise.
-    let cpu = match applied.pid.get() {
-        Some(pid) => procstat::cpu_seconds(*pid)?,
-        None => procstat::self_cpu_seconds()? - cpu0,
-    };
-    let db_cpu = db_cpu.finish().await?;
-    stop_consumer(stop_tx, task).await?;
-    let finished = finished?;
-    let first = *applied.first.get().context("no record was applied")?;
-    let seconds = finished.duration_since(first).as_secs_f64().max(1e-6);
-
-    let client = connect(&dsn).await?;
-    let row = client
-        .query_one(
-            if consumer == Consumer::ReadLimit {
-                // Applies nothing: count what it read instead.
-                "SELECT $1::bigint, $1::bigint"
-            } else {
-                "SELECT count(*), count(DISTINCT event_id) FROM applied_events WHERE $1::bigint IS NOT NULL"
-            },
-            &[&(applied.count.load(Ordering::Relaxed) as i64)],
-        )
-        .await?;
-    let (rows, distinct): (i64, i64) = (row.get(0), row.get(1));
-    if rows != distinct || distinct != records as i64 {
-        bail!(
-            "{}: {rows} side effects of {distinct} distinct events, {records} expected exactly once",
-            consumer.label()
-        );
-    }
-    let (state_rows, state_bytes) = match consumer {
-        Consumer::WalrelayBatch
-        | Consumer::WalrelayRecord
-        | Consumer::PythonBatch
-        | Consumer::PythonRecord => {
-            let row = client
-                .query_one(
-                    "SELECT count(*), pg_total_relation_size('walrelay_consumer_hwm') FROM walrelay_consumer_hwm",
-                    &[],
-                )
-                .await?;
-            (row.get(0), row.get(1))
-        }
-        Consumer::Inbox1 | Consumer::Inbox500 => inbox::state(&client).await?,
-        Consumer::ReadLimit => (0, 0),
-    };
-    let per = |s: f64| s * 1e6 / records as f64;
-    Ok(ConsumerRun {
-        consumer,
-        partitions,
-        repeat,
-        records,
-        seconds,
-        records_per_s: records as f64 / seconds,
-        cpu_us_per_record: per(cpu),
-        db_cpu_us_per_record: per(db_cpu),
-        state_rows,
-        state_bytes,
-        batches: applied.metrics.get().map(|m| m.batches.get()),
-        pauses: applied.metrics.get().map(|m| m.pauses.get()),
-    })
-}
-
-/// Latency under live load: the relay and `consumer` run while one-event
-/// transactions commit at each rate.
-async fn live(
-    env: &BenchEnv,
-    consumer: Consumer,
-    options: &ConsumerOptions,
-    repeat: u32,
-    n: u32,
-) -> Result<Vec<ConsumerLatencyRun>> {
-    env.client.batch_execute("CHECKPOINT").await?;
-    let tag = format!("{}_{repeat}", consumer.tag());
-    let topic = format!("cons.lat.{tag}");
-    env.create_topic(&topic)?;
-    let slot = format!("cons_lat_{tag}");
-    env.create_slot(&slot).await?;
-    let db = format!("cons_lat_{}_{n}", consumer.tag());
-    let dsn = fresh_database(env, &db).await?;
-
-    let (relay_stop, relay_rx) = watch::channel(false);
-    let relay = tokio::spawn(pipeline::run(
-        latency::relay_config(env, &slot, &topic, &[]),
-        relay_rx,
-        None,
-    ));
-    let applied = Applied::with_log();
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let task = start(
-        env,
-        consumer,
-        &topic,
-        &dsn,
-        &db,
-        None,
-        applied.clone(),
-        stop_rx,
-    )
-    .await?;
-
-    let result = async {
-        let clients = latency::connect_clients(env).await?;
-        // Warm-up: the group join and the connections.
-        let mut next = 1u64;
-        latency::generate(&clients, Kind::Messages, 200, None, Duration::ZERO, next, 1).await?;
-        let mut expected = 1;
-        wait_applied(&applied, expected, &task).await?;
-        next += 1;
-        let mut runs = Vec::new();
-        for &rate in &options.rates {
-            let t = Instant::now();
-            let commits = latency::generate(
-                &clients,
-                Kind::Messages,
-                200,
-                Some(rate),
-                options.latency_duration,
-                next,
-                latency::CLIENTS,
-            )
-            .await?;
-            let elapsed = t.elapsed().as_secs_f64();
-            let events = commits.len() as u64;
-            next = commits.iter().map(|c| c.0).max().unwrap_or(next) + 1;
-            expected += events;
-            wait_applied(&applied, expected, &task).await?;
-            let commit_at: HashMap<u64, Instant> = commits.into_iter().collect();
-            let (h, _) = latency::histogram(&commit_at, &applied.logged())?;
-            if h.len() != events {
-                bail!("{events} events committed, {} applied and matched", h.len());
-            }
-            let p = Percentiles::of(&h);
-            tracing::info!(
-                "consumer latency {} at {rate}/s: p50 {:.2} ms, p99 {:.2} ms",
-                consumer.label(),
-                p.p50,
-                p.p99
-            );
-            runs.push(ConsumerLatencyRun {
-                consumer,
-                repeat,
-                target_rate: rate,
-                achieved_rate: events as f64 / elapsed,
-                events,
-                commit_to_applied: p,
-            });
-        }
-        anyhow::Ok(runs)
-    }
-    .await;
-    let stopped = stop_consumer(stop_tx, task).await;
-    relay_stop.send(true).ok();
-    relay.await?.context("the relay of the latency run")?;
-    env.drop_slot(&slot).await?;
-    let runs = result?;
-    stopped?;
-    Ok(runs)
 }
