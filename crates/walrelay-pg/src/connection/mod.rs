@@ -2,7 +2,7 @@
 //! startup, authentication, simple queries and replication commands.
 //!
 //! [`ReplicationConnection::start_replication`] consumes the connection and
-//! turns it into a [`ReplicationStream`]: once the server is in CopyBoth mode
+//! turns it into a [`ReplicationStream`](crate::stream::ReplicationStream): once the server is in CopyBoth mode
 //! no other command can be sent on it, and the type system says so.
 //!
 //! Opening the connection (hosts, TLS, startup, authentication) is in

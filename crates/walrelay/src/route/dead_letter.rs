@@ -105,7 +105,7 @@ pub enum RouteError {
     )]
     OutboxUpdate { table: String, lsn: Lsn },
     /// An application header with a name walrelay reserves for itself
-    /// ([`header::is_reserved`]): published, it would sit next to
+    /// ([`header::is_reserved`](crate::record::header::is_reserved)): published, it would sit next to
     /// walrelay's own and could forge a key or a gap.
     #[error(
         "{origin} at {lsn} sets the header {header:?}, whose name is reserved for walrelay \
