@@ -11,25 +11,24 @@
 //! transaction), as a production service would.
 //!
 //! The fault hook: on SIGUSR1 the consumer arms itself. The next batch is
-//! applied as usual and its partition remembered; when the loop hands the
-//! handler the next batch **of that partition**, the consumer kills itself
-//! with SIGKILL. A partition has at most one batch in flight, so that
-//! moment is right after the armed batch's database transaction committed
-//! and its offset was stored, and (offsets are committed every
-//! [`COMMIT_INTERVAL`], asynchronously) almost always before that offset
-//! was committed: the window the high-water mark exists for.
+//! applied as usual, and its insert returns the highest `seq` it wrote. A
+//! watcher task then polls, on its own connection, until that row is
+//! visible, that is until the batch's transaction committed, and kills
+//! the process with SIGKILL at once. The loop stores the batch's offset
+//! right after the commit and commits offsets only every
+//! [`COMMIT_INTERVAL`], asynchronously, so the kill lands a few
+//! milliseconds into a two-second window: after the database commit,
+//! before the offset commit, the window the high-water mark exists for.
 //!
-//! Two other choices miss the window. Killing on the first batch after
-//! arming misses it whenever the stream had been idle for longer than the
-//! commit interval (e.g. after a relay fault), because the offsets had
-//! caught up by then. Killing on the next batch of *any* partition misses
-//! it because partitions are applied in parallel: another partition's
-//! batch can reach the handler before the armed batch committed, and the
-//! kill then rolls the armed batch back. The harness checks afterwards
+//! Earlier hooks waited for the *next* batch of the armed partition and
+//! killed there. That missed the window whenever the partition's next
+//! batch came more than the commit interval later (a bursty workload, or
+//! a relay fault right after arming), and a short run with only a few
+//! kills could then show none in the window. The harness checks afterwards
 //! that the group's committed offsets were behind the applied records.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -45,29 +44,68 @@ use crate::event::EventId;
 struct KillSwitch {
     /// Set by SIGUSR1; the next batch takes it.
     armed: AtomicBool,
-    /// The partition of the armed batch: the next batch of this partition
-    /// kills the process.
-    watched: Mutex<Option<(String, i32)>>,
 }
 
 impl KillSwitch {
-    /// Whether the batch of `topic`/`partition` about to be applied is the
-    /// one to die on.
-    fn kill_now(&self, topic: &str, partition: i32) -> bool {
-        let mut watched = self.watched.lock().expect("kill switch lock");
-        if self.armed.swap(false, Ordering::SeqCst) {
-            *watched = Some((topic.to_owned(), partition));
-            return false;
-        }
-        watched
-            .as_ref()
-            .is_some_and(|(t, p)| t == topic && *p == partition)
+    /// Whether the batch about to be applied is the one to die after:
+    /// true once per SIGUSR1.
+    fn take(&self) -> bool {
+        self.armed.swap(false, Ordering::SeqCst)
     }
+}
+
+/// How often the watcher looks for the armed batch's commit.
+const WATCH_POLL: Duration = Duration::from_millis(2);
+
+/// How long the watcher waits for the armed batch to commit. A batch
+/// rolled back by a database fault never shows; the harness then falls
+/// back to a plain kill -9.
+const WATCH_LIMIT: Duration = Duration::from_secs(60);
+
+/// Kills this process as soon as row `seq` of `chaos_applied` is visible
+/// to another session: right after the batch that wrote it committed.
+fn kill_after_commit(dsn: String, seq: i64) {
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + WATCH_LIMIT;
+        let mut client = None;
+        while tokio::time::Instant::now() < deadline {
+            if client.is_none() {
+                client = crate::workload::connect(&dsn).await.ok();
+            }
+            if let Some(c) = &client {
+                match c
+                    .query_opt("SELECT 1 FROM chaos_applied WHERE seq = $1", &[&seq])
+                    .await
+                {
+                    Ok(Some(_)) => {
+                        eprintln!("chaos consumer: SIGKILL between a database commit and the offset commit");
+                        let _ = std::process::Command::new("kill")
+                            .args(["-KILL", &std::process::id().to_string()])
+                            .status();
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(None) => {}
+                    Err(_) => client = None,
+                }
+            }
+            tokio::time::sleep(WATCH_POLL).await;
+        }
+        eprintln!("chaos consumer: the armed batch never committed; not killing");
+    });
 }
 
 /// Offsets are committed this often: a long window between the database
 /// commit and the offset commit, on purpose.
 pub const COMMIT_INTERVAL: Duration = Duration::from_secs(2);
+
+/// One batch into `chaos_applied`; WITH ORDINALITY keeps the batch's
+/// order in `seq`.
+const INSERT_APPLIED: &str =
+    "INSERT INTO chaos_applied (event, topic, kafka_partition, kafka_offset, idempotency_key)
+     SELECT e, t, p, o, k
+     FROM unnest($1::text[], $2::text[], $3::int4[], $4::int8[], $5::text[])
+          WITH ORDINALITY AS u(e, t, p, o, k, n)
+     ORDER BY n";
 
 pub const APPLIED_SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS chaos_applied (
@@ -141,19 +179,11 @@ pub async fn run(args: ConsumerArgs) -> Result<()> {
     )?
     .with_commit_interval(COMMIT_INTERVAL);
 
+    let dsn = args.dsn.clone();
     consumer
         .run_batches(
             async |tx: &tokio_postgres::Transaction<'_>, batch: &[Delivery<'_>]| {
-                let first = batch.first().map(|d| d.position);
-                if first.is_some_and(|p| switch.kill_now(&p.topic, p.partition)) {
-                    // The previous batch of this partition has committed;
-                    // its offset is stored but (most likely) not committed.
-                    eprintln!("chaos consumer: SIGKILL between a database commit and the offset commit");
-                    let _ = std::process::Command::new("kill")
-                        .args(["-KILL", &std::process::id().to_string()])
-                        .status();
-                    std::future::pending::<()>().await;
-                }
+                let armed = switch.take();
                 let mut events = Vec::with_capacity(batch.len());
                 let mut topics = Vec::with_capacity(batch.len());
                 let mut partitions = Vec::with_capacity(batch.len());
@@ -173,17 +203,20 @@ pub async fn run(args: ConsumerArgs) -> Result<()> {
                     offsets.push(d.offset());
                     keys.push(d.meta.key.to_hex());
                 }
-                // WITH ORDINALITY keeps the batch's order in `seq`.
-                tx.execute(
-                    "INSERT INTO chaos_applied (event, topic, kafka_partition, kafka_offset, idempotency_key)
-                     SELECT e, t, p, o, k
-                     FROM unnest($1::text[], $2::text[], $3::int4[], $4::int8[], $5::text[])
-                          WITH ORDINALITY AS u(e, t, p, o, k, n)
-                     ORDER BY n",
-                    &[&events, &topics, &partitions, &offsets, &keys],
-                )
-                .await
-                .map(|_| ())
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                    [&events, &topics, &partitions, &offsets, &keys];
+                if armed {
+                    let last: Option<i64> = tx
+                        .query_one(&format!("WITH ins AS ({INSERT_APPLIED} RETURNING seq) SELECT max(seq) FROM ins"), &params)
+                        .await?
+                        .get(0);
+                    if let Some(seq) = last {
+                        kill_after_commit(dsn.clone(), seq);
+                    }
+                    Ok(())
+                } else {
+                    tx.execute(INSERT_APPLIED, &params).await.map(|_| ())
+                }
             },
             stop_rx,
         )
@@ -196,22 +229,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_kill_waits_for_the_next_batch_of_the_armed_partition() {
+    fn one_signal_arms_exactly_one_batch() {
         let switch = KillSwitch::default();
-        assert!(!switch.kill_now("a", 0), "not armed: no kill");
+        assert!(!switch.take(), "not armed: no kill");
         switch.armed.store(true, Ordering::SeqCst);
-        assert!(
-            !switch.kill_now("a", 1),
-            "the armed batch itself is applied"
-        );
-        assert!(
-            !switch.kill_now("a", 0),
-            "another partition's batch is applied"
-        );
-        assert!(!switch.kill_now("b", 1), "another topic's batch is applied");
-        assert!(
-            switch.kill_now("a", 1),
-            "the next batch of the armed partition"
-        );
+        assert!(switch.take(), "the first batch after the signal");
+        assert!(!switch.take(), "later batches are applied as usual");
     }
 }

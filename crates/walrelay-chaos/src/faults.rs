@@ -236,20 +236,71 @@ pub async fn inject(
         }
         FaultKind::ConsumerKill => {
             consumer.ensure_running()?;
+            // A consumer restarted by the previous kill may still be
+            // joining the group: arm it once it applies records again.
+            let consuming = applying(services, CONSUMER_ARM_WAIT).await;
             let pid = consumer.pid().context("consumer pid")?;
             crate::services::signal(pid, "USR1").await?;
-            if consumer.wait_exit(Duration::from_secs(8)).await?.is_none() {
-                // No new record arrived: kill it anyway.
+            if consumer.wait_exit(CONSUMER_KILL_WAIT).await?.is_none() {
+                // No batch committed: kill it anyway.
+                tracing::warn!(
+                    consuming,
+                    "the armed consumer applied no batch within {CONSUMER_KILL_WAIT:?}: kill -9"
+                );
                 log.consumer_idle_kills += 1;
                 consumer.kill9().await?;
-            } else if offsets_behind(services).await.unwrap_or(false) {
-                log.consumer_in_window += 1;
+            } else {
+                match offsets_behind(services).await {
+                    Ok(true) => log.consumer_in_window += 1,
+                    Ok(false) => {
+                        tracing::warn!("the consumer kill landed after its offsets were committed")
+                    }
+                    Err(e) => tracing::warn!("reading the group's committed offsets: {e:#}"),
+                }
             }
             consumer.start()?;
         }
     }
     *log.counts.entry(kind).or_default() += 1;
     Ok(())
+}
+
+/// How long a consumer kill waits for the consumer to apply records
+/// before arming it anyway.
+const CONSUMER_ARM_WAIT: Duration = Duration::from_secs(20);
+
+/// How long an armed consumer has to commit a batch before the harness
+/// falls back to kill -9.
+const CONSUMER_KILL_WAIT: Duration = Duration::from_secs(15);
+
+/// Waits until the consumer commits a new row to `chaos_applied`, up to
+/// `limit`; whether it did.
+async fn applying(services: &Services, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut first: Option<i64> = None;
+    let mut client = None;
+    while tokio::time::Instant::now() < deadline {
+        if client.is_none() {
+            client = connect(&services.service_dsn()).await.ok();
+        }
+        let mut max = None;
+        if let Some(c) = &client {
+            match c
+                .query_one("SELECT coalesce(max(seq), 0) FROM chaos_applied", &[])
+                .await
+            {
+                Ok(r) => max = Some(r.get::<_, i64>(0)),
+                Err(_) => client = None,
+            }
+        }
+        match (first, max) {
+            (None, Some(m)) => first = Some(m),
+            (Some(f), Some(m)) if m > f => return true,
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
 }
 
 /// Whether, for some partition, the consumer applied a record at or
