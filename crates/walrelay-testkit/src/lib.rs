@@ -43,6 +43,7 @@ pub mod db;
 pub mod kafka;
 mod tls;
 mod user;
+pub mod wire;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

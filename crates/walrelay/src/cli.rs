@@ -163,7 +163,7 @@ pub struct Options {
     pub ignore_prefixes: Vec<String>,
 
     /// Source id in the walrelay-source header [default:
-    /// <system identifier>/<database>/<slot>].
+    /// SYSTEM-IDENTIFIER/DATABASE/SLOT].
     #[arg(long, env = "WALRELAY_SOURCE_ID", global = true)]
     pub source_id: Option<String>,
 

@@ -41,7 +41,7 @@ pub const KAFKA_FRESHNESS: Duration = Duration::from_secs(30);
 pub const ACK_STALL_BOUND: Duration = Duration::from_secs(10);
 
 /// How long Kafka has acknowledged nothing while events wait, if longer
-/// than `bound` (pure; times in ms as [`Health`] keeps them, 0 = never).
+/// than `bound` (pure; times in ms as `Health` keeps them, 0 = never).
 /// The wait is counted from the later of the last acknowledgement and the
 /// moment events started waiting, so a first event after an idle hour is
 /// not a stall.

@@ -41,9 +41,15 @@ pub struct Record {
 }
 
 impl Record {
+    /// The headers added once the partition is known (`walrelay-layout`
+    /// and `walrelay-prev-key`, see `pipeline/placement.rs`): whoever
+    /// builds a record leaves room for them, so adding them does not
+    /// reallocate.
+    pub const PLACEMENT_HEADERS: usize = 2;
+
     /// Adds a walrelay header after walrelay's others and before the
-    /// application's. Allocation-free when the router left room for it
-    /// (it does, for `walrelay-prev-key`).
+    /// application's. Allocation-free when the builder left room for it
+    /// ([`Record::PLACEMENT_HEADERS`]).
     pub fn insert_walrelay_header(&mut self, name: Arc<str>, value: Bytes) {
         let at = self
             .headers

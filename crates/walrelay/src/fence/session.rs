@@ -1,7 +1,6 @@
 //! The fence of one relay session: each topic's layout header and fence,
 //! decided when the session first writes to the topic.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +53,14 @@ impl TopicState {
     pub fn skipped(&self) -> u64 {
         self.skipped.iter().map(|(n, _)| n).sum()
     }
+
+    /// One line if the session skipped records of this topic.
+    pub fn log_summary(&self) {
+        let skipped = self.skipped();
+        if skipped > 0 {
+            info!(topic = %self.name, skipped, "tail fence: replayed records already in Kafka were not written again in this session");
+        }
+    }
 }
 
 /// The per-session fence state.
@@ -63,7 +70,6 @@ pub struct SessionFence {
     source: Bytes,
     routing: u64,
     timeout: Duration,
-    topics: HashMap<Arc<str>, TopicState>,
 }
 
 impl SessionFence {
@@ -74,28 +80,13 @@ impl SessionFence {
             source: Bytes::copy_from_slice(source.as_bytes()),
             routing: super::routing_fingerprint(config),
             timeout: config.relay.fence_timeout,
-            topics: HashMap::new(),
         }
     }
 
-    /// The topic's state, reading its partitions' tails the first time.
-    pub async fn topic(
-        &mut self,
-        topic: &Arc<str>,
-        partitions: u32,
-        metrics: Option<&Metrics>,
-    ) -> Result<&mut TopicState, FenceError> {
-        if !self.topics.contains_key(topic) {
-            let state = self.open(topic, partitions, metrics).await?;
-            self.topics.insert(topic.clone(), state);
-        }
-        Ok(self
-            .topics
-            .get_mut(topic)
-            .expect("the topic's state was inserted above"))
-    }
-
-    async fn open(
+    /// The state of `topic`, which has `partitions` partitions: its layout,
+    /// and its fence from the partitions' tails (read now, once per topic
+    /// and session).
+    pub async fn open(
         &self,
         topic: &Arc<str>,
         partitions: u32,
@@ -168,15 +159,5 @@ impl SessionFence {
             fence,
             skipped: vec![(0, false); partitions as usize],
         })
-    }
-
-    /// One line per topic that had records skipped in this session.
-    pub fn log_summary(&self) {
-        for (topic, state) in &self.topics {
-            let skipped = state.skipped();
-            if skipped > 0 {
-                info!(%topic, skipped, "tail fence: replayed records already in Kafka were not written again in this session");
-            }
-        }
     }
 }

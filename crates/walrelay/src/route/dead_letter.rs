@@ -185,6 +185,18 @@ impl RouteError {
     }
 }
 
+/// A dead-letter record and what it says about the bad event, as data:
+/// the pipeline logs and counts it from these fields, not by reading the
+/// record's headers back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLettered {
+    pub record: Record,
+    /// [`RouteError::kind`]: the `walrelay-dead-letter-kind` header.
+    pub kind: &'static str,
+    /// The error's text: the `walrelay-dead-letter-reason` header.
+    pub reason: Bytes,
+}
+
 /// The original event behind a dead-letter record.
 #[derive(Debug, Clone, Copy)]
 pub enum BadEvent<'a, 'r> {
@@ -222,7 +234,7 @@ impl Router {
         lsn: Lsn,
         tx: Option<&TxInfo>,
         event: BadEvent<'_, '_>,
-    ) -> Result<Record, RouteError> {
+    ) -> Result<DeadLettered, RouteError> {
         let Some(topic) = self.dead_letter.clone() else {
             return Err(error);
         };
@@ -230,11 +242,10 @@ impl Router {
             return Err(error);
         }
         let mut headers = self.base_headers(key, lsn, tx, 3);
-        headers.push((self.names.reason.clone(), Bytes::from(error.to_string())));
-        headers.push((
-            self.names.kind.clone(),
-            Bytes::from_static(error.kind().as_bytes()),
-        ));
+        let reason = Bytes::from(error.to_string());
+        let kind = error.kind();
+        headers.push((self.names.reason.clone(), reason.clone()));
+        headers.push((self.names.kind.clone(), Bytes::from_static(kind.as_bytes())));
         let value = match event {
             BadEvent::Message(m) => {
                 headers.push((self.names.prefix.clone(), m.prefix.clone()));
@@ -251,13 +262,17 @@ impl Router {
         };
         let mut hex = [0u8; 32];
         key.write_hex(&mut hex);
-        Ok(Record {
-            topic,
-            key: Some(Bytes::copy_from_slice(&hex)),
-            value: Some(value),
-            headers,
-            event_key: key,
-            timestamp_ms: tx.and_then(|t| t.timestamp_ms),
+        Ok(DeadLettered {
+            record: Record {
+                topic,
+                key: Some(Bytes::copy_from_slice(&hex)),
+                value: Some(value),
+                headers,
+                event_key: key,
+                timestamp_ms: tx.and_then(|t| t.timestamp_ms),
+            },
+            kind,
+            reason,
         })
     }
 }

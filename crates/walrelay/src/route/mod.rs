@@ -30,7 +30,7 @@ use walrelay_pgoutput::{Lsn, PgTimestamp};
 
 use crate::config::Config;
 use crate::key::EventKey;
-use crate::record::header;
+use crate::record::{header, Record};
 
 mod dead_letter;
 mod message;
@@ -38,7 +38,7 @@ mod outbox;
 #[cfg(test)]
 mod tests;
 
-pub use dead_letter::{row_json, BadEvent, RouteError, DEAD_LETTER_KINDS};
+pub use dead_letter::{row_json, BadEvent, DeadLettered, RouteError, DEAD_LETTER_KINDS};
 pub use message::MessageRoute;
 
 use outbox::OutboxRoute;
@@ -168,8 +168,9 @@ impl Router {
         tx: Option<&TxInfo>,
         extra: usize,
     ) -> Vec<(Arc<str>, Bytes)> {
-        // Room for the pipeline's layout and prev-key headers too.
-        let mut h = Vec::with_capacity(8 + extra);
+        // Six of walrelay's, the ones the pipeline adds once the partition
+        // is known, and the caller's.
+        let mut h = Vec::with_capacity(6 + Record::PLACEMENT_HEADERS + extra);
         let mut hex = [0u8; 32];
         key.write_hex(&mut hex);
         h.push((self.names.key.clone(), Bytes::copy_from_slice(&hex)));

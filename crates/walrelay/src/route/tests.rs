@@ -122,7 +122,8 @@ fn an_envelope_addressed_to_the_dead_letter_topic_is_a_bad_event() {
     // Its dead letter says so, under the event's key.
     let d = router
         .dead_letter(err, key, msg.lsn, None, BadEvent::Message(&msg))
-        .unwrap();
+        .unwrap()
+        .record;
     assert_eq!(&*d.topic, "dlq");
     assert_eq!(
         header(&d, "walrelay-dead-letter-kind"),
@@ -336,6 +337,13 @@ fn dead_letters_carry_the_original_bytes_key_and_reason() {
             BadEvent::Message(&msg),
         )
         .unwrap();
+    assert_eq!(r.kind, err.kind());
+    assert_eq!(r.reason, err.to_string().as_bytes());
+    assert_eq!(
+        header(&r.record, "walrelay-dead-letter-reason"),
+        Some(&r.reason[..])
+    );
+    let r = r.record;
     assert_eq!(&*r.topic, "dlq");
     assert_eq!(
         r.key.as_deref(),
@@ -395,7 +403,8 @@ fn dead_letters_carry_the_original_bytes_key_and_reason() {
     assert_eq!(err.kind(), "null-column");
     let r = router
         .dead_letter(err, key, Lsn(2), Some(&tx()), BadEvent::Row(&row))
-        .unwrap();
+        .unwrap()
+        .record;
     assert_eq!(
         r.value.as_deref(),
         Some(&br#"{"id":"e\"1","aggregatetype":"order","aggregateid":null,"type":"t","payload":"{\"a\": 1}"}"#[..])

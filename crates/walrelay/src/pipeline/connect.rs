@@ -1,0 +1,134 @@
+//! Setting a session up: connect, check the server, the publication and
+//! the slot, create the producer, and start streaming from the slot's
+//! confirmed position. Every check that fails here fails before anything
+//! is read or produced, with the fix in the error.
+
+use rdkafka::config::ClientConfig;
+use tokio::time::Instant;
+use walrelay_pg::{
+    Config as PgConfig, PgOutputOptions, ReplicationConnection, ReplicationStream, StreamOptions,
+};
+use walrelay_pgoutput::Lsn;
+
+use super::default_source_id;
+use crate::config::Config;
+use crate::error::RelayError;
+use crate::monitor::{self, Reports};
+use crate::sink::KafkaSink;
+
+/// A session's connections and starting point.
+pub(super) struct Connected {
+    pub stream: ReplicationStream,
+    pub sink: KafkaSink,
+    /// The tail fence's reader configuration (`None` with the fence off).
+    pub fence_reader: Option<ClientConfig>,
+    /// The `walrelay-source` of this session's records.
+    pub source: String,
+    /// The slot's confirmed position: where the stream starts.
+    pub confirmed: Lsn,
+    pub checks: Reports,
+    /// When the start-up publication check began.
+    pub checked_since: Instant,
+    /// The WAL position the start-up check vouched for.
+    pub vouched: Lsn,
+}
+
+/// Connect, check the server and the slot, create the producer and
+/// start streaming from the slot's confirmed position.
+pub(super) async fn connect(
+    config: &Config,
+    pg: &PgConfig,
+    slot: &str,
+    known: &mut Option<Lsn>,
+    mut checks: Reports,
+) -> Result<Connected, RelayError> {
+    let mut conn = ReplicationConnection::connect(pg).await?;
+    let system = conn.identify_system().await?;
+    conn.check_wal_level().await?;
+    // Refuse to start on a publication that would skip outbox rows
+    // (pgoutput itself never says so). Reports of the periodic check
+    // from before this point are superseded by this one.
+    //
+    // On a connection of its own, never on the walsender's: catalog
+    // reads there load the outbox tables' *current* shape into the
+    // walsender's relation cache, and PostgreSQL 18's pgoutput then
+    // described rows written before an ALTER TABLE with the shape
+    // after it (a row turned into a missing-column dead letter, and a
+    // replay of the same WAL gave different records).
+    let checked_since = tokio::time::Instant::now();
+    checks.borrow_and_update();
+    let vouched = monitor::check_once(pg, config).await?.verdict()?;
+    let Some(info) = conn.slot_info(slot).await? else {
+        // Never create the slot here: a new slot starts at the
+        // current WAL position and would skip what was committed
+        // since the old one's confirmed position.
+        return Err(match *known {
+            Some(confirmed) => RelayError::SlotDropped { slot: slot.to_owned(), confirmed },
+            None => RelayError::Setup {
+                problem: format!("replication slot \"{slot}\" does not exist"),
+                fix: "run `walrelay setup` first (it creates the publication, the slot and the SQL helpers); if walrelay used this slot before, it was dropped and events may be missing: see \"The slot was invalidated or dropped\" in docs/operations.md".into(),
+            },
+        });
+    };
+    let confirmed = info.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+    *known = Some(known.map_or(confirmed, |k| k.max(confirmed)));
+    if info.wal_status.as_deref() == Some("lost") {
+        return Err(RelayError::SlotInvalidated {
+            slot: slot.to_owned(),
+            confirmed: info.confirmed_flush_lsn,
+        });
+    }
+    if info.plugin.as_deref() != Some("pgoutput") {
+        return Err(RelayError::Setup {
+            problem: format!(
+                "slot \"{slot}\" uses plugin {:?}, not pgoutput",
+                info.plugin
+            ),
+            fix: "use a pgoutput slot: `walrelay setup` with another slot name creates one".into(),
+        });
+    }
+    // A standby polls often: when another walsender holds the slot,
+    // stop here, before a Kafka producer is created for nothing.
+    // (If the slot frees up in between, START_REPLICATION decides.)
+    if info.active {
+        return Err(RelayError::SlotInUse {
+            slot: slot.to_owned(),
+            pid: info.active_pid,
+        });
+    }
+    let source = config.relay.source_id.clone().unwrap_or_else(|| {
+        default_source_id(
+            &system.system_id,
+            system.dbname.as_deref().unwrap_or(pg.get_dbname()),
+            slot,
+        )
+    });
+    let sink = KafkaSink::new(&crate::kafka_client::producer_config(&config.kafka))?;
+    let fence_reader = if config.relay.fence {
+        Some(crate::kafka_client::client_config(
+            &config.kafka,
+            crate::kafka_client::KafkaClient::Fence,
+        )?)
+    } else {
+        None
+    };
+    let options = StreamOptions {
+        status_interval: config.postgres.status_interval,
+        initial_flush: confirmed,
+        ..StreamOptions::default()
+    };
+    let pgoutput = PgOutputOptions::new([config.postgres.publication.clone()]);
+    let stream = conn
+        .start_replication(slot, Lsn::ZERO, &pgoutput, options)
+        .await?;
+    Ok(Connected {
+        stream,
+        sink,
+        fence_reader,
+        source,
+        confirmed,
+        checks,
+        checked_since,
+        vouched,
+    })
+}

@@ -1,0 +1,129 @@
+//! Where a record goes: its partition, whether the partition already has
+//! it (the tail fence), and the two headers that depend on the partition
+//! (`walrelay-layout`, `walrelay-prev-key`). The one place on the way to
+//! the sink that knows a topic's partitions.
+//!
+//! One map lookup per record: each topic's partition count, fence, last
+//! key sent per partition and metric counters live together, filled the
+//! first time the session writes to the topic.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::error::RelayError;
+use crate::fence::{SessionFence, TopicState};
+use crate::key::EventKey;
+use crate::metrics::{Metrics, TopicCounters};
+use crate::partition::{partition_for_key, partition_for_keyless};
+use crate::record::{header, Record};
+use crate::sink::KafkaSink;
+
+/// What the session writes to one topic.
+struct Destination {
+    partitions: u32,
+    fence: TopicState,
+    /// The last key sent to each partition in this session.
+    last_sent: Vec<Option<EventKey>>,
+    /// `Some` with metrics.
+    counters: Option<TopicCounters>,
+}
+
+/// Where a record goes.
+pub enum Placed<'a> {
+    /// The partition already has it (a replay after a crash): it is not
+    /// written again, and not registered with the checkpoint tracker, so
+    /// nothing waits for it.
+    InKafka,
+    /// Send it to `partition`; count it with `counters` (with metrics).
+    Send {
+        partition: u32,
+        counters: Option<&'a TopicCounters>,
+    },
+}
+
+/// The topics of one session.
+pub struct Placement {
+    fence: SessionFence,
+    topics: HashMap<Arc<str>, Destination>,
+    layout_header: Arc<str>,
+    prev_key_header: Arc<str>,
+}
+
+impl Placement {
+    pub fn new(fence: SessionFence) -> Placement {
+        Placement {
+            fence,
+            topics: HashMap::new(),
+            layout_header: Arc::from(header::LAYOUT),
+            prev_key_header: Arc::from(header::PREV_KEY),
+        }
+    }
+
+    /// Partitions `record` deterministically (its key, or its event key
+    /// for a keyless one) and, unless the partition already has it, adds
+    /// the layout and prev-key headers.
+    pub async fn place(
+        &mut self,
+        record: &mut Record,
+        sink: &KafkaSink,
+        metrics: Option<&Metrics>,
+    ) -> Result<Placed<'_>, RelayError> {
+        if !self.topics.contains_key(&record.topic) {
+            let partitions = sink.partitions(&record.topic).await?;
+            let fence = self.fence.open(&record.topic, partitions, metrics).await?;
+            self.topics.insert(
+                record.topic.clone(),
+                Destination {
+                    partitions,
+                    fence,
+                    last_sent: vec![None; partitions as usize],
+                    counters: metrics.map(|m| m.topic(&record.topic)),
+                },
+            );
+        }
+        let dest = self
+            .topics
+            .get_mut(&record.topic)
+            .expect("the topic's destination was inserted above");
+        let partition = match &record.key {
+            Some(k) => partition_for_key(k, dest.partitions),
+            None => partition_for_keyless(record.event_key, dest.partitions),
+        };
+        if dest.fence.skip(partition, record.event_key) {
+            if let Some(c) = &dest.counters {
+                c.fence_skipped();
+            }
+            return Ok(Placed::InKafka);
+        }
+        // The first record of this session to the partition follows the
+        // partition's fence key, if any: that is its predecessor in Kafka.
+        let last = &mut dest.last_sent[partition as usize];
+        let prev = last
+            .replace(record.event_key)
+            .or_else(|| dest.fence.fence.key(partition));
+        let prev = match prev {
+            Some(k) => {
+                let mut hex = [0u8; 32];
+                k.write_hex(&mut hex);
+                Bytes::copy_from_slice(&hex)
+            }
+            None => Bytes::new(),
+        };
+        record.insert_walrelay_header(self.layout_header.clone(), dest.fence.layout.clone());
+        // With walrelay's own headers, before the application's.
+        record.insert_walrelay_header(self.prev_key_header.clone(), prev);
+        Ok(Placed::Send {
+            partition,
+            counters: dest.counters.as_ref(),
+        })
+    }
+
+    /// One line per topic that had records skipped in this session.
+    pub fn log_summary(&self) {
+        for dest in self.topics.values() {
+            dest.fence.log_summary();
+        }
+    }
+}
