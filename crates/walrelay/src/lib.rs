@@ -37,6 +37,7 @@ pub mod fence;
 pub use walrelay_contract::envelope;
 pub mod http;
 pub mod kafka_client;
+pub mod kafka_metadata;
 pub mod key;
 pub mod metrics;
 pub mod monitor;

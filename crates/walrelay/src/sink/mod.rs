@@ -35,6 +35,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, PurgeConfig, ThreadedProducer};
 
+use crate::kafka_metadata::{topic_metadata, TopicMetadata};
 use crate::record::Record;
 use crate::secrets::redact;
 
@@ -311,7 +312,6 @@ impl Drop for KafkaSink {
 fn partition_count(producer: &Inner, topic: &str, timeout: Duration) -> Result<u32, SinkError> {
     let deadline = Instant::now() + timeout;
     let mut backoff = Duration::from_millis(50);
-    let mut last_error = String::from("no answer");
     loop {
         let remaining = deadline
             .saturating_duration_since(Instant::now())
@@ -330,33 +330,24 @@ fn partition_count(producer: &Inner, topic: &str, timeout: Duration) -> Result<u
                     },
                 }
             })?;
-        if let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) {
-            match found.error().map(RDKafkaErrorCode::from) {
-                None if !found.partitions().is_empty() => {
-                    return u32::try_from(found.partitions().len()).map_err(|_| {
-                        SinkError::Metadata {
-                            topic: topic.to_owned(),
-                            code: None,
-                            message: "too many partitions".to_owned(),
-                        }
-                    });
-                }
-                None => last_error = "the topic has no partitions".to_owned(),
-                // Missing, or being auto-created: ask again.
-                Some(
-                    code @ (RDKafkaErrorCode::UnknownTopicOrPartition
-                    | RDKafkaErrorCode::UnknownTopic
-                    | RDKafkaErrorCode::LeaderNotAvailable),
-                ) => last_error = code.to_string(),
-                Some(code) => {
-                    return Err(SinkError::Metadata {
-                        topic: topic.to_owned(),
-                        code: Some(code),
-                        message: code.to_string(),
-                    });
-                }
+        let last_error = match topic_metadata(&metadata, topic) {
+            TopicMetadata::Partitions(ids) => {
+                return u32::try_from(ids.len()).map_err(|_| SinkError::Metadata {
+                    topic: topic.to_owned(),
+                    code: None,
+                    message: "too many partitions".to_owned(),
+                });
             }
-        }
+            // Missing, or being auto-created: ask again.
+            TopicMetadata::NotYet { why } => why,
+            TopicMetadata::Failed(code) => {
+                return Err(SinkError::Metadata {
+                    topic: topic.to_owned(),
+                    code: Some(code),
+                    message: code.to_string(),
+                });
+            }
+        };
         if Instant::now() + backoff >= deadline {
             return Err(SinkError::TopicMissing {
                 topic: topic.to_owned(),

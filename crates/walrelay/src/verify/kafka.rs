@@ -7,15 +7,15 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::KafkaConfig;
+use crate::kafka_metadata::{topic_metadata, TopicMetadata};
 
 use super::analysis::{Analyzer, Report};
 use super::render::StoppedBy;
@@ -62,21 +62,13 @@ fn plan(
         .fetch_metadata(None, timeout)
         .with_context(|| format!("fetching metadata from {bootstrap}"))?;
     let partitions_of = |topic: &str| -> anyhow::Result<Vec<i32>> {
-        let t = md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic)
-            .ok_or_else(|| anyhow!("topic {topic:?} does not exist on {bootstrap}"))?;
-        if let Some(err) = t.error() {
-            bail!(
-                "topic {topic:?} on {bootstrap}: {}",
-                RDKafkaErrorCode::from(err)
-            );
+        match topic_metadata(&md, topic) {
+            TopicMetadata::Partitions(ids) => Ok(ids),
+            TopicMetadata::NotYet { why } => bail!(
+                "topic {topic:?} does not exist on {bootstrap}, or has no partitions yet ({why})"
+            ),
+            TopicMetadata::Failed(code) => bail!("topic {topic:?} on {bootstrap}: {code}"),
         }
-        if t.partitions().is_empty() {
-            bail!("topic {topic:?} on {bootstrap} has no partitions");
-        }
-        Ok(t.partitions().iter().map(|p| p.id()).collect())
     };
     let mut plan = BTreeMap::new();
     for topic in &args.topics {
