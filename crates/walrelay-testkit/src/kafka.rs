@@ -9,13 +9,16 @@
 //! up.
 //!
 //! The readers block a thread of Tokio's blocking pool while they run.
+//!
+//! For the other direction, [`relay_headers`] builds the headers a relay
+//! writes, for tests that put records of their own in front of one.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 /// How long [`read_topics`] keeps reading after it has the expected number
@@ -67,6 +70,30 @@ impl ConsumedRecord {
         self.value
             .as_deref()
             .and_then(|v| std::str::from_utf8(v).ok())
+    }
+}
+
+/// The headers walrelay puts on a record: `idempotency-key` (`key_hex`,
+/// the key's hex form), `walrelay-source` and, when given,
+/// `walrelay-layout`. For tests that write records as another relay or
+/// another source would, e.g. to fill a partition's tail before a relay
+/// reads it.
+pub fn relay_headers(key_hex: &str, source: &str, layout: Option<&str>) -> OwnedHeaders {
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "idempotency-key",
+            value: Some(key_hex),
+        })
+        .insert(Header {
+            key: "walrelay-source",
+            value: Some(source),
+        });
+    match layout {
+        Some(layout) => headers.insert(Header {
+            key: "walrelay-layout",
+            value: Some(layout),
+        }),
+        None => headers,
     }
 }
 

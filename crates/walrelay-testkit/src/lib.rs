@@ -54,7 +54,9 @@ pub use cluster::{
     Auth, ClusterOptions, PasswordMethod, PgCluster, HOST, KEEP_CLUSTER_ENV, SUPERUSER,
 };
 pub use db::{outbox_table, OutboxKeys, TestDb, BUSY_TABLE};
-pub use kafka::{partition_count, read_topics, read_until_quiet, ConsumedRecord, EXTRA_READ_GRACE};
+pub use kafka::{
+    partition_count, read_topics, read_until_quiet, relay_headers, ConsumedRecord, EXTRA_READ_GRACE,
+};
 pub use tls::{TestCa, TlsMaterial};
 
 /// Polls `condition` every `poll_interval` until it returns `Ok(true)`, and

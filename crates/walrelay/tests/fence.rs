@@ -20,7 +20,9 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use support::{key_of, spawn_relay, Env, WAIT};
 use walrelay::key::EventKey;
-use walrelay_testkit::{await_condition, read_topics, read_until_quiet, ConsumedRecord};
+use walrelay_testkit::{
+    await_condition, read_topics, read_until_quiet, relay_headers, ConsumedRecord,
+};
 
 const OUTBOX_TOPIC: &str = "outbox.event.order";
 
@@ -222,15 +224,7 @@ fn producer(bootstrap: &str) -> Result<FutureProducer> {
 /// a key far above walrelay's) to `partition`.
 async fn write_foreign(p: &FutureProducer, topic: &str, partition: i32) -> Result<()> {
     let key = EventKey(u128::MAX - u128::from(partition.unsigned_abs())).to_hex();
-    let headers = OwnedHeaders::new()
-        .insert(Header {
-            key: "idempotency-key",
-            value: Some(&key),
-        })
-        .insert(Header {
-            key: "walrelay-source",
-            value: Some("another-database"),
-        });
+    let headers = relay_headers(&key, "another-database", None);
     p.send(
         FutureRecord::<(), str>::to(topic)
             .partition(partition)

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, DefaultProducerContext, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
@@ -15,6 +14,7 @@ use walrelay::fence::tail::{self, FenceError};
 use walrelay::fence::{Layout, PartitionTail};
 use walrelay::kafka_client::{client_config, KafkaClient};
 use walrelay::key::EventKey;
+use walrelay_testkit::relay_headers;
 
 type Cluster = MockCluster<'static, DefaultProducerContext>;
 
@@ -41,19 +41,7 @@ fn write(bootstrap: &str, partition: i32, source: &str, keys: &[u128]) {
     let layout = LAYOUT.to_string();
     for &k in keys {
         let key = EventKey(k).to_hex();
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "idempotency-key",
-                value: Some(&key),
-            })
-            .insert(Header {
-                key: "walrelay-source",
-                value: Some(source),
-            })
-            .insert(Header {
-                key: "walrelay-layout",
-                value: Some(&layout),
-            });
+        let headers = relay_headers(&key, source, Some(&layout));
         producer
             .send(
                 rdkafka::producer::BaseRecord::<(), str>::to("orders")

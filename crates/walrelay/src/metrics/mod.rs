@@ -7,10 +7,14 @@
 //!
 //! Updates on the hot path are atomic operations: per-topic counters are
 //! looked up once per topic and session ([`TopicCounters`]), not per event.
+//!
+//! The readiness decision (phase, Kafka's last answers, acknowledgement
+//! stalls) lives in `health.rs`; this file owns the registry and the
+//! methods the pipeline calls, which update both.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -23,42 +27,15 @@ use walrelay_pgoutput::{Lsn, PgTimestamp};
 
 use crate::sink::SinkError;
 
+mod health;
+
+pub use health::{ack_stall, ACK_STALL_BOUND, KAFKA_FRESHNESS};
+use health::{Health, Phase};
+
 /// Buckets of `walrelay_commit_to_ack_seconds`: 1 ms to 60 s.
 pub const COMMIT_TO_ACK_BUCKETS: [f64; 16] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
 ];
-
-/// How long a successful contact with Kafka (a delivery report or a probe)
-/// keeps the relay ready.
-pub const KAFKA_FRESHNESS: Duration = Duration::from_secs(30);
-
-/// How long events may wait in flight with no acknowledgement from Kafka
-/// before the relay is not ready. The readiness probe only proves that
-/// Kafka answers metadata requests; a stall in which the producer's
-/// records are not acknowledged (a partition without a leader, a broker
-/// that accepts connections but does not write) must show too. Well
-/// under `message.timeout.ms` (30 s), which ends the session.
-pub const ACK_STALL_BOUND: Duration = Duration::from_secs(10);
-
-/// How long Kafka has acknowledged nothing while events wait, if longer
-/// than `bound` (pure; times in ms as `Health` keeps them, 0 = never).
-/// The wait is counted from the later of the last acknowledgement and the
-/// moment events started waiting, so a first event after an idle hour is
-/// not a stall.
-pub fn ack_stall(
-    in_flight: u64,
-    waiting_since_ms: u64,
-    last_ack_ms: u64,
-    now_ms: u64,
-    bound: Duration,
-) -> Option<Duration> {
-    if in_flight == 0 {
-        return None;
-    }
-    let since = waiting_since_ms.max(last_ack_ms);
-    let waited = Duration::from_millis(now_ms.saturating_sub(since));
-    (waited > bound).then_some(waited)
-}
 
 /// The content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -98,48 +75,6 @@ impl TopicCounters {
     /// One record not written again: the partition's tail already has it.
     pub fn fence_skipped(&self) {
         self.fence_skipped.inc();
-    }
-}
-
-/// Where the relay is in its life, for `/readyz`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Phase {
-    /// Not yet streaming from the slot (first session being set up).
-    Starting,
-    /// A session is streaming.
-    Streaming,
-    /// The last session failed; a new one is being started.
-    Failed(String),
-    /// Stop requested: waiting for Kafka, then exiting.
-    Draining,
-    /// The relay returned.
-    Stopped,
-}
-
-#[derive(Debug)]
-struct Health {
-    phase: Mutex<Phase>,
-    /// Milliseconds since `origin` + 1 of the last successful contact
-    /// with Kafka (0: never).
-    kafka_ok: AtomicU64,
-    /// The last failed contact with Kafka: when (as above) and why.
-    kafka_err: Mutex<Option<(u64, String)>>,
-    /// When Kafka last acknowledged a record (as above).
-    last_ack: AtomicU64,
-    /// When the in-flight count last rose from zero (as above).
-    waiting_since: AtomicU64,
-    origin: Instant,
-}
-
-impl Health {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis())
-            .unwrap_or(u64::MAX - 1)
-            .saturating_add(1)
-    }
-
-    fn set_phase(&self, phase: Phase) {
-        *self.phase.lock().unwrap_or_else(PoisonError::into_inner) = phase;
     }
 }
 
@@ -338,14 +273,7 @@ impl Metrics {
                 fence_records_read,
                 ready,
                 streaming: AtomicBool::new(false),
-                health: Health {
-                    phase: Mutex::new(Phase::Starting),
-                    kafka_ok: AtomicU64::new(0),
-                    kafka_err: Mutex::new(None),
-                    last_ack: AtomicU64::new(0),
-                    waiting_since: AtomicU64::new(0),
-                    origin,
-                },
+                health: Health::new(origin),
             }),
         }
     }
@@ -403,25 +331,19 @@ impl Metrics {
 
     /// Any record acknowledged: Kafka is reachable.
     pub fn kafka_ok(&self) {
-        let h = &self.inner.health;
-        h.kafka_ok.store(h.now_ms(), Ordering::Relaxed);
+        self.inner.health.kafka_ok();
     }
 
     /// Kafka acknowledged a record: it is reachable, and the relay's
     /// records are moving (see [`ACK_STALL_BOUND`]).
     pub fn acknowledged(&self) {
-        let h = &self.inner.health;
-        let now = h.now_ms();
-        h.last_ack.store(now, Ordering::Relaxed);
-        h.kafka_ok.store(now, Ordering::Relaxed);
+        self.inner.health.acknowledged();
     }
 
     /// A contact with Kafka failed outside of a session (the readiness
     /// probe): not ready until the next success.
     pub fn kafka_unreachable(&self, reason: impl Into<String>) {
-        let h = &self.inner.health;
-        *h.kafka_err.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((h.now_ms(), reason.into()));
+        self.inner.health.kafka_unreachable(reason.into());
     }
 
     /// A Kafka error ended a session.
@@ -437,8 +359,7 @@ impl Metrics {
     /// The tracker's in-flight totals.
     pub fn set_in_flight(&self, events: usize, bytes: usize) {
         if events > 0 && self.inner.in_flight_events.get() == 0 {
-            let h = &self.inner.health;
-            h.waiting_since.store(h.now_ms(), Ordering::Relaxed);
+            self.inner.health.started_waiting();
         }
         self.inner.in_flight_events.set(events as u64);
         self.inner.in_flight_bytes.set(bytes as u64);
@@ -508,17 +429,7 @@ impl Metrics {
     pub fn session_ended(&self, error: Option<String>) {
         self.inner.streaming.store(false, Ordering::Relaxed);
         self.set_in_flight(0, 0);
-        let mut phase = self
-            .inner
-            .health
-            .phase
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match error {
-            Some(e) => *phase = Phase::Failed(e),
-            None if *phase != Phase::Draining => *phase = Phase::Stopped,
-            None => {}
-        }
+        self.inner.health.session_ended(error);
     }
 
     /// A new session is about to start after a transient failure.
@@ -546,44 +457,9 @@ impl Metrics {
     /// `Ok` when the relay is streaming from the slot and Kafka answered
     /// within [`KAFKA_FRESHNESS`] with no failure since; otherwise why not.
     pub fn readiness(&self) -> Result<(), String> {
-        let h = &self.inner.health;
-        match &*h.phase.lock().unwrap_or_else(PoisonError::into_inner) {
-            Phase::Streaming => {}
-            Phase::Starting => return Err("not streaming yet: connecting to the slot".into()),
-            Phase::Failed(e) => return Err(format!("session failed, reconnecting: {e}")),
-            Phase::Draining => return Err("stopping: draining in-flight events".into()),
-            Phase::Stopped => return Err("stopped".into()),
-        }
-        let in_flight = self.inner.in_flight_events.get();
-        if let Some(waited) = ack_stall(
-            in_flight,
-            h.waiting_since.load(Ordering::Relaxed),
-            h.last_ack.load(Ordering::Relaxed),
-            h.now_ms(),
-            ACK_STALL_BOUND,
-        ) {
-            return Err(format!(
-                "Kafka acknowledged nothing for {} s while {in_flight} events are in flight",
-                waited.as_secs()
-            ));
-        }
-        let ok = h.kafka_ok.load(Ordering::Relaxed);
-        if let Some((at, reason)) = &*h.kafka_err.lock().unwrap_or_else(PoisonError::into_inner) {
-            if *at >= ok {
-                return Err(format!("Kafka unreachable: {reason}"));
-            }
-        }
-        if ok == 0 {
-            return Err("Kafka not reached yet".into());
-        }
-        let age = Duration::from_millis(h.now_ms().saturating_sub(ok));
-        if age > KAFKA_FRESHNESS {
-            return Err(format!(
-                "no successful contact with Kafka for {} s",
-                age.as_secs()
-            ));
-        }
-        Ok(())
+        self.inner
+            .health
+            .readiness(self.inner.in_flight_events.get())
     }
 
     /// One event of `kind` ([`crate::route::RouteError::kind`]) diverted
@@ -622,6 +498,7 @@ fn kafka_error_labels(error: &SinkError) -> (String, String) {
 mod tests {
     use super::*;
     use rdkafka::error::RDKafkaErrorCode;
+    use std::time::Duration;
 
     fn sample(text: &str, name: &str) -> Option<f64> {
         text.lines()

@@ -1,0 +1,263 @@
+//! The markdown report: its tables (drain, tail fence, cost, latency,
+//! noise, targets) and the number formatting they share. Only renders what
+//! [`Results`] and the target checks computed.
+
+use std::fmt::Write as _;
+
+use super::{Results, Stat, Tool, ToolSummary};
+use crate::latency::Percentiles;
+
+pub(super) fn rate(x: f64) -> String {
+    if x >= 10_000.0 {
+        format!("{:.0}k", x / 1000.0)
+    } else if x >= 1000.0 {
+        format!("{:.1}k", x / 1000.0)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+pub(super) fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn cell(s: Option<Stat>, f: impl Fn(f64) -> String) -> String {
+    s.map_or("–".into(), |s| f(s.median))
+}
+
+fn ms(p: &Percentiles) -> String {
+    format!("{:.1} / {:.1} / {:.1} / {:.1}", p.p50, p.p99, p.p999, p.max)
+}
+impl Results {
+    /// The report: drain, cost, latency, noise and targets.
+    pub fn markdown(&self, svg_name: Option<&str>) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# walrelay end-to-end benchmark\n");
+        let _ = writeln!(
+            s,
+            "- **Run**: {} ({} mode), finished {}",
+            self.started,
+            self.mode,
+            self.finished.as_deref().unwrap_or("(incomplete)")
+        );
+        let _ = writeln!(s, "- **Machine**: {}", self.machine.describe());
+        let _ = writeln!(s, "- **Command**: `{}`", self.command);
+        let _ = writeln!(
+            s,
+            "- **Repeats**: {}; every number is the median over the repeats; spread = (max - min) / median.",
+            self.repeats
+        );
+        for n in &self.notes {
+            let _ = writeln!(s, "- {n}");
+        }
+        if let Some(svg) = svg_name {
+            let _ = writeln!(s, "\n![drain throughput]({svg})");
+        }
+
+        let _ = writeln!(s, "\n## Drain: a committed backlog, events/s\n");
+        let _ = writeln!(
+            s,
+            "| workload | events | walrelay | decode limit (pg_recvlogical) | walrelay / decode | produce limit (rdkafka) | polling relay | walrelay / polling |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        for w in &self.workloads {
+            let get = |t| self.summary(&w.id, t).map(|x| x.rate);
+            let (a, d, p, q) = (
+                get(Tool::Walrelay),
+                get(Tool::PgRecvlogical),
+                get(Tool::Producer),
+                get(Tool::Polling),
+            );
+            let ratio = |x: Option<Stat>, y: Option<Stat>| match (x, y) {
+                (Some(x), Some(y)) if y.median > 0.0 => format!("{:.2}x", x.median / y.median),
+                _ => "–".into(),
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | **{}** | {} | {} | {} |",
+                w.label(),
+                thousands(w.events),
+                cell(a, rate),
+                cell(d, rate),
+                ratio(a, d),
+                cell(p, rate),
+                cell(q, rate),
+                ratio(a, q),
+            );
+        }
+
+        self.fence_markdown(&mut s);
+
+        let _ = writeln!(s, "\n## Cost: CPU seconds per million events, peak RSS\n");
+        let _ = writeln!(
+            s,
+            "| workload | walrelay CPU | pg_recvlogical CPU | walrelay peak RSS | DB CPU, walrelay drain | DB CPU, pg_recvlogical drain | DB CPU, polling drain | polling relay CPU | rdkafka producer CPU |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let f2 = |x: f64| format!("{x:.2}");
+        for w in &self.workloads {
+            let get = |t| self.summary(&w.id, t);
+            let (a, d, p, q) = (
+                get(Tool::Walrelay),
+                get(Tool::PgRecvlogical),
+                get(Tool::Producer),
+                get(Tool::Polling),
+            );
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                w.label(),
+                cell(a.and_then(|x| x.cpu_per_m), f2),
+                cell(d.and_then(|x| x.cpu_per_m), f2),
+                a.and_then(|x| x.peak_rss_max)
+                    .map_or("–".into(), |r| format!("{:.1} MB", r as f64 / 1e6)),
+                cell(a.and_then(|x| x.db_cpu_per_m), f2),
+                cell(d.and_then(|x| x.db_cpu_per_m), f2),
+                cell(q.and_then(|x| x.db_cpu_per_m), f2),
+                cell(q.and_then(|x| x.cpu_per_m), f2),
+                cell(p.and_then(|x| x.cpu_per_m), f2),
+            );
+        }
+
+        let lat = self.latency_summary();
+        if !lat.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n## Latency: live load, one event per transaction, ms (p50 / p99 / p99.9 / max)\n"
+            );
+            let _ = writeln!(
+                s,
+                "| relay, workload | target rate | achieved | commit → ack | commit → consumer | events |"
+            );
+            let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+            for l in &lat {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {}/s | {} | {} | {} |",
+                    l.mode.label(),
+                    l.target_rate
+                        .map_or("max".into(), |r| format!("{}/s", rate(r as f64))),
+                    rate(l.achieved.median),
+                    ms(&l.ack),
+                    ms(&l.consumer),
+                    thousands(l.events),
+                );
+            }
+        }
+
+        let _ = writeln!(s, "\n## Noise: spread of events/s over the repeats\n");
+        let _ = writeln!(
+            s,
+            "| workload | walrelay | decode limit | produce limit | polling |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+        for w in &self.workloads {
+            let sp = |t| {
+                self.summary(&w.id, t).map_or("–".into(), |x: ToolSummary| {
+                    format!("{:.0} % (n={})", x.rate.spread_pct(), x.rate.n)
+                })
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} |",
+                w.label(),
+                sp(Tool::Walrelay),
+                sp(Tool::PgRecvlogical),
+                sp(Tool::Producer),
+                sp(Tool::Polling)
+            );
+        }
+        if !lat.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nLatency, commit → ack p99 over the repeats (min – max ms):\n"
+            );
+            for l in &lat {
+                let _ = writeln!(
+                    s,
+                    "- {}, {}: {:.1} – {:.1}",
+                    l.mode.label(),
+                    l.target_rate
+                        .map_or("max".into(), |r| format!("{}/s", rate(r as f64))),
+                    l.ack_p99.min,
+                    l.ack_p99.max
+                );
+            }
+        }
+
+        s.push_str(&crate::consumer::report::markdown(
+            &self.consumer,
+            &self.consumer_latency,
+        ));
+
+        let _ = writeln!(s, "\n## Targets\n");
+        let _ = writeln!(s, "| target | measured (medians) | met |");
+        let _ = writeln!(s, "|---|---|---|");
+        for t in self.targets() {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} |",
+                t.target,
+                t.measured,
+                match t.met {
+                    Some(true) => "yes",
+                    Some(false) => "**no**",
+                    None => "not measured",
+                }
+            );
+        }
+        s
+    }
+
+    /// The fence section of the report.
+    fn fence_markdown(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "\n## Tail fence: the drain with and without it\n\nOne relay start per backlog; the fence reads the (empty) topic's partition tails before the first record.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| workload | walrelay (fence on) | walrelay, fence off | on / off (median of pairs, min-max) | fence read at start (median) | read / drain without fence | records read |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
+        let ratios = self.fence_ratios();
+        for w in &self.workloads {
+            let get = |t| self.summary(&w.id, t).map(|x| x.rate);
+            let (on, off) = (get(Tool::Walrelay), get(Tool::WalrelayNoFence));
+            let costs: Vec<crate::drain::FenceCost> = self
+                .drain
+                .iter()
+                .filter(|r| r.workload == w.id && r.tool == Tool::Walrelay)
+                .filter_map(|r| r.fence)
+                .collect();
+            let ms = Stat::of(costs.iter().map(|c| c.elapsed_ms as f64));
+            let records = Stat::of(costs.iter().map(|c| c.records_read as f64));
+            let ratio = ratios
+                .iter()
+                .find(|(id, _)| *id == w.id)
+                .map_or("–".into(), |(_, r)| {
+                    format!("**{:.3}x** ({:.3}-{:.3})", r.median, r.min, r.max)
+                });
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                w.label(),
+                cell(on, rate),
+                cell(off, rate),
+                ratio,
+                ms.map_or("–".into(), |m| format!("{:.0} ms", m.median)),
+                self.fence_read_share(&w.id)
+                    .map_or("–".into(), |x| format!("{:.1} %", x * 100.0)),
+                records.map_or("–".into(), |m| format!("{:.0}", m.median)),
+            );
+        }
+    }
+}

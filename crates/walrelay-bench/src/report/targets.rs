@@ -1,0 +1,189 @@
+//! The performance targets the bench checks (drain against the decode
+//! limit, latency, memory, CPU, polling, the tail fence, the consumer) and
+//! the ratios behind them. Pure computations over [`Results`]; rendering
+//! them is `markdown`'s job.
+
+use serde::Serialize;
+
+use super::{LatencySummary, Results, Stat, Tool};
+use crate::latency::Mode;
+use crate::workload::{Kind, Workload};
+
+/// One target and how the run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetCheck {
+    pub target: String,
+    pub measured: String,
+    pub met: Option<bool>,
+}
+
+impl Results {
+    /// The tail fence's drain ratio per workload: the median over repeats
+    /// of walrelay's rate with the fence over its rate without it in the
+    /// same repeat (the two run back to back, so a pair shares the
+    /// machine's speed of the moment; a ratio of medians would not).
+    pub(super) fn fence_ratios(&self) -> Vec<(String, Stat)> {
+        self.workloads
+            .iter()
+            .filter_map(|w| {
+                let rate = |tool: Tool, repeat: u32| {
+                    self.drain
+                        .iter()
+                        .find(|r| r.workload == w.id && r.tool == tool && r.repeat == repeat)
+                        .map(|r| r.events_per_s)
+                };
+                let pairs = (0..self.repeats).filter_map(|r| {
+                    let (on, off) = (rate(Tool::Walrelay, r)?, rate(Tool::WalrelayNoFence, r)?);
+                    (off > 0.0).then_some(on / off)
+                });
+                Some((w.id.clone(), Stat::of(pairs)?))
+            })
+            .collect()
+    }
+
+    /// Per workload: the fence's read at start (median ms) as a share of
+    /// the drain without the fence (median seconds): the part of the
+    /// difference that is the fence's own, free of the machine's noise.
+    pub(super) fn fence_read_share(&self, workload: &str) -> Option<f64> {
+        let ms = Stat::of(
+            self.drain
+                .iter()
+                .filter(|r| r.workload == workload && r.tool == Tool::Walrelay)
+                .filter_map(|r| r.fence.map(|f| f.elapsed_ms as f64)),
+        )?;
+        let off = Stat::of(
+            self.drain
+                .iter()
+                .filter(|r| r.workload == workload && r.tool == Tool::WalrelayNoFence)
+                .map(|r| r.seconds),
+        )?;
+        (off.median > 0.0).then(|| ms.median / 1000.0 / off.median)
+    }
+
+    fn fence_target(&self) -> TargetCheck {
+        let ratios = self.fence_ratios();
+        TargetCheck {
+            target:
+                "tail fence: walrelay's drain with the fence >= 0.98x without it on every workload"
+                    .into(),
+            measured: ratios
+                .iter()
+                .map(|(w, r)| format!("{w} {:.3}x ({:.3}-{:.3})", r.median, r.min, r.max))
+                .collect::<Vec<_>>()
+                .join(", "),
+            met: (!ratios.is_empty()).then(|| ratios.iter().all(|(_, r)| r.median >= 0.98)),
+        }
+    }
+}
+
+impl Results {
+    pub fn targets(&self) -> Vec<TargetCheck> {
+        let mut out = Vec::new();
+        let ratio = |w: &Workload, other: Tool| -> Option<f64> {
+            let a = self.summary(&w.id, Tool::Walrelay)?.rate.median;
+            let b = self.summary(&w.id, other)?.rate.median;
+            Some(a / b)
+        };
+        for kind in [Kind::Messages, Kind::Outbox] {
+            let ratios: Vec<(String, f64)> = self
+                .workloads
+                .iter()
+                .filter(|w| w.kind == kind)
+                .filter_map(|w| ratio(w, Tool::PgRecvlogical).map(|r| (w.id.clone(), r)))
+                .collect();
+            let met = (!ratios.is_empty()).then(|| ratios.iter().all(|(_, r)| *r >= 0.8));
+            out.push(TargetCheck {
+                target: format!(
+                    "drain: walrelay >= 0.8x the decode limit on every {kind} workload"
+                ),
+                measured: ratios
+                    .iter()
+                    .map(|(w, r)| format!("{w} {r:.2}x"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                met,
+            });
+        }
+        let at5k: Vec<LatencySummary> = self
+            .latency_summary()
+            .into_iter()
+            // The target is about the defaults: the linger.ms=20 row is
+            // reported, not judged.
+            .filter(|l| {
+                l.target_rate == Some(5000)
+                    && matches!(l.mode, Mode::WalrelayMessages | Mode::WalrelayOutbox)
+            })
+            .collect();
+        out.push(TargetCheck {
+            target: "latency: walrelay commit-to-ack p99 <= 10 ms at 5k events/s".into(),
+            measured: at5k
+                .iter()
+                .map(|l| format!("{} {:.1} ms", l.mode.label(), l.ack.p99))
+                .collect::<Vec<_>>()
+                .join(", "),
+            met: (!at5k.is_empty()).then(|| at5k.iter().all(|l| l.ack.p99 <= 10.0)),
+        });
+        let rss: Vec<(String, u64)> = self
+            .workloads
+            .iter()
+            .filter_map(|w| {
+                self.summary(&w.id, Tool::Walrelay)
+                    .and_then(|s| s.peak_rss_max)
+                    .map(|r| (w.id.clone(), r))
+            })
+            .collect();
+        let worst = rss.iter().max_by_key(|(_, r)| *r);
+        out.push(TargetCheck {
+            target: "memory: walrelay peak RSS <= 64 MB in every workload".into(),
+            measured: worst.map_or("–".into(), |(w, r)| {
+                format!("highest {:.1} MB ({w})", *r as f64 / 1e6)
+            }),
+            met: worst.map(|(_, r)| *r <= 64_000_000),
+        });
+        let cpu: Vec<(String, f64, f64)> = self
+            .workloads
+            .iter()
+            .filter_map(|w| {
+                let a = self.summary(&w.id, Tool::Walrelay)?.cpu_per_m?.median;
+                let b = self.summary(&w.id, Tool::PgRecvlogical)?.cpu_per_m?.median;
+                Some((w.id.clone(), a, b))
+            })
+            .collect();
+        out.push(TargetCheck {
+            target: "cost: walrelay CPU per event below pg_recvlogical's".into(),
+            measured: cpu
+                .iter()
+                .map(|(w, a, b)| format!("{w} {a:.2} vs {b:.2} s/M"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            met: (!cpu.is_empty()).then(|| cpu.iter().all(|(_, a, b)| a < b)),
+        });
+        let poll: Vec<(String, f64, f64, f64)> = self
+            .workloads
+            .iter()
+            .filter(|w| w.kind == Kind::Outbox)
+            .filter_map(|w| {
+                let wr = self.summary(&w.id, Tool::Walrelay)?;
+                let p = self.summary(&w.id, Tool::Polling)?;
+                Some((
+                    w.id.clone(),
+                    wr.rate.median / p.rate.median,
+                    wr.db_cpu_per_m?.median,
+                    p.db_cpu_per_m?.median,
+                ))
+            })
+            .collect();
+        out.push(TargetCheck {
+            target: "against polling: >= 3x the throughput at lower database CPU".into(),
+            measured: poll
+                .iter()
+                .map(|(w, r, a, b)| format!("{w} {r:.1}x, DB CPU {a:.2} vs {b:.2} s/M"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            met: (!poll.is_empty()).then(|| poll.iter().all(|(_, r, a, b)| *r >= 3.0 && a < b)),
+        });
+        out.push(self.fence_target());
+        out.extend(crate::consumer::report::targets(&self.consumer));
+        out
+    }
+}
