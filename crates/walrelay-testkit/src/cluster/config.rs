@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context};
 
-use super::options::{Auth, ClusterOptions, PasswordMethod};
+use super::options::{upsert, Auth, ClusterOptions, PasswordMethod};
 use super::process::run;
 use super::{PgCluster, HOST, SUPERUSER};
 use crate::tls::write_private_file;
@@ -164,16 +164,6 @@ impl PgCluster {
     pub fn set_hba_prepend(&self, lines: &[&str]) -> anyhow::Result<()> {
         self.state().hba_prepend = lines.iter().map(|l| l.to_string()).collect();
         self.write_hba()
-    }
-}
-
-pub(super) fn upsert(settings: &mut Vec<(String, String)>, name: &str, value: &str) {
-    match settings
-        .iter_mut()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-    {
-        Some(entry) => entry.1 = value.to_string(),
-        None => settings.push((name.to_string(), value.to_string())),
     }
 }
 

@@ -198,8 +198,9 @@ impl Drop for PgCluster {
 
 #[cfg(test)]
 mod tests {
-    use super::config::{quote_conf, quote_literal, upsert};
+    use super::config::{quote_conf, quote_literal};
     use super::connect::{percent_encode, quote_conninfo};
+    use super::options::upsert;
     use super::*;
 
     #[test]

@@ -178,3 +178,15 @@ impl ClusterOptions {
         self
     }
 }
+
+/// Sets `name` (matched case-insensitively, as PostgreSQL does) in a
+/// list of `postgresql.conf` settings, replacing an earlier value.
+pub(super) fn upsert(settings: &mut Vec<(String, String)>, name: &str, value: &str) {
+    match settings
+        .iter_mut()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+    {
+        Some(entry) => entry.1 = value.to_string(),
+        None => settings.push((name.to_string(), value.to_string())),
+    }
+}

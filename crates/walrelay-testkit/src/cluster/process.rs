@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 
-use super::config::upsert;
+use super::options::upsert;
 use super::{PgCluster, HOST};
 
 /// How often a start is retried when another process took the chosen port.
