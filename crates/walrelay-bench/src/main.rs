@@ -99,6 +99,15 @@ struct Cli {
     /// The walrelay binary to drain with [default: target/release/walrelay].
     #[arg(long, env = "WALRELAY_BENCH_BIN")]
     walrelay_bin: Option<PathBuf>,
+    /// A second walrelay binary (e.g. the previous commit's) drained in the
+    /// same repeats as `--walrelay-bin`, in rotating order: the report
+    /// gives this build's drain over the baseline's, pair by pair.
+    #[arg(long, env = "WALRELAY_BENCH_BASELINE_BIN")]
+    baseline_bin: Option<PathBuf>,
+    /// Drain with walrelay only: skip the decode limit, the produce limit
+    /// and the polling relay (for a quick old-vs-new comparison).
+    #[arg(long)]
+    no_references: bool,
     /// Extra librdkafka property for walrelay's producer, NAME=VALUE
     /// (repeatable; for tuning experiments).
     #[arg(long = "kafka-property", value_name = "NAME=VALUE")]
@@ -160,6 +169,11 @@ async fn main() -> Result<()> {
         .walrelay_bin
         .clone()
         .unwrap_or_else(|| Path::new(WORKSPACE).join("target/release/walrelay"));
+    if let Some(b) = &cli.baseline_bin {
+        if !b.is_file() {
+            bail!("--baseline-bin {}: no such file", b.display());
+        }
+    }
     if !cli.no_drain && !walrelay_bin.is_file() {
         bail!(
             "{} not found: build it first (cargo build --release -p walrelay) or pass --walrelay-bin",
@@ -226,6 +240,18 @@ async fn main() -> Result<()> {
         ));
     }
 
+    if let Some(b) = &cli.baseline_bin {
+        results.notes.push(format!(
+            "baseline binary drained beside this build: {} (`walrelay, baseline binary` rows)",
+            b.display()
+        ));
+    }
+    if cli.no_references {
+        results.notes.push(
+            "drained with walrelay only (--no-references): no decode limit, produce limit or polling relay rows"
+                .into(),
+        );
+    }
     let mut first_seq = 1u64;
     if !cli.no_drain {
         for w in &workloads {
@@ -234,7 +260,11 @@ async fn main() -> Result<()> {
                 w,
                 repeats,
                 first_seq,
-                &walrelay_bin,
+                Binaries {
+                    walrelay: &walrelay_bin,
+                    baseline: cli.baseline_bin.as_deref(),
+                    references: !cli.no_references,
+                },
                 &cli.walrelay_args,
                 &kafka_properties,
                 polling,
@@ -352,7 +382,7 @@ async fn drain_workload(
     w: &Workload,
     repeats: u32,
     first_seq: u64,
-    walrelay_bin: &Path,
+    bins: Binaries<'_>,
     walrelay_args: &[String],
     kafka_properties: &[(String, String)],
     polling: PollingOptions,
@@ -365,10 +395,14 @@ async fn drain_workload(
         .batch_execute("TRUNCATE bench_outbox, bench_outbox_copy")
         .await?;
     let slot = |tool: &str, r: u32| format!("{tool}_{}_{r}", w.id.replace('-', "_"));
+    let walrelays = bins.walrelays();
     for r in 0..repeats {
-        env.create_slot(&slot("wr", r)).await?;
-        env.create_slot(&slot("wn", r)).await?;
-        env.create_slot(&slot("rl", r)).await?;
+        for (_, name, _, _) in &walrelays {
+            env.create_slot(&slot(name, r)).await?;
+        }
+        if bins.references {
+            env.create_slot(&slot("rl", r)).await?;
+        }
     }
     let took = workload::generate_backlog(&env.client, w, first_seq).await?;
     let (end, end_text) = env.current_lsn().await?;
@@ -409,19 +443,13 @@ async fn drain_workload(
         );
     };
     for r in 0..repeats {
-        // walrelay, with its tail fence (the default) and without, in
-        // alternating order so that drift does not favour either.
-        let order = if r % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for fence in order {
-            let (tool, name) = if fence {
-                (Tool::Walrelay, "wr")
-            } else {
-                (Tool::WalrelayNoFence, "wn")
-            };
+        // walrelay with its tail fence (the default), without it, and the
+        // baseline binary if any, in rotating order so that drift does not
+        // favour any of them.
+        let mut order = walrelays.clone();
+        let n = order.len();
+        order.rotate_left(r as usize % n);
+        for (tool, name, fence, walrelay_bin) in order {
             let topic = format!("bench.{}.{name}{r}", w.id);
             env.create_topic(&topic)?;
             let config = scratch.join("walrelay.toml");
@@ -474,6 +502,9 @@ async fn drain_workload(
             push(results, tool, r, d, Some(counted));
         }
 
+        if !bins.references {
+            continue;
+        }
         // pg_recvlogical.
         let file = ScratchFile(scratch.join(format!("recv-{}-{r}.out", w.id)));
         let d = drain::pg_recvlogical(env, &slot("rl", r), &end_text, &file.0, timeout).await?;
@@ -496,11 +527,14 @@ async fn drain_workload(
         push(results, Tool::Producer, r, d, None);
     }
     for r in 0..repeats {
-        env.drop_slot(&slot("wr", r)).await?;
-        env.drop_slot(&slot("wn", r)).await?;
-        env.drop_slot(&slot("rl", r)).await?;
+        for (_, name, _, _) in &walrelays {
+            env.drop_slot(&slot(name, r)).await?;
+        }
+        if bins.references {
+            env.drop_slot(&slot("rl", r)).await?;
+        }
     }
-    if w.kind == Kind::Outbox {
+    if w.kind == Kind::Outbox && bins.references {
         for r in 0..repeats {
             if r > 0 {
                 env.client
@@ -535,10 +569,37 @@ async fn drain_workload(
     Ok(())
 }
 
+/// The binaries a drain runs.
+#[derive(Debug, Clone, Copy)]
+struct Binaries<'a> {
+    walrelay: &'a Path,
+    /// `--baseline-bin`.
+    baseline: Option<&'a Path>,
+    /// Whether the reference tools (decode and produce limits, the
+    /// polling relay) drain too.
+    references: bool,
+}
+
+impl<'a> Binaries<'a> {
+    /// The walrelay drains of one repeat: tool, slot and topic name, tail
+    /// fence on, binary.
+    fn walrelays(&self) -> Vec<(Tool, &'static str, bool, &'a Path)> {
+        let mut v = vec![
+            (Tool::Walrelay, "wr", true, self.walrelay),
+            (Tool::WalrelayNoFence, "wn", false, self.walrelay),
+        ];
+        if let Some(b) = self.baseline {
+            v.push((Tool::WalrelayBaseline, "wb", true, b));
+        }
+        v
+    }
+}
+
 fn tool_name(t: Tool) -> &'static str {
     match t {
         Tool::Walrelay => "walrelay",
         Tool::WalrelayNoFence => "walrelay (fence off)",
+        Tool::WalrelayBaseline => "walrelay (baseline binary)",
         Tool::PgRecvlogical => "pg_recvlogical",
         Tool::Producer => "rdkafka producer",
         Tool::Polling => "polling relay",

@@ -11,7 +11,10 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 90.0;
-const COLORS: [&str; 5] = ["#2b6cb0", "#90cdf4", "#718096", "#a0aec0", "#dd6b20"];
+/// One colour per [`Tool::ALL`] entry, in its order.
+const COLORS: [&str; Tool::ALL.len()] = [
+    "#2b6cb0", "#90cdf4", "#805ad5", "#718096", "#a0aec0", "#dd6b20",
+];
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -45,15 +48,23 @@ fn axis(max: f64) -> (f64, f64) {
 }
 
 pub fn drain_chart(r: &Results) -> String {
+    // The tools this run drained with (the baseline binary only with
+    // `--baseline-bin`), each with its colour.
+    let tools: Vec<(Tool, &str)> = Tool::ALL
+        .iter()
+        .zip(COLORS)
+        .filter(|(t, _)| r.drain.iter().any(|d| d.tool == **t))
+        .map(|(t, c)| (*t, c))
+        .collect();
     let groups: Vec<(String, Vec<Option<f64>>)> = r
         .workloads
         .iter()
         .map(|w| {
             (
                 w.label(),
-                Tool::ALL
+                tools
                     .iter()
-                    .map(|t| r.summary(&w.id, *t).map(|s| s.rate.median))
+                    .map(|(t, _)| r.summary(&w.id, *t).map(|s| s.rate.median))
                     .collect(),
             )
         })
@@ -79,11 +90,11 @@ pub fn drain_chart(r: &Results) -> String {
     );
     // Legend.
     let mut lx = LEFT;
-    for (i, t) in Tool::ALL.iter().enumerate() {
+    for (t, colour) in &tools {
         let _ = writeln!(
             s,
             r#"<rect x="{lx}" y="30" width="10" height="10" fill="{}"/><text x="{}" y="39">{}</text>"#,
-            COLORS[i],
+            colour,
             lx + 14.0,
             escape(t.label())
         );
@@ -105,7 +116,7 @@ pub fn drain_chart(r: &Results) -> String {
     }
     let n = groups.len().max(1) as f64;
     let group_w = plot_w / n;
-    let bar_w = (group_w * 0.8) / Tool::ALL.len() as f64;
+    let bar_w = (group_w * 0.8) / tools.len().max(1) as f64;
     for (gi, (label, values)) in groups.iter().enumerate() {
         let gx = LEFT + gi as f64 * group_w + group_w * 0.1;
         for (ti, value) in values.iter().enumerate() {
@@ -118,8 +129,8 @@ pub fn drain_chart(r: &Results) -> String {
                         r#"<rect x="{x:.1}" y="{yy:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}: {:.0} events/s</title></rect>"#,
                         bar_w - 1.0,
                         TOP + plot_h - yy,
-                        COLORS[ti],
-                        escape(Tool::ALL[ti].label()),
+                        tools[ti].1,
+                        escape(tools[ti].0.label()),
                         val
                     );
                     let _ = writeln!(

@@ -27,6 +27,10 @@ fn quick_mode_writes_a_report_with_every_tool() {
         .arg(out.path())
         .arg("--walrelay-bin")
         .arg(&walrelay)
+        // The same binary as its own baseline: the old-vs-new rows and
+        // section are written (a real comparison passes another build).
+        .arg("--baseline-bin")
+        .arg(&walrelay)
         // Two rates keep the smoke test short; the full bench runs four.
         .args(["--rates", "1000,max"])
         .args(["--consumer-rates", "1000"])
@@ -54,6 +58,7 @@ fn quick_mode_writes_a_report_with_every_tool() {
     for tool in [
         "walrelay",
         "walrelay_no_fence",
+        "walrelay_baseline",
         "pg_recvlogical",
         "producer",
         "polling",
@@ -74,6 +79,14 @@ fn quick_mode_writes_a_report_with_every_tool() {
         assert!(r["fence"]["elapsed_ms"].is_u64(), "no fence cost: {r}");
     }
     assert!(latest.contains("## Tail fence"), "{latest}");
+    assert!(
+        latest.contains("## This build against the baseline binary"),
+        "{latest}"
+    );
+    assert!(
+        latest.contains("this build: drain >= 0.98x the baseline binary's"),
+        "{latest}"
+    );
     assert!(
         latest.contains("tail fence: walrelay's drain with the fence"),
         "{latest}"

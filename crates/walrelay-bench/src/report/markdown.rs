@@ -95,6 +95,7 @@ impl Results {
         }
 
         self.fence_markdown(&mut s);
+        self.baseline_markdown(&mut s);
 
         let _ = writeln!(s, "\n## Cost: CPU seconds per million events, peak RSS\n");
         let _ = writeln!(
@@ -215,6 +216,40 @@ impl Results {
             );
         }
         s
+    }
+
+    /// With `--baseline-bin`: this build against the baseline, drained in
+    /// the same repeats.
+    fn baseline_markdown(&self, s: &mut String) {
+        let ratios = self.baseline_ratios();
+        if ratios.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "\n## This build against the baseline binary\n\nBoth with the tail fence on, one relay start per backlog, drained in the same repeats in rotating order.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| workload | walrelay (this build) | walrelay, baseline binary | this / baseline (median of pairs, min-max) |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|");
+        for (id, r) in &ratios {
+            let Some(w) = self.workloads.iter().find(|w| w.id == *id) else {
+                continue;
+            };
+            let get = |t| self.summary(id, t).map(|x| x.rate);
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | **{:.3}x** ({:.3}-{:.3}) |",
+                w.label(),
+                cell(get(Tool::Walrelay), rate),
+                cell(get(Tool::WalrelayBaseline), rate),
+                r.median,
+                r.min,
+                r.max
+            );
+        }
     }
 
     /// The fence section of the report.

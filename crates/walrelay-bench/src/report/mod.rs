@@ -27,6 +27,9 @@ pub enum Tool {
     /// The `walrelay` binary with `relay.fence = false`: what the tail
     /// fence costs.
     WalrelayNoFence,
+    /// `--baseline-bin`: another walrelay build (e.g. the previous
+    /// commit's), fence on, drained in the same repeats.
+    WalrelayBaseline,
     /// `pg_recvlogical` to a file: the decode limit.
     PgRecvlogical,
     /// A plain rdkafka producer: the produce limit.
@@ -36,9 +39,10 @@ pub enum Tool {
 }
 
 impl Tool {
-    pub const ALL: [Tool; 5] = [
+    pub const ALL: [Tool; 6] = [
         Tool::Walrelay,
         Tool::WalrelayNoFence,
+        Tool::WalrelayBaseline,
         Tool::PgRecvlogical,
         Tool::Producer,
         Tool::Polling,
@@ -48,6 +52,7 @@ impl Tool {
         match self {
             Tool::Walrelay => "walrelay",
             Tool::WalrelayNoFence => "walrelay, fence off",
+            Tool::WalrelayBaseline => "walrelay, baseline binary",
             Tool::PgRecvlogical => "decode limit (pg_recvlogical)",
             Tool::Producer => "produce limit (rdkafka)",
             Tool::Polling => "polling relay",

@@ -18,11 +18,11 @@ pub struct TargetCheck {
 }
 
 impl Results {
-    /// The tail fence's drain ratio per workload: the median over repeats
-    /// of walrelay's rate with the fence over its rate without it in the
-    /// same repeat (the two run back to back, so a pair shares the
-    /// machine's speed of the moment; a ratio of medians would not).
-    pub(super) fn fence_ratios(&self) -> Vec<(String, Stat)> {
+    /// Per workload, `a`'s drain rate over `b`'s, taken pair by pair in
+    /// the same repeat and summarised over repeats (the two run back to
+    /// back, so a pair shares the machine's speed of the moment; a ratio
+    /// of medians would not).
+    pub(super) fn paired_ratios(&self, a: Tool, b: Tool) -> Vec<(String, Stat)> {
         self.workloads
             .iter()
             .filter_map(|w| {
@@ -33,12 +33,24 @@ impl Results {
                         .map(|r| r.events_per_s)
                 };
                 let pairs = (0..self.repeats).filter_map(|r| {
-                    let (on, off) = (rate(Tool::Walrelay, r)?, rate(Tool::WalrelayNoFence, r)?);
-                    (off > 0.0).then_some(on / off)
+                    let (x, y) = (rate(a, r)?, rate(b, r)?);
+                    (y > 0.0).then_some(x / y)
                 });
                 Some((w.id.clone(), Stat::of(pairs)?))
             })
             .collect()
+    }
+
+    /// The tail fence's drain ratio per workload: with the fence over
+    /// without it.
+    pub(super) fn fence_ratios(&self) -> Vec<(String, Stat)> {
+        self.paired_ratios(Tool::Walrelay, Tool::WalrelayNoFence)
+    }
+
+    /// This build's drain over the baseline binary's, per workload (empty
+    /// without `--baseline-bin`).
+    pub(super) fn baseline_ratios(&self) -> Vec<(String, Stat)> {
+        self.paired_ratios(Tool::Walrelay, Tool::WalrelayBaseline)
     }
 
     /// Per workload: the fence's read at start (median ms) as a share of
@@ -58,6 +70,20 @@ impl Results {
                 .map(|r| r.seconds),
         )?;
         (off.median > 0.0).then(|| ms.median / 1000.0 / off.median)
+    }
+
+    /// Only with `--baseline-bin`: no slowdown against the baseline build.
+    fn baseline_target(&self) -> Option<TargetCheck> {
+        let ratios = self.baseline_ratios();
+        (!ratios.is_empty()).then(|| TargetCheck {
+            target: "this build: drain >= 0.98x the baseline binary's on every workload".into(),
+            measured: ratios
+                .iter()
+                .map(|(w, r)| format!("{w} {:.3}x ({:.3}-{:.3})", r.median, r.min, r.max))
+                .collect::<Vec<_>>()
+                .join(", "),
+            met: Some(ratios.iter().all(|(_, r)| r.median >= 0.98)),
+        })
     }
 
     fn fence_target(&self) -> TargetCheck {
@@ -183,6 +209,7 @@ impl Results {
             met: (!poll.is_empty()).then(|| poll.iter().all(|(_, r, a, b)| *r >= 3.0 && a < b)),
         });
         out.push(self.fence_target());
+        out.extend(self.baseline_target());
         out.extend(crate::consumer::report::targets(&self.consumer));
         out
     }
