@@ -21,15 +21,19 @@ from .apply import (
     ENSURE_SQL,
     LOCK_SQL,
     BatchOutcome,
-    CorruptHwm,
     DatabaseFailed,
-    HandlerFailed,
     Park,
     RowVanished,
-    _log_gaps,
+    _advance_params,
+    _count,
+    _Failed,
+    _marks_of,
+    _outcome,
+    _params,
+    _require_idle,
+    _Split,
 )
 from .counters import Counters
-from .keys import KeyFormatError, parse_key
 from .records import Delivery, Position
 
 __all__ = ["AsyncBatchHandler", "AsyncRecordHandler", "process_batch_async", "process_records_async"]
@@ -40,13 +44,6 @@ AsyncBatchHandler = Callable[["psycopg.AsyncConnection[Any]", Sequence[Delivery]
 AsyncRecordHandler = Callable[["psycopg.AsyncConnection[Any]", Delivery], Awaitable[object]]
 
 _AsyncApply = Callable[["psycopg.AsyncConnection[Any]", list[Delivery]], Awaitable[None]]
-
-
-class _Failed(Exception):
-    def __init__(self, error: BaseException, index: int | None) -> None:
-        super().__init__(error)
-        self.error = error
-        self.index = index
 
 
 async def process_batch_async(
@@ -104,11 +101,7 @@ async def apply_batch_async(
         if counters is not None:
             counters.errors += 1
         raise
-    if counters is not None:
-        counters.processed += outcome.applied
-        counters.duplicates += outcome.duplicates
-        counters.gaps += outcome.gaps
-        counters.parked += int(outcome.parked)
+    _count(counters, outcome)
     return outcome
 
 
@@ -120,12 +113,7 @@ async def _apply(
     park: Park | None,
     known: bool,
 ) -> BatchOutcome:
-    status = conn.info.transaction_status
-    if status != pq.TransactionStatus.IDLE:
-        raise ValueError(
-            f"the connection must be idle to apply a batch, but its transaction status is "
-            f"{status.name}: commit or roll back what it started (or use autocommit=True)"
-        )
+    _require_idle(conn.info.transaction_status)
     sources = batch.sources(d.meta for d in records)
     metas = [d.meta for d in records]
     try:
@@ -133,86 +121,38 @@ async def _apply(
             cur = psycopg.AsyncRawCursor(conn)
             marks = await _lock_marks(cur, position, sources, known)
             plan = batch.plan(marks, metas)
-            parked_index = len(records) - 1 if park is not None else None
-            parked_is_new = parked_index is not None and bool(plan.apply) and plan.apply[-1] == parked_index
-            take = [i for i in plan.apply if i != parked_index]
-            if take:
+            split = _Split.of(plan, len(records), park)
+            if split.take:
                 try:
-                    await apply(conn, [records[i] for i in take])
+                    await apply(conn, [records[i] for i in split.take])
                 except _Failed as failed:
-                    index = failed.index
-                    raise HandlerFailed(
-                        failed.error, take[index] if index is not None and index < len(take) else None
-                    ) from failed.error
+                    raise split.handler_failed(failed) from failed.error
                 if conn.info.transaction_status == pq.TransactionStatus.INERROR:
-                    raise HandlerFailed(
-                        RuntimeError(
-                            "a statement of the handler failed and the handler went on as if it "
-                            "had not: the transaction is aborted (let the error propagate)"
-                        ),
-                        take[0] if len(take) == 1 else None,
-                    )
-            if park is not None and parked_is_new and parked_index is not None:
-                d = records[parked_index]
+                    raise split.swallowed()
+            if park is not None and split.parked_is_new:
+                d = records[-1]
                 await cur.execute(
                     parked.INSERT_SQL,
-                    [
-                        position.group,
-                        position.topic,
-                        position.partition,
-                        d.record.offset,
-                        d.meta.key,
-                        d.meta.source,
-                        d.record.key,
-                        d.record.value,
-                        [n for n, _ in d.record.headers],
-                        [v for _, v in d.record.headers],
-                        park.error,
-                        min(park.attempts, 2**31 - 1),
-                    ],
+                    parked.row_params(position, d.record, d.meta.key, d.meta.source, park.error, park.attempts),
                 )
             if plan.raised:
-                srcs = list(plan.raised)
-                await cur.execute(
-                    ADVANCE_SQL,
-                    [position.group, position.topic, position.partition, srcs, [plan.raised[s] for s in srcs]],
-                )
-                if cur.rowcount != len(srcs):
-                    raise RowVanished(",".join(srcs))
+                p, rows = _advance_params(position, plan.raised)
+                await cur.execute(ADVANCE_SQL, p)
+                if cur.rowcount != rows:
+                    raise RowVanished(",".join(plan.raised))
     except psycopg.Error as e:
         raise DatabaseFailed(e) from e
-
-    _log_gaps(position, plan)
-    committed = dict(marks)
-    committed.update(plan.raised)
-    return BatchOutcome(
-        applied=len(take),
-        duplicates=plan.duplicates,
-        gaps=len(plan.gaps),
-        parked=parked_is_new,
-        marks=committed,
-    )
+    return _outcome(position, plan, marks, split)
 
 
 async def _lock_marks(
     cur: psycopg.AsyncRawCursor[Any], position: Position, sources: list[str], known: bool
 ) -> dict[str, str]:
-    p: list[object] = [position.group, position.topic, position.partition, sources]
+    p = _params(position, sources)
     if not known:
         await cur.execute(ENSURE_SQL, p)
     rows = await (await cur.execute(LOCK_SQL, p)).fetchall()
-    if len(rows) < len(sources):
-        if known:
-            await cur.execute(ENSURE_SQL, p)
-            rows = await (await cur.execute(LOCK_SQL, p)).fetchall()
-        found = {row[0] for row in rows}
-        for source in sources:
-            if source not in found:
-                raise RowVanished(source)
-    marks: dict[str, str] = {}
-    for source, text in rows:
-        try:
-            marks[source] = parse_key(text)
-        except KeyFormatError as e:
-            raise CorruptHwm(source, text, e.reason) from None
-    return marks
+    if len(rows) < len(sources) and known:
+        await cur.execute(ENSURE_SQL, p)
+        rows = await (await cur.execute(LOCK_SQL, p)).fetchall()
+    return _marks_of(rows, sources)

@@ -21,11 +21,21 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
-from .aio import AsyncBatchHandler, AsyncRecordHandler, _AsyncApply, _Failed, apply_batch_async
-from .apply import BatchError, BatchOutcome
-from .consumer import LOAD_SQL, POLL_BURST, POLL_MAX, ConsumerLoop, PartitionsStopped, _deliveries, _resume_assigned, log
-from .parked import INSERT_SQL
-from .partition import Apply, Idle, ParkUnkeyed, Partition, Skip, Stop, WaitUntil
+from .aio import AsyncBatchHandler, AsyncRecordHandler, _AsyncApply, apply_batch_async
+from .apply import BatchError, BatchOutcome, _Failed
+from .consumer import (
+    LOAD_SQL,
+    POLL_BURST,
+    POLL_MAX,
+    ConsumerLoop,
+    PartitionsStopped,
+    _deliveries,
+    _resume_assigned,
+    _Round,
+    log,
+)
+from .parked import INSERT_SQL, row_params
+from .partition import Apply, ParkUnkeyed, Partition
 from .records import Delivery, Position, Record
 from .settings import Settings
 
@@ -137,41 +147,10 @@ class AsyncConsumerLoop(ConsumerLoop):
 
     async def _awork(self, apply: _AsyncApply) -> tuple[bool, float | None]:
         """:meth:`ConsumerLoop._work` with the batches awaited."""
-        order = sorted(self._partitions)
-        if order:
-            self._cursor = (self._cursor + 1) % len(order)
-            order = order[self._cursor :] + order[: self._cursor]
-        ready = False
-        wake: float | None = None
-        for tp in order:
-            applied = False
-            while not self._stop.is_set():
-                p = self._partitions.get(tp)
-                if p is None:
-                    break
-                step = p.next_step(self.settings, time.monotonic())
-                if isinstance(step, Idle):
-                    break
-                if isinstance(step, WaitUntil):
-                    wake = step.at if wake is None else min(wake, step.at)
-                    break
-                if isinstance(step, Stop):
-                    self._stop_partition(tp, p, step.error)
-                    break
-                if isinstance(step, Skip):
-                    records = p.take(step.take)
-                    p.committed(step.take)
-                    self.counters.duplicates += step.take
-                    self.metrics.skipped(step.take)
-                    self._store_offset(tp, records[-1].record.offset)
-                    continue
-                if applied:
-                    ready = True
-                    break
-                assert isinstance(step, (Apply, ParkUnkeyed))
-                await self._arun_job(tp, p, step, apply)
-                applied = True
-        return ready, wake
+        round_ = _Round()
+        for tp, p, step in self._jobs(round_):
+            await self._arun_job(tp, p, step, apply)
+        return round_.ready, round_.wake
 
     async def _arun_job(self, tp: tuple[str, int], p: Partition, step: Apply | ParkUnkeyed, apply: _AsyncApply) -> None:
         now = time.monotonic()
@@ -257,21 +236,5 @@ class AsyncConsumerLoop(ConsumerLoop):
 async def _insert_unkeyed(conn: psycopg.AsyncConnection[Any], position: Position, record: Record, error: str) -> bool:
     async with conn.transaction():
         cur = psycopg.AsyncRawCursor(conn)
-        await cur.execute(
-            INSERT_SQL,
-            [
-                position.group,
-                position.topic,
-                position.partition,
-                record.offset,
-                None,
-                None,
-                record.key,
-                record.value,
-                [n for n, _ in record.headers],
-                [v for _, v in record.headers],
-                error,
-                1,
-            ],
-        )
+        await cur.execute(INSERT_SQL, row_params(position, record, None, None, error, 1))
         return cur.rowcount == 1

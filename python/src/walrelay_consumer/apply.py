@@ -240,11 +240,7 @@ def apply_batch(
         if counters is not None:
             counters.errors += 1
         raise
-    if counters is not None:
-        counters.processed += outcome.applied
-        counters.duplicates += outcome.duplicates
-        counters.gaps += outcome.gaps
-        counters.parked += int(outcome.parked)
+    _count(counters, outcome)
     return outcome
 
 
@@ -256,12 +252,7 @@ def _apply(
     park: Park | None,
     known: bool,
 ) -> BatchOutcome:
-    status = conn.info.transaction_status
-    if status != pq.TransactionStatus.IDLE:
-        raise ValueError(
-            f"the connection must be idle to apply a batch, but its transaction status is "
-            f"{status.name}: commit or roll back what it started (or use autocommit=True)"
-        )
+    _require_idle(conn.info.transaction_status)
     sources = batch.sources(d.meta for d in records)
     metas = [d.meta for d in records]
     try:
@@ -269,46 +260,113 @@ def _apply(
             cur = psycopg.RawCursor(conn)
             marks = _lock_marks(cur, position, sources, known)
             plan = batch.plan(marks, metas)
-            # A parked last record is taken out of what the handler sees
-            # but still raises its mark (it is "done" for this group).
-            parked_index = len(records) - 1 if park is not None else None
-            parked_is_new = parked_index is not None and bool(plan.apply) and plan.apply[-1] == parked_index
-            take = [i for i in plan.apply if i != parked_index]
-            if take:
+            split = _Split.of(plan, len(records), park)
+            if split.take:
                 try:
-                    apply(conn, [records[i] for i in take])
+                    apply(conn, [records[i] for i in split.take])
                 except _Failed as failed:
-                    index = failed.index
-                    raise HandlerFailed(
-                        failed.error, take[index] if index is not None and index < len(take) else None
-                    ) from failed.error
+                    raise split.handler_failed(failed) from failed.error
                 if conn.info.transaction_status == pq.TransactionStatus.INERROR:
-                    # The handler swallowed a failed statement: its failure
-                    # (an attempt), not a database outage.
-                    raise HandlerFailed(
-                        RuntimeError(
-                            "a statement of the handler failed and the handler went on as if it "
-                            "had not: the transaction is aborted (let the error propagate)"
-                        ),
-                        take[0] if len(take) == 1 else None,
-                    )
-            if park is not None and parked_is_new and parked_index is not None:
-                parked.insert(cur, records[parked_index], park.error, park.attempts)
+                    raise split.swallowed()
+            if park is not None and split.parked_is_new:
+                parked.insert(cur, records[-1], park.error, park.attempts)
             if plan.raised:
                 _advance(cur, position, plan.raised)
     except psycopg.Error as e:
         raise DatabaseFailed(e) from e
+    return _outcome(position, plan, marks, split)
 
+
+# The pure steps of a batch, shared with the asyncio flavour
+# (:mod:`walrelay_consumer.aio`), which only awaits the statements.
+
+
+def _require_idle(status: pq.TransactionStatus) -> None:
+    """A batch opens its own transaction: the connection must have none."""
+    if status != pq.TransactionStatus.IDLE:
+        raise ValueError(
+            f"the connection must be idle to apply a batch, but its transaction status is "
+            f"{status.name}: commit or roll back what it started (or use autocommit=True)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    """Which records of a planned batch the handler sees. A parked last
+    record is taken out of what the handler sees but still raises its mark
+    (it is "done" for this group)."""
+
+    #: Indexes (in the batch) of the records the handler applies.
+    take: list[int]
+    #: Whether the parked last record is new (not covered by the marks).
+    parked_is_new: bool
+
+    @staticmethod
+    def of(plan: batch.Plan, count: int, park: Park | None) -> _Split:
+        parked_index = count - 1 if park is not None else None
+        parked_is_new = parked_index is not None and bool(plan.apply) and plan.apply[-1] == parked_index
+        return _Split([i for i in plan.apply if i != parked_index], parked_is_new)
+
+    def handler_failed(self, failed: _Failed) -> HandlerFailed:
+        """The handler raised: the failing record's index in the batch."""
+        index = failed.index
+        return HandlerFailed(failed.error, self.take[index] if index is not None and index < len(self.take) else None)
+
+    def swallowed(self) -> HandlerFailed:
+        """The handler swallowed a failed statement: its failure (an
+        attempt), not a database outage."""
+        return HandlerFailed(
+            RuntimeError(
+                "a statement of the handler failed and the handler went on as if it "
+                "had not: the transaction is aborted (let the error propagate)"
+            ),
+            self.take[0] if len(self.take) == 1 else None,
+        )
+
+
+def _outcome(position: Position, plan: batch.Plan, marks: dict[str, str], split: _Split) -> BatchOutcome:
+    """A committed batch: its gaps logged, its marks as committed."""
     _log_gaps(position, plan)
     committed = dict(marks)
     committed.update(plan.raised)
     return BatchOutcome(
-        applied=len(take),
+        applied=len(split.take),
         duplicates=plan.duplicates,
         gaps=len(plan.gaps),
-        parked=parked_is_new,
+        parked=split.parked_is_new,
         marks=committed,
     )
+
+
+def _count(counters: Counters | None, outcome: BatchOutcome) -> None:
+    if counters is not None:
+        counters.processed += outcome.applied
+        counters.duplicates += outcome.duplicates
+        counters.gaps += outcome.gaps
+        counters.parked += int(outcome.parked)
+
+
+def _marks_of(rows: Sequence[tuple[Any, ...]], sources: list[str]) -> dict[str, str]:
+    """The locked marks: every source's row must be there, every mark a key."""
+    found = {row[0] for row in rows}
+    for source in sources:
+        if source not in found:
+            raise RowVanished(source)
+    marks: dict[str, str] = {}
+    for source, text in rows:
+        try:
+            marks[source] = parse_key(text)
+        except KeyFormatError as e:
+            raise CorruptHwm(source, text, e.reason) from None
+    return marks
+
+
+def _advance_params(position: Position, raised: dict[str, str]) -> tuple[list[object], int]:
+    """:data:`ADVANCE_SQL`'s parameters and how many rows it must update."""
+    sources = list(raised)
+    p = _params(position, sources)
+    p.append([raised[s] for s in sources])
+    return p, len(sources)
 
 
 def _params(position: Position, sources: list[str]) -> list[object]:
@@ -324,31 +382,18 @@ def _lock_marks(
     if not known:
         cur.execute(ENSURE_SQL, p)
     rows = cur.execute(LOCK_SQL, p).fetchall()
-    if len(rows) < len(sources):
-        if known:
-            # Rows deleted by hand since they were seen: create them.
-            cur.execute(ENSURE_SQL, p)
-            rows = cur.execute(LOCK_SQL, p).fetchall()
-        found = {row[0] for row in rows}
-        for source in sources:
-            if source not in found:
-                raise RowVanished(source)
-    marks: dict[str, str] = {}
-    for source, text in rows:
-        try:
-            marks[source] = parse_key(text)
-        except KeyFormatError as e:
-            raise CorruptHwm(source, text, e.reason) from None
-    return marks
+    if len(rows) < len(sources) and known:
+        # Rows deleted by hand since they were seen: create them.
+        cur.execute(ENSURE_SQL, p)
+        rows = cur.execute(LOCK_SQL, p).fetchall()
+    return _marks_of(rows, sources)
 
 
 def _advance(cur: psycopg.RawCursor[Any], position: Position, raised: dict[str, str]) -> None:
-    sources = list(raised)
-    p = _params(position, sources)
-    p.append([raised[s] for s in sources])
+    p, rows = _advance_params(position, raised)
     cur.execute(ADVANCE_SQL, p)
-    if cur.rowcount != len(sources):
-        raise RowVanished(",".join(sources))
+    if cur.rowcount != rows:
+        raise RowVanished(",".join(raised))
 
 
 def _log_gaps(position: Position, plan: batch.Plan) -> None:

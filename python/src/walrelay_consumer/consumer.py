@@ -33,7 +33,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +139,16 @@ def load_marks(
 
 
 Connect = Callable[[], "psycopg.Connection[Any]"]
+
+
+@dataclass(slots=True)
+class _Round:
+    """What one round over the partitions left: whether some partition has
+    more ready at once, and the earliest moment a waiting one becomes
+    ready."""
+
+    ready: bool = False
+    wake: float | None = None
 
 
 class ConsumerLoop:
@@ -290,13 +300,22 @@ class ConsumerLoop:
         marks cover without a transaction). Returns whether some partition
         has more ready at once, and the earliest moment a waiting one
         becomes ready."""
+        round_ = _Round()
+        for tp, p, step in self._jobs(round_):
+            self._run_job(tp, p, step, apply)
+        return round_.ready, round_.wake
+
+    def _jobs(self, round_: _Round) -> Iterator[tuple[tuple[str, int], Partition, Apply | ParkUnkeyed]]:
+        """One round over the partitions: yields the one transaction each
+        may run now (the caller runs it before asking for the next), does
+        the skips that need none, and notes in ``round_`` what is left. Shared
+        by the blocking and the asyncio loop, which differ only in how they
+        run a job."""
         order = sorted(self._partitions)
         if order:
             # Rotated, so that no partition always goes last.
             self._cursor = (self._cursor + 1) % len(order)
             order = order[self._cursor :] + order[: self._cursor]
-        ready = False
-        wake: float | None = None
         for tp in order:
             applied = False
             while not self._stop.is_set():
@@ -307,7 +326,7 @@ class ConsumerLoop:
                 if isinstance(step, Idle):
                     break
                 if isinstance(step, WaitUntil):
-                    wake = step.at if wake is None else min(wake, step.at)
+                    round_.wake = step.at if round_.wake is None else min(round_.wake, step.at)
                     break
                 if isinstance(step, Stop):
                     self._stop_partition(tp, p, step.error)
@@ -321,12 +340,11 @@ class ConsumerLoop:
                     continue
                 if applied:
                     # One transaction per partition per round: poll between.
-                    ready = True
+                    round_.ready = True
                     break
                 assert isinstance(step, (Apply, ParkUnkeyed))
-                self._run_job(tp, p, step, apply)
+                yield tp, p, step
                 applied = True
-        return ready, wake
 
     def _db(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:

@@ -53,34 +53,34 @@ FAILED_AGAIN_SQL = (
 _INT4_MAX = 2**31 - 1
 
 
-def _insert_row(
-    cur: psycopg.RawCursor[Any],
+def row_params(
     position: Position,
     record: Record,
     key: str | None,
     source: str | None,
     error: str,
     attempts: int,
-) -> int:
-    names = [name for name, _ in record.headers]
-    values = [value for _, value in record.headers]
-    cur.execute(
-        INSERT_SQL,
-        [
-            position.group,
-            position.topic,
-            position.partition,
-            record.offset,
-            key,
-            source,
-            record.key,
-            record.value,
-            names,
-            values,
-            error,
-            min(attempts, _INT4_MAX),
-        ],
-    )
+) -> list[object]:
+    """The parameters of :data:`INSERT_SQL` for one record (pure; shared by
+    the blocking and the asyncio flavours)."""
+    return [
+        position.group,
+        position.topic,
+        position.partition,
+        record.offset,
+        key,
+        source,
+        record.key,
+        record.value,
+        [name for name, _ in record.headers],
+        [value for _, value in record.headers],
+        error,
+        min(attempts, _INT4_MAX),
+    ]
+
+
+def _insert_row(cur: psycopg.RawCursor[Any], params: list[object]) -> int:
+    cur.execute(INSERT_SQL, params)
     return cur.rowcount
 
 
@@ -88,7 +88,7 @@ def insert(cur: psycopg.RawCursor[Any], delivery: Delivery, error: str, attempts
     """Parks a record with walrelay headers inside the batch transaction that
     raises its mark."""
     return _insert_row(
-        cur, delivery.position, delivery.record, delivery.meta.key, delivery.meta.source, error, attempts
+        cur, row_params(delivery.position, delivery.record, delivery.meta.key, delivery.meta.source, error, attempts)
     )
 
 
@@ -97,7 +97,7 @@ def insert_unkeyed(conn: psycopg.Connection[Any], position: Position, record: Re
     transaction. Returns whether a row was written (false: parked before)."""
     with conn.transaction():
         cur = psycopg.RawCursor(conn)
-        written = _insert_row(cur, position, record, None, None, error, 1)
+        written = _insert_row(cur, row_params(position, record, None, None, error, 1))
     return written == 1
 
 
