@@ -1,5 +1,5 @@
 //! Database connections: how to open one ([`Database`]) and the loop's
-//! small pool of them ([`Pool`]).
+//! small pool of them (`Pool`).
 //!
 //! The loop applies one batch per partition at a time, each on a
 //! connection of its own, so a slow or blocked partition holds only its
