@@ -36,7 +36,7 @@ mod dead_letter;
 mod message;
 mod outbox;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use dead_letter::{row_json, BadEvent, DeadLettered, RouteError, DEAD_LETTER_KINDS};
 pub use message::MessageRoute;

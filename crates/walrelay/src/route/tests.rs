@@ -6,7 +6,9 @@ use walrelay_pgoutput::{
     ColumnValue, Message, Relation, RelationCache, RelationColumn, ReplicaIdentity, TupleData,
 };
 
-fn config() -> Config {
+/// A raw route (`orders`), an ignored prefix (`debezium`) and the
+/// outbox `public.outbox`; also the pipeline's event-step tests' routes.
+pub(crate) fn config() -> Config {
     let mut c = Config::default();
     c.messages.push(RouteConfig {
         prefix: "orders".into(),

@@ -4,7 +4,6 @@
 use walrelay_testkit::wire::{Col, B};
 
 use super::*;
-use crate::config::{MessageRoute as RouteConfig, OutboxColumns, OutboxConfig};
 use crate::envelope;
 use crate::key::EventKey;
 use crate::record::header;
@@ -17,17 +16,7 @@ const ORDERS: u32 = 16_390;
 const OUTBOX_COLUMNS: [&str; 5] = ["id", "aggregatetype", "aggregateid", "type", "payload"];
 
 fn config(dead_letter: bool) -> Config {
-    let mut c = Config::default();
-    c.messages.push(RouteConfig {
-        prefix: "orders".into(),
-        topic: "orders-topic".into(),
-    });
-    c.relay.ignore_prefixes.push("debezium".into());
-    c.outbox.push(OutboxConfig {
-        table: "public.outbox".into(),
-        topic: "outbox.event.{aggregatetype}".into(),
-        columns: OutboxColumns::default(),
-    });
+    let mut c = crate::route::tests::config();
     if dead_letter {
         c.dead_letter.topic = Some("dlq".into());
     }
