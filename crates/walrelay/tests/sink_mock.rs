@@ -225,7 +225,7 @@ async fn delivers_in_order_per_partition_with_headers() {
     let bootstrap = cluster.bootstrap_servers();
     let mut sink = KafkaSink::new(&config(&bootstrap, &[])).unwrap();
     assert_eq!(sink.partitions(&topic).await.unwrap(), 3);
-    // Cached: a second call needs no broker round trip.
+    // Asking again gives the same count.
     assert_eq!(sink.partitions(&topic).await.unwrap(), 3);
 
     let started = Instant::now();

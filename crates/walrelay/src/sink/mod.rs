@@ -25,9 +25,8 @@
 //! | `context` | librdkafka's callbacks: delivery reports, rate-limited log lines |
 //! | `error` | [`SinkError`] and the [`Recovery`] each one calls for |
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::RDKafkaLogLevel;
@@ -67,7 +66,6 @@ pub struct KafkaSink {
     deliveries: Arc<DeliveryQueue>,
     /// Reports taken from `deliveries` and not yet returned.
     taken: std::vec::IntoIter<Delivery>,
-    partition_counts: Mutex<HashMap<String, u32>>,
     metadata_timeout: Duration,
 }
 
@@ -111,25 +109,17 @@ impl KafkaSink {
             producer: Arc::new(producer),
             deliveries,
             taken: Vec::new().into_iter(),
-            partition_counts: Mutex::new(HashMap::new()),
             metadata_timeout: config.metadata_timeout,
         })
     }
 
-    /// The topic's partition count, from metadata (cached per topic for the
-    /// sink's lifetime: a new pipeline run builds a new sink). Fetching
+    /// The topic's partition count, from metadata: one round trip, so the
+    /// caller keeps it (the session's placement asks once per topic and
+    /// session; a new session builds a new sink). Fetching
     /// metadata may auto-create a missing topic where the brokers allow it;
     /// a topic that still does not exist when the metadata timeout runs out
     /// is [`SinkError::TopicMissing`].
     pub async fn partitions(&self, topic: &str) -> Result<u32, SinkError> {
-        if let Some(&count) = self
-            .partition_counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(topic)
-        {
-            return Ok(count);
-        }
         let producer = Arc::clone(&self.producer);
         let name = topic.to_owned();
         let timeout = self.metadata_timeout;
@@ -139,10 +129,6 @@ impl KafkaSink {
                 operation: "metadata",
                 message: e.to_string(),
             })??;
-        self.partition_counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(topic.to_owned(), count);
         Ok(count)
     }
 
