@@ -17,6 +17,7 @@ from walrelay_consumer import (
     process_batch,
     process_batch_async,
     process_records_async,
+    redrive_async,
 )
 from walrelay_consumer.aio import apply_batch_async
 from walrelay_consumer.apply import Park
@@ -119,3 +120,24 @@ def test_an_async_parked_record_raises_its_mark(db, dsn):
     assert marks(db) == {"a": k(2)}
     rows = db.execute("SELECT idempotency_key, header_values, error, attempts FROM walrelay_consumer_parked").fetchall()
     assert rows == [(k(2), [k(2).encode(), b"a", k(1).encode(), None], "boom", 3)]
+
+
+def test_parked_records_are_redriven_on_an_async_connection(db, dsn):
+    async def main():
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
+            for n in (2, 3):
+                await apply_batch_async(c, POS, [d(n)], lambda conn, new: insert_all(conn, new), park=Park("boom", 3))
+
+            async def picky(conn, delivery):
+                if delivery.meta.key == k(3):
+                    raise ValueError("still bad")
+                await insert_all(conn, [delivery])
+
+            report = await redrive_async(c, POS.group, picky)
+            assert (report.applied, report.failed, report.unusable) == (1, 1, 0)
+
+    run(main())
+    assert effects(db) == [k(2)]
+    rows = db.execute("SELECT idempotency_key, attempts, error FROM walrelay_consumer_parked").fetchall()
+    # The one that failed again stays parked, its attempt counted.
+    assert rows == [(k(3), 4, "still bad")]

@@ -338,11 +338,57 @@ def test_a_lost_database_connection_is_reconnected(tansu, topic, env):
         env,
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'walrelay-test-victim'",
     )
-    assert killed == 1
+    assert killed >= 1
     relay.send([(0, 2), (1, 1)])
     await_condition("records after the loss", lambda: count(env, EFFECTS) == 3)
     assert r.stop() is None
     exactly_once(env)
+
+
+def meet_the_other_partition(name: str, pids: dict[int, set[int]]):
+    """A batch handler that applies its batch only once a batch of the other
+    partition is inside its handler at the same moment (a barrier): it can
+    only pass when the loop runs two partitions' transactions at once.
+    Notes each partition's connection."""
+    barrier = threading.Barrier(2, timeout=5)
+
+    def handler(conn, batch):
+        partition = batch[0].position.partition
+        pids.setdefault(partition, set()).add(conn.info.backend_pid)
+        barrier.wait()  # raises BrokenBarrierError alone: the batch is retried
+        insert(name)(conn, batch)
+
+    return handler
+
+
+def test_partitions_apply_at_the_same_time_each_on_its_own_connection(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(p, s) for s in range(1, 6) for p in (0, 1)])
+    pids: dict[int, set[int]] = {}
+    settings = Settings(retry=RetryPolicy(attempts=20, base=0.01, cap=0.05), pool_size=4)
+    r = start(tansu, topic, env, "parallel", "a", settings=settings, handler=meet_the_other_partition("a", pids))
+    await_condition("both partitions applied", lambda: count(env, EFFECTS) == 10)
+    assert r.stop() is None
+    exactly_once(env)
+    # Two transactions at once need two connections.
+    assert pids[0] and pids[1] and not pids[0] & pids[1], pids
+    assert r.loop.counters.processed == 10
+
+
+def test_a_pool_of_one_applies_the_partitions_one_after_the_other(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(p, s) for s in range(1, 4) for p in (0, 1)])
+    threads: set[str] = set()
+
+    def handler(conn, batch):
+        threads.add(threading.current_thread().name)
+        insert("a")(conn, batch)
+
+    r = start(tansu, topic, env, "serial", "a", settings=Settings(pool_size=1), handler=handler)
+    await_condition("both partitions applied", lambda: count(env, EFFECTS) == 6)
+    assert r.stop() is None
+    # Every batch ran on the loop's own thread.
+    assert threads == {r.thread.name}, threads
 
 
 def test_two_members_racing_over_rebalances_apply_each_event_once(tansu, topic, env):

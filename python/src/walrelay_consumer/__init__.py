@@ -14,7 +14,7 @@ their numeric order.
 from __future__ import annotations
 
 from ._migrate import migrate, migration_sql
-from .aio import AsyncBatchHandler, AsyncRecordHandler, process_batch_async, process_records_async
+from .aio import AsyncBatchHandler, AsyncRecordHandler, process_batch_async, process_records_async, redrive_async
 from .aio_loop import AsyncConsumerLoop
 from .apply import (
     BatchError,
@@ -96,4 +96,5 @@ __all__ = [
     "process_records",
     "process_records_async",
     "redrive",
+    "redrive_async",
 ]

@@ -2,9 +2,9 @@
 statements, locks and outcomes as :mod:`walrelay_consumer.apply`, on
 psycopg's ``AsyncConnection``, so it runs inside an existing event loop.
 
-Only the transaction exists in this flavour so far; an asyncio consumer
-loop is not part of the package yet (feed it records from any client, or
-run the blocking :class:`~walrelay_consumer.ConsumerLoop` in a thread).
+The consumer loop on top of it is
+:class:`~walrelay_consumer.AsyncConsumerLoop`; :func:`redrive_async`
+re-drives parked records on an ``AsyncConnection``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import psycopg
 from psycopg import pq
 
 from . import batch, parked
+from .parked import DELETE_SQL, FAILED_AGAIN_SQL, TAKE_SQL, RedriveReport, failed_again, parked_delivery
 from .apply import (
     ADVANCE_SQL,
     ENSURE_SQL,
@@ -36,7 +37,13 @@ from .apply import (
 from .counters import Counters
 from .records import Delivery, Position
 
-__all__ = ["AsyncBatchHandler", "AsyncRecordHandler", "process_batch_async", "process_records_async"]
+__all__ = [
+    "AsyncBatchHandler",
+    "AsyncRecordHandler",
+    "process_batch_async",
+    "process_records_async",
+    "redrive_async",
+]
 
 #: Awaited once per batch with its new records, inside the transaction.
 AsyncBatchHandler = Callable[["psycopg.AsyncConnection[Any]", Sequence[Delivery]], Awaitable[object]]
@@ -156,3 +163,40 @@ async def _lock_marks(
         await cur.execute(ENSURE_SQL, p)
         rows = await (await cur.execute(LOCK_SQL, p)).fetchall()
     return _marks_of(rows, sources)
+
+
+async def redrive_async(
+    conn: psycopg.AsyncConnection[Any],
+    group: str,
+    handler: AsyncRecordHandler,
+) -> RedriveReport:
+    """:func:`walrelay_consumer.redrive` on an ``AsyncConnection``: the
+    parked records of ``group``, oldest first, each awaited through
+    ``handler`` in its own transaction that also deletes its row; a record
+    that fails again stays parked (``attempts`` and ``error`` updated)."""
+    report = RedriveReport()
+    after = 0
+    while True:
+        async with conn.transaction():
+            cur = psycopg.AsyncRawCursor(conn)
+            await cur.execute(TAKE_SQL, [group, after])
+            row = await cur.fetchone()
+            if row is None:
+                return report
+            after, delivery = parked_delivery(group, row)
+            if delivery is None:
+                report.unusable += 1
+                continue
+            failure: Exception | None = None
+            try:
+                async with conn.transaction():
+                    await handler(conn, delivery)
+            except Exception as e:  # the handler's failure, rolled back to the savepoint
+                failure = e
+            if failure is None:
+                await cur.execute(DELETE_SQL, [after])
+                report.applied += 1
+            else:
+                await cur.execute(FAILED_AGAIN_SQL, [after, str(failure)])
+                report.failed += 1
+                failed_again(after, delivery, failure)

@@ -6,7 +6,8 @@ one worker thread, so the event loop keeps running while the loop waits.
 Kafka calls (poll, commit, close) all go through one single-thread
 executor: rebalance callbacks run inside the poll on that thread while the
 loop's coroutine is suspended waiting for it, so they never race a batch,
-exactly as in the blocking loop.
+exactly as in the blocking loop. A round's batches (one per partition) run
+as concurrent tasks on up to :attr:`Settings.pool_size` connections.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from .aio import AsyncBatchHandler, AsyncRecordHandler, _AsyncApply, apply_batch_async
-from .apply import BatchError, BatchOutcome, _Failed
+from .apply import BatchError, _Failed
 from .consumer import (
     LOAD_SQL,
     POLL_BURST,
@@ -30,12 +31,13 @@ from .consumer import (
     ConsumerLoop,
     PartitionsStopped,
     _deliveries,
+    _Job,
     _resume_assigned,
     _Round,
     log,
 )
 from .parked import INSERT_SQL, row_params
-from .partition import Apply, ParkUnkeyed, Partition
+from .partition import ParkUnkeyed, Partition
 from .records import Delivery, Position, Record
 from .settings import Settings
 
@@ -69,7 +71,7 @@ class AsyncConsumerLoop(ConsumerLoop):
             self._aconnect: AsyncConnect = connect
         else:
             self._aconnect = database
-        self._aconn: psycopg.AsyncConnection[Any] | None = None
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._stale = False
         self._pending: list[tuple[str, int]] = []
 
@@ -146,60 +148,73 @@ class AsyncConsumerLoop(ConsumerLoop):
             consumer.close()
 
     async def _awork(self, apply: _AsyncApply) -> tuple[bool, float | None]:
-        """:meth:`ConsumerLoop._work` with the batches awaited."""
+        """:meth:`ConsumerLoop._work` with the batches awaited: a round's
+        jobs run as concurrent tasks, at most ``pool_size`` at a time, and
+        their outcomes are acted on once all are done."""
         round_ = _Round()
-        for tp, p, step in self._jobs(round_):
-            await self._arun_job(tp, p, step, apply)
-        return round_.ready, round_.wake
-
-    async def _arun_job(self, tp: tuple[str, int], p: Partition, step: Apply | ParkUnkeyed, apply: _AsyncApply) -> None:
-        now = time.monotonic()
-        if isinstance(step, ParkUnkeyed):
-            records = p.take(1)
-            written: bool | Exception
-            try:
-                written = await _insert_unkeyed(await self._adb(), p.position, records[0].record, step.error)
-            except psycopg.Error as e:
-                written = e
-            self._unkeyed_done(tp, p, records, written, now)
-            return
-        known = p.knows_sources(step.take)
-        records = p.take(step.take)
-        result: BatchOutcome | Exception
-        try:
-            conn = await self._adb()
-            result = await apply_batch_async(
-                conn, p.position, _deliveries(p, records), apply, park=step.park, known=known, counters=self.counters
-            )
-        except (BatchError, psycopg.Error) as e:
-            result = e
-        self._batch_done(tp, p, records, result, now, self._conn_gone())
-
-    def _conn_gone(self) -> bool:
-        return self._aconn is None or self._aconn.closed or self._aconn.broken
-
-    async def _adb(self) -> psycopg.AsyncConnection[Any]:
+        jobs = list(self._jobs(round_))
         if self._stale:
             await self._aclose()
-        if self._aconn is None or self._aconn.closed:
-            conn = await self._aconnect()
-            await conn.set_autocommit(True)
-            self._aconn = conn
-        return self._aconn
+        if len(jobs) == 1:
+            await self._aexecute(jobs[0], apply)
+        elif jobs:
+            slots = asyncio.Semaphore(self.settings.pool_size)
+
+            async def run(job: _Job) -> None:
+                async with slots:
+                    await self._aexecute(job, apply)
+
+            await asyncio.gather(*(run(job) for job in jobs))
+        for job in jobs:
+            self._finish(job)
+        return round_.ready, round_.wake
+
+    async def _aexecute(self, job: _Job, apply: _AsyncApply) -> None:
+        conn: psycopg.AsyncConnection[Any] | None = None
+        try:
+            conn = await self._acquire()
+            if isinstance(job.step, ParkUnkeyed):
+                job.result = await _insert_unkeyed(conn, job.p.position, job.records[0].record, job.step.error)
+            else:
+                job.result = await apply_batch_async(
+                    conn,
+                    job.p.position,
+                    _deliveries(job.p, job.records),
+                    apply,
+                    park=job.step.park,
+                    known=job.known,
+                    counters=job.counters,
+                )
+        except (BatchError, psycopg.Error) as e:
+            job.result = e
+        finally:
+            job.conn_gone = conn is None or conn.closed or conn.broken
+            if conn is not None and not conn.closed:
+                self._idle.append(conn)
+
+    async def _acquire(self) -> psycopg.AsyncConnection[Any]:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed:
+                return conn
+        conn = await self._aconnect()
+        await conn.set_autocommit(True)
+        return conn
 
     def _close_db(self) -> None:
-        # Called by the shared decisions after an outage: the connection is
-        # replaced before the next batch (closing it must be awaited).
+        # Called by the shared decisions after an outage: the idle
+        # connections are replaced before the next round (closing them
+        # must be awaited).
         self._stale = True
 
     async def _aclose(self) -> None:
         self._stale = False
-        if self._aconn is not None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
             try:
-                await self._aconn.close()
+                await conn.close()
             except psycopg.Error:
                 pass
-            self._aconn = None
 
     # Rebalance callbacks run on the Kafka thread inside the poll.
 
@@ -217,11 +232,17 @@ class AsyncConsumerLoop(ConsumerLoop):
             return
         tps, self._pending = self._pending, []
         try:
-            conn = await self._adb()
-            async with conn.transaction():
-                cur = psycopg.AsyncRawCursor(conn)
-                await cur.execute(LOAD_SQL, [self.group, [t for t, _ in tps], [p for _, p in tps]])
-                rows = await cur.fetchall()
+            if self._stale:
+                await self._aclose()
+            conn = await self._acquire()
+            try:
+                async with conn.transaction():
+                    cur = psycopg.AsyncRawCursor(conn)
+                    await cur.execute(LOAD_SQL, [self.group, [t for t, _ in tps], [p for _, p in tps]])
+                    rows = await cur.fetchall()
+            finally:
+                if not conn.closed:
+                    self._idle.append(conn)
         except psycopg.Error as e:
             # Only a cache: the batch transactions read the real marks.
             log.warning("loading the high-water marks of the assigned partitions failed: %s", e)

@@ -3,14 +3,17 @@ per partition in one transaction each, offsets committed only after the
 database commit, rebalances, poison records, database outages and SIGTERM
 handled (the design of ``crates/walrelay-consumer/src/consumer_loop``).
 
-The loop is single-threaded: it polls a burst of records into per-partition
-queues, then applies at most one batch per partition (round the assigned
-partitions, on one database connection), stores each committed batch's
-last offset + 1, and polls again. Rebalance callbacks only run inside the
-poll, so no batch is ever in flight when partitions are revoked: the
-revocation commits the stored offsets (only those of committed batches)
-and drops the revoked partitions' queued records, which the next owner
-reads again; whatever this member committed is covered by the marks.
+The loop polls a burst of records into per-partition queues, then applies
+at most one batch per partition in a round: the round's batches run at the
+same time on up to :attr:`Settings.pool_size` worker threads, each with a
+database connection of its own (one partition never has two batches in
+flight, so its order holds). When the whole round is done, the loop stores
+each committed batch's last offset + 1 and polls again. Rebalance callbacks
+only run inside the poll, so no batch is ever in flight when partitions are
+revoked: the revocation commits the stored offsets (only those of committed
+batches) and drops the revoked partitions' queued records, which the next
+owner reads again; whatever this member committed is covered by the marks.
+With ``pool_size=1`` everything runs on the loop's own thread.
 
 Failures:
 
@@ -34,7 +37,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -141,6 +145,68 @@ def load_marks(
 Connect = Callable[[], "psycopg.Connection[Any]"]
 
 
+class _Connections:
+    """The loop's database connections: at most one per worker at a time,
+    kept open between rounds, created when a worker needs one. Only the
+    loop's thread closes them, between rounds (no worker holds one then)."""
+
+    def __init__(self, connect: Connect) -> None:
+        self._connect = connect
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+
+    def acquire(self) -> psycopg.Connection[Any]:
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn
+        conn = self._connect()
+        conn.autocommit = True
+        return conn
+
+    def release(self, conn: psycopg.Connection[Any]) -> None:
+        if not conn.closed:
+            with self._lock:
+                self._idle.append(conn)
+
+    def close_all(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass
+
+
+@dataclass(slots=True)
+class _Job:
+    """One transaction of one partition, taken out of its queue for a round,
+    and what came of it. Workers fill in the outcome; the loop's thread acts
+    on it after the round (offsets, retries, counters, metrics)."""
+
+    tp: tuple[str, int]
+    p: Partition
+    step: Apply | ParkUnkeyed
+    records: list[Queued]
+    known: bool
+    started: float
+    #: The batch's outcome, whether an unkeyed record was written, or what failed.
+    result: BatchOutcome | bool | Exception | None = None
+    #: The job's connection was gone at its end (a handler failure is then an outage).
+    conn_gone: bool = False
+    #: This job's counts, added to the loop's on its thread.
+    counters: Counters = field(default_factory=Counters)
+
+    @classmethod
+    def take(cls, tp: tuple[str, int], p: Partition, step: Apply | ParkUnkeyed) -> _Job:
+        if isinstance(step, ParkUnkeyed):
+            return cls(tp, p, step, p.take(1), False, time.monotonic())
+        known = p.knows_sources(step.take)
+        return cls(tp, p, step, p.take(step.take), known, time.monotonic())
+
+
 @dataclass(slots=True)
 class _Round:
     """What one round over the partitions left: whether some partition has
@@ -211,7 +277,8 @@ class ConsumerLoop:
         else:
             self._connect = database
         self._stop = threading.Event()
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conns = _Connections(self._connect)
+        self._workers: ThreadPoolExecutor | None = None
         self._consumer: Consumer | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._stopped: list[StoppedPartition] = []
@@ -232,7 +299,10 @@ class ConsumerLoop:
         ``handler(conn, delivery)`` runs inside the batch transaction once
         per new record, in order, never for a duplicate; the side effects of
         the whole batch and its marks commit together. It must do all its
-        database work through ``conn`` and not commit or roll back.
+        database work through ``conn`` and not commit or roll back. With
+        :attr:`Settings.pool_size` above 1 it runs on worker threads,
+        batches of different partitions at the same time (each on its own
+        connection), so what it shares besides ``conn`` must be thread-safe.
         Raises :class:`PartitionsStopped` at the end if a poison record
         stopped a partition.
         """
@@ -253,6 +323,8 @@ class ConsumerLoop:
                 previous[sig] = signal.signal(sig, lambda _s, _f: self.stop())
         consumer = Consumer(self._config)
         self._consumer = consumer
+        if self.settings.pool_size > 1:
+            self._workers = ThreadPoolExecutor(self.settings.pool_size, thread_name_prefix="walrelay-apply")
         try:
             consumer.subscribe(
                 self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
@@ -279,6 +351,9 @@ class ConsumerLoop:
                 consumer.close()
             finally:
                 self._consumer = None
+                if self._workers is not None:
+                    self._workers.shutdown(wait=True)
+                    self._workers = None
                 self._close_db()
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
@@ -296,28 +371,37 @@ class ConsumerLoop:
         p.push(Queued.of(record))
 
     def _work(self, apply: ApplyFn) -> tuple[bool, float | None]:
-        """Applies at most one batch per partition (skipping what the cached
-        marks cover without a transaction). Returns whether some partition
-        has more ready at once, and the earliest moment a waiting one
-        becomes ready."""
+        """Applies at most one batch per partition, the partitions' batches
+        at the same time on the workers (skipping what the cached marks
+        cover without a transaction), and acts on the outcomes once all are
+        done. Returns whether some partition may have more ready at once,
+        and the earliest moment a waiting one becomes ready."""
         round_ = _Round()
-        for tp, p, step in self._jobs(round_):
-            self._run_job(tp, p, step, apply)
+        jobs = list(self._jobs(round_))
+        if self._workers is None or len(jobs) == 1:
+            for job in jobs:
+                self._execute(job, apply)
+        else:
+            for _ in self._workers.map(lambda job: self._execute(job, apply), jobs):
+                pass
+        for job in jobs:
+            self._finish(job)
         return round_.ready, round_.wake
 
-    def _jobs(self, round_: _Round) -> Iterator[tuple[tuple[str, int], Partition, Apply | ParkUnkeyed]]:
-        """One round over the partitions: yields the one transaction each
-        may run now (the caller runs it before asking for the next), does
-        the skips that need none, and notes in ``round_`` what is left. Shared
+    def _jobs(self, round_: _Round) -> Iterator[_Job]:
+        """One round over the partitions: takes out of its queue the one
+        transaction each partition may run now and yields it, does the
+        skips that need none, and notes in ``round_`` what is left. A
+        partition with a job yielded is not looked at again in this round
+        (its outcome is not known yet), so it is noted as maybe ready. Shared
         by the blocking and the asyncio loop, which differ only in how they
-        run a job."""
+        run the jobs."""
         order = sorted(self._partitions)
         if order:
             # Rotated, so that no partition always goes last.
             self._cursor = (self._cursor + 1) % len(order)
             order = order[self._cursor :] + order[: self._cursor]
         for tp in order:
-            applied = False
             while not self._stop.is_set():
                 p = self._partitions.get(tp)
                 if p is None:
@@ -338,53 +422,53 @@ class ConsumerLoop:
                     self.metrics.skipped(step.take)
                     self._store_offset(tp, records[-1].record.offset)
                     continue
-                if applied:
-                    # One transaction per partition per round: poll between.
-                    round_.ready = True
-                    break
                 assert isinstance(step, (Apply, ParkUnkeyed))
-                yield tp, p, step
-                applied = True
-
-    def _db(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            conn = self._connect()
-            conn.autocommit = True
-            self._conn = conn
-        return self._conn
+                yield _Job.take(tp, p, step)
+                # One transaction per partition per round: poll between.
+                round_.ready = True
+                break
 
     def _close_db(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except psycopg.Error:
-                pass
-            self._conn = None
+        """Closes the idle connections (after an outage they are suspect;
+        the next job opens a new one)."""
+        self._conns.close_all()
 
-    def _run_job(self, tp: tuple[str, int], p: Partition, step: Apply | ParkUnkeyed, apply: ApplyFn) -> None:
-        now = time.monotonic()
-        if isinstance(step, ParkUnkeyed):
-            records = p.take(1)
-            written: bool | Exception
-            try:
-                written = parked.insert_unkeyed(self._db(), p.position, records[0].record, step.error)
-            except psycopg.Error as e:
-                written = e
-            self._unkeyed_done(tp, p, records, written, now)
-            return
-        known = p.knows_sources(step.take)
-        records = p.take(step.take)
-        result: BatchOutcome | Exception
+    def _execute(self, job: _Job, apply: ApplyFn) -> None:
+        """Runs one job's transaction on a connection of the pool (on a
+        worker thread, or the loop's own with ``pool_size=1``)."""
+        conn: psycopg.Connection[Any] | None = None
         try:
-            result = apply_batch(
-                self._db(), p.position, _deliveries(p, records), apply, park=step.park, known=known, counters=self.counters
-            )
+            conn = self._conns.acquire()
+            if isinstance(job.step, ParkUnkeyed):
+                job.result = parked.insert_unkeyed(conn, job.p.position, job.records[0].record, job.step.error)
+            else:
+                job.result = apply_batch(
+                    conn,
+                    job.p.position,
+                    _deliveries(job.p, job.records),
+                    apply,
+                    park=job.step.park,
+                    known=job.known,
+                    counters=job.counters,
+                )
         except (BatchError, psycopg.Error) as e:
-            result = e
-        self._batch_done(tp, p, records, result, now, self._conn_gone())
+            job.result = e
+        finally:
+            job.conn_gone = conn is None or conn.closed or conn.broken
+            if conn is not None:
+                self._conns.release(conn)
 
-    def _conn_gone(self) -> bool:
-        return self._conn is None or self._conn.closed or self._conn.broken
+    def _finish(self, job: _Job) -> None:
+        """Acts on a job's outcome, on the loop's thread."""
+        self.counters.add(job.counters)
+        assert job.result is not None
+        if isinstance(job.step, ParkUnkeyed):
+            written = job.result
+            assert isinstance(written, (bool, Exception))
+            self._unkeyed_done(job.tp, job.p, job.records, written, job.started)
+            return
+        assert not isinstance(job.result, bool)
+        self._batch_done(job.tp, job.p, job.records, job.result, job.started, job.conn_gone)
 
     def _unkeyed_done(
         self, tp: tuple[str, int], p: Partition, records: list[Queued], written: bool | Exception, now: float
@@ -552,7 +636,11 @@ class ConsumerLoop:
             self._partitions.setdefault(tp, Partition(Position(self.group, *tp)))
         _resume_assigned(consumer, partitions)
         try:
-            marks = load_marks(self._db(), self.group, tps)
+            conn = self._conns.acquire()
+            try:
+                marks = load_marks(conn, self.group, tps)
+            finally:
+                self._conns.release(conn)
         except psycopg.Error as e:
             # Only a cache: the batch transactions read the real marks.
             log.warning("loading the high-water marks of the assigned partitions failed: %s", e)

@@ -1,7 +1,7 @@
 """Plain counters of what the consumer did (the Rust crate's ``Counters``).
 
-Exposing them through ``prometheus_client`` is not part of this package
-yet; read them from :attr:`ConsumerLoop.counters` meanwhile.
+Read them from :attr:`ConsumerLoop.counters`; with ``prometheus_client``
+installed the loop also exports them as metrics (:mod:`walrelay_consumer.metrics`).
 """
 
 from __future__ import annotations
@@ -25,3 +25,11 @@ class Counters:
     parked: int = 0
     #: Batches that failed (handler or database) and were rolled back.
     errors: int = 0
+
+    def add(self, other: Counters) -> None:
+        """Adds ``other``'s totals (a worker's counts for one batch)."""
+        self.processed += other.processed
+        self.duplicates += other.duplicates
+        self.gaps += other.gaps
+        self.parked += other.parked
+        self.errors += other.errors

@@ -135,39 +135,51 @@ def redrive(
             row = cur.execute(TAKE_SQL, [group, after]).fetchone()
             if row is None:
                 return report
-            row_id, topic, partition, offset, kafka_key, payload, names, values, _attempts = row
-            after = row_id
-            record = Record(
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                key=_bytes(kafka_key),
-                value=_bytes(payload),
-                headers=tuple((n, _bytes(v)) for n, v in zip(names, values)),
-            )
-            try:
-                meta = RecordMeta.from_headers(record.headers)
-            except MetaError:
+            after, delivery = parked_delivery(group, row)
+            if delivery is None:
                 report.unusable += 1
                 continue
-            delivery = Delivery(record=record, meta=meta, position=Position(group, topic, partition))
             try:
                 with conn.transaction():
                     handler(conn, delivery)
             except Exception as e:  # the handler's failure, rolled back to the savepoint
                 failure = e
             if failure is None:
-                cur.execute(DELETE_SQL, [row_id])
+                cur.execute(DELETE_SQL, [after])
                 report.applied += 1
             else:
-                cur.execute(FAILED_AGAIN_SQL, [row_id, str(failure)])
+                cur.execute(FAILED_AGAIN_SQL, [after, str(failure)])
                 report.failed += 1
-                log.warning(
-                    "re-driving a parked record failed again (parked id %d, key %s): %s",
-                    row_id,
-                    meta.key,
-                    failure,
-                )
+                failed_again(after, delivery, failure)
+
+
+def parked_delivery(group: str, row: tuple[Any, ...]) -> tuple[int, Delivery | None]:
+    """A row of :data:`TAKE_SQL` as its id and the delivery to re-drive, or
+    ``None`` when its headers are unusable (pure; shared by the blocking and
+    the asyncio re-drive)."""
+    row_id, topic, partition, offset, kafka_key, payload, names, values, _attempts = row
+    record = Record(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=_bytes(kafka_key),
+        value=_bytes(payload),
+        headers=tuple((n, _bytes(v)) for n, v in zip(names, values)),
+    )
+    try:
+        meta = RecordMeta.from_headers(record.headers)
+    except MetaError:
+        return row_id, None
+    return row_id, Delivery(record=record, meta=meta, position=Position(group, topic, partition))
+
+
+def failed_again(row_id: int, delivery: Delivery, failure: Exception) -> None:
+    log.warning(
+        "re-driving a parked record failed again (parked id %d, key %s): %s",
+        row_id,
+        delivery.meta.key,
+        failure,
+    )
 
 
 def _bytes(value: object) -> bytes | None:

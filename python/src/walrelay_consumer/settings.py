@@ -60,6 +60,10 @@ class Settings:
     on_poison: OnPoison = OnPoison.STOP
     #: Seconds between asynchronous offset commits while records flow.
     commit_interval: float = 1.0
+    #: Database connections, so partitions applying at the same time (one
+    #: batch per partition at a time, so each partition keeps its order).
+    #: 1 runs every batch on the loop's own thread.
+    pool_size: int = 4
 
     def normalized(self) -> Settings:
         """The settings with every bound at least 1 (a zero would stall)."""
@@ -69,6 +73,7 @@ class Settings:
             max_batch_bytes=max(self.max_batch_bytes, 1),
             retry=replace(self.retry, attempts=max(self.retry.attempts, 1)),
             commit_interval=max(self.commit_interval, 0.001),
+            pool_size=max(self.pool_size, 1),
         )
 
     @property
