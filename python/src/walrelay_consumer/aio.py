@@ -16,7 +16,7 @@ import psycopg
 from psycopg import pq
 
 from . import batch, parked
-from .parked import DELETE_SQL, FAILED_AGAIN_SQL, TAKE_SQL, RedriveReport, failed_again, parked_delivery
+from .parked import TAKE_SQL, RedriveReport, parked_delivery, settle
 from .apply import (
     ADVANCE_SQL,
     ENSURE_SQL,
@@ -193,10 +193,4 @@ async def redrive_async(
                     await handler(conn, delivery)
             except Exception as e:  # the handler's failure, rolled back to the savepoint
                 failure = e
-            if failure is None:
-                await cur.execute(DELETE_SQL, [after])
-                report.applied += 1
-            else:
-                await cur.execute(FAILED_AGAIN_SQL, [after, str(failure)])
-                report.failed += 1
-                failed_again(after, delivery, failure)
+            await cur.execute(*settle(report, after, delivery, failure))

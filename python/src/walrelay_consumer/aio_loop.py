@@ -30,7 +30,6 @@ from .consumer import (
     POLL_MAX,
     ConsumerLoop,
     PartitionsStopped,
-    _deliveries,
     _Job,
     _resume_assigned,
     _Round,
@@ -176,15 +175,7 @@ class AsyncConsumerLoop(ConsumerLoop):
             if isinstance(job.step, ParkUnkeyed):
                 job.result = await _insert_unkeyed(conn, job.p.position, job.records[0].record, job.step.error)
             else:
-                job.result = await apply_batch_async(
-                    conn,
-                    job.p.position,
-                    _deliveries(job.p, job.records),
-                    apply,
-                    park=job.step.park,
-                    known=job.known,
-                    counters=job.counters,
-                )
+                job.result = await apply_batch_async(conn, job.p.position, job.deliveries(), apply, **job.batch_options())
         except (BatchError, psycopg.Error) as e:
             job.result = e
         finally:

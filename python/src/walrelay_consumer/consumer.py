@@ -199,6 +199,14 @@ class _Job:
     #: This job's counts, added to the loop's on its thread.
     counters: Counters = field(default_factory=Counters)
 
+    def deliveries(self) -> list[Delivery]:
+        return _deliveries(self.p, self.records)
+
+    def batch_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``apply_batch`` (and its async twin)."""
+        assert isinstance(self.step, Apply)
+        return {"park": self.step.park, "known": self.known, "counters": self.counters}
+
     @classmethod
     def take(cls, tp: tuple[str, int], p: Partition, step: Apply | ParkUnkeyed) -> _Job:
         if isinstance(step, ParkUnkeyed):
@@ -442,15 +450,7 @@ class ConsumerLoop:
             if isinstance(job.step, ParkUnkeyed):
                 job.result = parked.insert_unkeyed(conn, job.p.position, job.records[0].record, job.step.error)
             else:
-                job.result = apply_batch(
-                    conn,
-                    job.p.position,
-                    _deliveries(job.p, job.records),
-                    apply,
-                    park=job.step.park,
-                    known=job.known,
-                    counters=job.counters,
-                )
+                job.result = apply_batch(conn, job.p.position, job.deliveries(), apply, **job.batch_options())
         except (BatchError, psycopg.Error) as e:
             job.result = e
         finally:

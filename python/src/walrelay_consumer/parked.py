@@ -144,13 +144,7 @@ def redrive(
                     handler(conn, delivery)
             except Exception as e:  # the handler's failure, rolled back to the savepoint
                 failure = e
-            if failure is None:
-                cur.execute(DELETE_SQL, [after])
-                report.applied += 1
-            else:
-                cur.execute(FAILED_AGAIN_SQL, [after, str(failure)])
-                report.failed += 1
-                failed_again(after, delivery, failure)
+            cur.execute(*settle(report, after, delivery, failure))
 
 
 def parked_delivery(group: str, row: tuple[Any, ...]) -> tuple[int, Delivery | None]:
@@ -173,13 +167,23 @@ def parked_delivery(group: str, row: tuple[Any, ...]) -> tuple[int, Delivery | N
     return row_id, Delivery(record=record, meta=meta, position=Position(group, topic, partition))
 
 
-def failed_again(row_id: int, delivery: Delivery, failure: Exception) -> None:
+def settle(
+    report: RedriveReport, row_id: int, delivery: Delivery, failure: Exception | None
+) -> tuple[str, list[object]]:
+    """Counts a re-driven record and returns the statement that settles its
+    row: deleted when its handler succeeded, its attempt counted when not
+    (shared by the blocking and the asyncio re-drive)."""
+    if failure is None:
+        report.applied += 1
+        return DELETE_SQL, [row_id]
+    report.failed += 1
     log.warning(
         "re-driving a parked record failed again (parked id %d, key %s): %s",
         row_id,
         delivery.meta.key,
         failure,
     )
+    return FAILED_AGAIN_SQL, [row_id, str(failure)]
 
 
 def _bytes(value: object) -> bytes | None:
