@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Creates the virtualenv the Python consumer package (python/) is tested in,
-# with the pinned versions of python/requirements-test.txt, and installs the
-# package into it the way a user does: `pip install ./python`.
+# with the pinned versions of python/requirements-test.txt (wheels only,
+# each checked against its sha256 there), and installs the package into it
+# the way a user does: `pip install ./python`, built with the pinned
+# setuptools of the venv rather than whatever PyPI serves at the time.
 #
 #   scripts/install-python-venv.sh        prints the venv's python on stdout
 #
@@ -9,8 +11,9 @@
 # installed again only when python/requirements-test.txt or the interpreter
 # changed (a stamp file records both); the package itself is reinstalled on
 # every run, so the tests always run the working tree's code. Needs Python
-# >= 3.10 with venv, and access to PyPI (pip fetches the build backend,
-# setuptools, for the package build).
+# 3.10-3.13 on Linux x86_64 (the wheels hashed in the requirements; run
+# scripts/hash-python-requirements.sh after changing a pin) with venv, and
+# access to PyPI.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,7 +44,8 @@ if [ ! -f "${stamp_file}" ] || [ "$(cat "${stamp_file}")" != "${stamp_value}" ] 
     "${PYTHON}" -m venv "${VENV_DIR}" ||
         die "'${PYTHON} -m venv' failed: install the venv module (Debian: apt-get install python3-venv)"
     log "installing the pinned test requirements (python/requirements-test.txt)"
-    "${PIP[@]}" install --no-deps -r "${REQUIREMENTS}"
+    "${PIP[@]}" install --no-deps --only-binary=:all: --require-hashes -r "${REQUIREMENTS}" ||
+        die "installing python/requirements-test.txt failed: no access to PyPI, or a wheel whose sha256 is not the pinned one (a tampered download, or an interpreter or platform without a hashed wheel: Python 3.10-3.13 on Linux x86_64)"
     # Everything pinned must be all there is: a missing pin would make pip
     # pick a version by itself.
     "${PIP[@]}" check >&2 || die "python/requirements-test.txt is incomplete (pip check failed above)"
@@ -52,7 +56,7 @@ log "installing the package: pip install ./python"
 # setuptools builds in the source tree; a build/ left by an earlier build
 # could put modules deleted since into the wheel.
 rm -rf "${REPO_ROOT}/python/build" "${REPO_ROOT}"/python/src/*.egg-info
-"${PIP[@]}" install --force-reinstall --no-deps "${REPO_ROOT}/python"
+"${PIP[@]}" install --force-reinstall --no-deps --no-build-isolation "${REPO_ROOT}/python"
 # Its dependencies must be satisfied by the pins.
 "${PIP[@]}" check >&2 || die "the package's dependencies are not satisfied by python/requirements-test.txt"
 rm -rf "${REPO_ROOT}/python/build" "${REPO_ROOT}"/python/src/*.egg-info
