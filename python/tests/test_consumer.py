@@ -355,7 +355,13 @@ def meet_the_other_partition(name: str, pids: dict[int, set[int]]):
     def handler(conn, batch):
         partition = batch[0].position.partition
         pids.setdefault(partition, set()).add(conn.info.backend_pid)
-        barrier.wait()  # raises BrokenBarrierError alone: the batch is retried
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            # Alone (the other partition's records were not polled yet):
+            # the batch fails and is retried, with the barrier fresh.
+            barrier.reset()
+            raise
         insert(name)(conn, batch)
 
     return handler
