@@ -386,7 +386,7 @@ class ConsumerLoop:
         and the earliest moment a waiting one becomes ready."""
         round_ = _Round()
         jobs = list(self._jobs(round_))
-        if self._workers is None or len(jobs) == 1:
+        if self._workers is None:
             for job in jobs:
                 self._execute(job, apply)
         else:
