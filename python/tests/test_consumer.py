@@ -279,6 +279,13 @@ def test_a_poison_record_stops_its_partition_only(tansu, topic, env):
         registry=registry,
     )
     await_condition("partition 1 and the records before the poison", lambda: count(env, EFFECTS) == 14)
+    # The stop is decided once the records before the poison record are
+    # committed and acted on.
+    await_condition(
+        "partition 0 stopped",
+        lambda: registry.get_sample_value("walrelay_consumer_partition_stopped", {"topic": topic, "partition": "0"})
+        == 1,
+    )
     error = r.stop()
     assert isinstance(error, PartitionsStopped), error
     assert registry.get_sample_value("walrelay_consumer_partition_stopped", {"topic": topic, "partition": "0"}) == 1
@@ -379,6 +386,34 @@ def test_partitions_apply_at_the_same_time_each_on_its_own_connection(tansu, top
     # Two transactions at once need two connections.
     assert pids[0] and pids[1] and not pids[0] & pids[1], pids
     assert r.loop.counters.processed == 10
+
+
+def test_a_slow_partition_holds_up_only_itself(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(0, 1), (1, 1)])
+    blocked = threading.Event()
+    release = threading.Event()
+
+    def handler(conn, batch):
+        if batch[0].position.partition == 0:
+            blocked.set()
+            assert release.wait(60), "never released"
+        insert("a")(conn, batch)
+
+    r = start(tansu, topic, env, "slow", "a", handler=handler)
+    try:
+        await_condition("partition 0's batch in its handler", blocked.is_set)
+        # Partition 1 goes on, batch after batch, while 0's batch is stuck
+        # (the loop keeps polling).
+        for s in range(2, 6):
+            relay.send([(1, s)])
+            await_condition(f"partition 1's record {s}", lambda s=s: count(env, "SELECT count(*) FROM effects WHERE partition = 1") == s)
+        assert count(env, "SELECT count(*) FROM effects WHERE partition = 0") == 0
+    finally:
+        release.set()
+    await_condition("partition 0 applied", lambda: count(env, EFFECTS) == 6)
+    assert r.stop() is None
+    exactly_once(env)
 
 
 def test_a_pool_of_one_applies_the_partitions_one_after_the_other(tansu, topic, env):
