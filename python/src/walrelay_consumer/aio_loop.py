@@ -6,11 +6,8 @@ one worker thread, so the event loop keeps running while the loop waits.
 Kafka calls (poll, commit, close) all go through one single-thread
 executor: rebalance callbacks run inside the poll on that thread while the
 loop's coroutine is suspended waiting for it, so they never race a batch,
-exactly as in the blocking loop. Each partition's batches run as tasks of
-the event loop, one in flight per partition, on up to
-:attr:`Settings.pool_size` connections at a time, while the loop goes on
-polling; a revocation (on the Kafka thread) waits for the revoked
-partitions' tasks on the event loop before it commits.
+exactly as in the blocking loop. A round's batches (one per partition) run
+as concurrent tasks on up to :attr:`Settings.pool_size` connections.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ from .apply import BatchError, _Failed
 from .consumer import (
     LOAD_SQL,
     POLL_BURST,
-    POLL_IN_FLIGHT,
+    POLL_MAX,
     ConsumerLoop,
     PartitionsStopped,
     _Job,
@@ -75,9 +72,6 @@ class AsyncConsumerLoop(ConsumerLoop):
             self._aconnect = database
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._stale = False
-        self._tasks: dict[tuple[str, int], tuple[_Job, asyncio.Task[None]]] = {}
-        self._event_loop: asyncio.AbstractEventLoop | None = None
-        self._slots: asyncio.Semaphore | None = None
         self._pending: list[tuple[str, int]] = []
 
     async def run(self, handler: AsyncRecordHandler, *, handle_signals: bool = False) -> None:  # type: ignore[override]
@@ -107,8 +101,6 @@ class AsyncConsumerLoop(ConsumerLoop):
 
     async def _arun(self, apply: _AsyncApply, handle_signals: bool) -> None:
         loop = asyncio.get_running_loop()
-        self._event_loop = loop
-        self._slots = asyncio.Semaphore(self.settings.pool_size)
         kafka = ThreadPoolExecutor(max_workers=1, thread_name_prefix="walrelay-kafka")
         signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
         for sig in signals:
@@ -127,7 +119,7 @@ class AsyncConsumerLoop(ConsumerLoop):
                 if now >= next_commit:
                     self._commit(asynchronous=True)
                     next_commit = now + self.settings.commit_interval
-                timeout = self._poll_timeout(ready, wake, now)
+                timeout = 0.0 if ready else min(POLL_MAX, max(0.0, (wake or now + POLL_MAX) - now))
                 messages = await loop.run_in_executor(kafka, consumer.consume, POLL_BURST, timeout)
                 await self._load_pending()
                 for message in messages:
@@ -138,12 +130,7 @@ class AsyncConsumerLoop(ConsumerLoop):
                     self._enqueue(Record.from_message(message))
         finally:
             try:
-                try:
-                    await self._asettle(list(self._tasks))
-                finally:
-                    # What the settled batches stored is committed even if
-                    # one of them ended in a bug.
-                    await loop.run_in_executor(kafka, self._commit_and_close, consumer)
+                await loop.run_in_executor(kafka, self._commit_and_close, consumer)
             finally:
                 kafka.shutdown(wait=False)
                 self._consumer = None
@@ -160,44 +147,26 @@ class AsyncConsumerLoop(ConsumerLoop):
             consumer.close()
 
     async def _awork(self, apply: _AsyncApply) -> tuple[bool, float | None]:
-        """:meth:`ConsumerLoop._work` with the batches as tasks of the event
-        loop."""
-        await self._asettle([tp for tp, (_, t) in self._tasks.items() if t.done()])
+        """:meth:`ConsumerLoop._work` with the batches awaited: a round's
+        jobs run as concurrent tasks, at most ``pool_size`` at a time, and
+        their outcomes are acted on once all are done."""
+        round_ = _Round()
+        jobs = list(self._jobs(round_))
         if self._stale:
             await self._aclose()
-        round_ = _Round()
-        for job in self._jobs(round_):
-            job.p.in_flight = True
-            self._tasks[job.tp] = (job, asyncio.create_task(self._aslot(job, apply)))
-        return round_.ready, round_.wake
+        if len(jobs) == 1:
+            await self._aexecute(jobs[0], apply)
+        elif jobs:
+            slots = asyncio.Semaphore(self.settings.pool_size)
 
-    def _poll_timeout(self, ready: bool, wake: float | None, now: float) -> float:
-        timeout = super()._poll_timeout(ready, wake, now)
-        return min(timeout, POLL_IN_FLIGHT) if self._tasks else timeout
+            async def run(job: _Job) -> None:
+                async with slots:
+                    await self._aexecute(job, apply)
 
-    async def _asettle(self, tps: list[tuple[str, int]]) -> None:
-        """:meth:`ConsumerLoop._settle` on the event loop: awaits the
-        partitions' batches in flight and acts on their outcomes."""
-        for tp in tps:
-            entry = self._tasks.pop(tp, None)
-            if entry is None:
-                continue
-            job, task = entry
-            job.p.in_flight = False
-            await task  # _aexecute returns its failures in the job; this raises only a bug's
+            await asyncio.gather(*(run(job) for job in jobs))
+        for job in jobs:
             self._finish(job)
-
-    def _settle(self, tps: list[tuple[str, int]]) -> None:
-        # Called by the rebalance callbacks on the Kafka thread while the
-        # event loop waits for the poll: the tasks are awaited there.
-        if any(tp in self._tasks for tp in tps):
-            assert self._event_loop is not None
-            asyncio.run_coroutine_threadsafe(self._asettle(tps), self._event_loop).result()
-
-    async def _aslot(self, job: _Job, apply: _AsyncApply) -> None:
-        assert self._slots is not None
-        async with self._slots:
-            await self._aexecute(job, apply)
+        return round_.ready, round_.wake
 
     async def _aexecute(self, job: _Job, apply: _AsyncApply) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
@@ -211,7 +180,7 @@ class AsyncConsumerLoop(ConsumerLoop):
             job.result = e
         finally:
             job.conn_gone = conn is None or conn.closed or conn.broken
-            if conn is not None and not job.conn_gone:
+            if conn is not None and not conn.closed:
                 self._idle.append(conn)
 
     async def _acquire(self) -> psycopg.AsyncConnection[Any]:
@@ -225,8 +194,8 @@ class AsyncConsumerLoop(ConsumerLoop):
 
     def _close_db(self) -> None:
         # Called by the shared decisions after an outage: the idle
-        # connections are replaced before the next batches start (closing
-        # them must be awaited).
+        # connections are replaced before the next round (closing them
+        # must be awaited).
         self._stale = True
 
     async def _aclose(self) -> None:

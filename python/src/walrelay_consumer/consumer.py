@@ -3,22 +3,17 @@ per partition in one transaction each, offsets committed only after the
 database commit, rebalances, poison records, database outages and SIGTERM
 handled (the design of ``crates/walrelay-consumer/src/consumer_loop``).
 
-The loop polls bursts of records into per-partition queues and hands each
-partition's next batch to one of :attr:`Settings.pool_size` worker
-threads, each with a database connection of its own, while it goes on
-polling. A partition has at most one batch in flight, and nothing else of
-it is decided until that batch's outcome is known, so its order holds and
-its offsets are stored in order: the loop's thread acts on each finished
-batch (stores its last offset + 1, or schedules a retry) before the
-partition's next one starts. A slow partition holds up only itself.
-
-Rebalance callbacks run inside the poll, on the loop's thread: a
-revocation first waits for the revoked partitions' batches in flight and
-acts on them, then commits the stored offsets (only those of committed
+The loop polls a burst of records into per-partition queues, then applies
+at most one batch per partition in a round: the round's batches run at the
+same time on up to :attr:`Settings.pool_size` worker threads, each with a
+database connection of its own (one partition never has two batches in
+flight, so its order holds). When the whole round is done, the loop stores
+each committed batch's last offset + 1 and polls again. Rebalance callbacks
+only run inside the poll, so no batch is ever in flight when partitions are
+revoked: the revocation commits the stored offsets (only those of committed
 batches) and drops the revoked partitions' queued records, which the next
 owner reads again; whatever this member committed is covered by the marks.
-With ``pool_size=1`` every batch runs on the loop's own thread, between
-polls.
+With ``pool_size=1`` everything runs on the loop's own thread.
 
 Failures:
 
@@ -42,7 +37,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,9 +86,6 @@ DEFAULTS: Mapping[str, str] = {
 POLL_BURST = 1024
 #: The longest single poll, so a stop request is seen quickly.
 POLL_MAX = 0.2
-#: The longest poll while batches are in flight, so that a partition whose
-#: batch finished gets its next one soon.
-POLL_IN_FLIGHT = 0.005
 
 LOAD_SQL = (
     "SELECT h.topic, h.partition, h.source, h.hwm "
@@ -154,10 +146,9 @@ Connect = Callable[[], "psycopg.Connection[Any]"]
 
 
 class _Connections:
-    """The loop's database connections: one per worker at a time (and one
-    for loading marks on assignment), kept open between batches, created
-    when one is needed. After an outage the idle ones are closed; one in
-    use is dropped when it comes back broken."""
+    """The loop's database connections: at most one per worker at a time,
+    kept open between rounds, created when a worker needs one. Only the
+    loop's thread closes them, between rounds (no worker holds one then)."""
 
     def __init__(self, connect: Connect) -> None:
         self._connect = connect
@@ -175,7 +166,7 @@ class _Connections:
         return conn
 
     def release(self, conn: psycopg.Connection[Any]) -> None:
-        if not conn.closed and not conn.broken:
+        if not conn.closed:
             with self._lock:
                 self._idle.append(conn)
 
@@ -296,7 +287,6 @@ class ConsumerLoop:
         self._stop = threading.Event()
         self._conns = _Connections(self._connect)
         self._workers: ThreadPoolExecutor | None = None
-        self._in_flight: dict[tuple[str, int], tuple[_Job, Future[None]]] = {}
         self._consumer: Consumer | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._stopped: list[StoppedPartition] = []
@@ -355,7 +345,7 @@ class ConsumerLoop:
                 if now >= next_commit:
                     self._commit(asynchronous=True)
                     next_commit = now + self.settings.commit_interval
-                timeout = self._poll_timeout(ready, wake, now)
+                timeout = 0.0 if ready else min(POLL_MAX, max(0.0, (wake or now + POLL_MAX) - now))
                 for message in consumer.consume(POLL_BURST, timeout):
                     error = message.error()
                     if error is not None:
@@ -365,13 +355,8 @@ class ConsumerLoop:
                     self._enqueue(Record.from_message(message))
         finally:
             try:
-                try:
-                    self._settle(list(self._in_flight))
-                finally:
-                    # What the settled batches stored is committed even if
-                    # one of them ended in a bug.
-                    self._commit(asynchronous=False)
-                    consumer.close()
+                self._commit(asynchronous=False)
+                consumer.close()
             finally:
                 self._consumer = None
                 if self._workers is not None:
@@ -393,53 +378,32 @@ class ConsumerLoop:
             return
         p.push(Queued.of(record))
 
-    def _poll_timeout(self, ready: bool, wake: float | None, now: float) -> float:
-        """How long the next poll may wait: not at all when a partition has
-        more ready, briefly while batches are in flight, else until the
-        earliest retry (at most :data:`POLL_MAX`)."""
-        if ready:
-            return 0.0
-        timeout = min(POLL_MAX, max(0.0, (wake or now + POLL_MAX) - now))
-        return min(timeout, POLL_IN_FLIGHT) if self._in_flight else timeout
-
     def _work(self, apply: ApplyFn) -> tuple[bool, float | None]:
-        """Acts on the batches that finished, then starts the next batch of
-        every partition that has none in flight (skipping what the cached
-        marks cover without a transaction). Returns whether some partition
-        may have more ready at once, and the earliest moment a waiting one
-        becomes ready."""
-        for tp in [tp for tp, (_, f) in self._in_flight.items() if f.done()]:
-            self._settle([tp])
+        """Applies at most one batch per partition, the partitions' batches
+        at the same time on the workers (skipping what the cached marks
+        cover without a transaction), and acts on the outcomes once all are
+        done. Returns whether some partition may have more ready at once,
+        and the earliest moment a waiting one becomes ready."""
         round_ = _Round()
-        for job in self._jobs(round_):
-            if self._workers is None:
+        jobs = list(self._jobs(round_))
+        if self._workers is None:
+            for job in jobs:
                 self._execute(job, apply)
-                self._finish(job)
-            else:
-                job.p.in_flight = True
-                self._in_flight[job.tp] = (job, self._workers.submit(self._execute, job, apply))
-        return round_.ready, round_.wake
-
-    def _settle(self, tps: list[tuple[str, int]]) -> None:
-        """Waits for the batches in flight of these partitions and acts on
-        their outcomes (on the loop's thread, or in a rebalance callback)."""
-        for tp in tps:
-            entry = self._in_flight.pop(tp, None)
-            if entry is None:
-                continue
-            job, future = entry
-            job.p.in_flight = False
-            future.result()  # _execute returns its failures in the job; this raises only a bug's
+        else:
+            for _ in self._workers.map(lambda job: self._execute(job, apply), jobs):
+                pass
+        for job in jobs:
             self._finish(job)
+        return round_.ready, round_.wake
 
     def _jobs(self, round_: _Round) -> Iterator[_Job]:
         """One round over the partitions: takes out of its queue the one
         transaction each partition may run now and yields it, does the
         skips that need none, and notes in ``round_`` what is left. A
         partition with a job yielded is not looked at again in this round
-        (its outcome is not known yet), so it is noted as maybe ready; one
-        with a batch in flight is idle. Shared by the blocking and the
-        asyncio loop, which differ only in how they run the jobs."""
+        (its outcome is not known yet), so it is noted as maybe ready. Shared
+        by the blocking and the asyncio loop, which differ only in how they
+        run the jobs."""
         order = sorted(self._partitions)
         if order:
             # Rotated, so that no partition always goes last.
@@ -688,21 +652,18 @@ class ConsumerLoop:
                 p.learn(by_source)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Finish the revoked partitions' batches in flight, commit what the
-        # committed batches stored, drop the rest.
-        tps = [(tp.topic, tp.partition) for tp in partitions]
-        self._settle(tps)
+        # No batch is in flight (callbacks run inside the poll): commit
+        # what the committed batches stored, drop the rest.
         self._commit(asynchronous=False)
+        tps = [(tp.topic, tp.partition) for tp in partitions]
         log.info("partitions revoked: %s", tps)
         for tp in tps:
             self._partitions.pop(tp, None)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Lost, not revoked: committing is pointless (another member owns
-        # them); the marks make the new owner's work exactly-once. Their
-        # batches in flight are waited for, so none outlives the partition.
+        # them); the marks make the new owner's work exactly-once.
         tps = [(tp.topic, tp.partition) for tp in partitions]
-        self._settle(tps)
         log.warning("partitions lost: %s", tps)
         for tp in tps:
             self._partitions.pop(tp, None)
