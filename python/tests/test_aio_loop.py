@@ -170,3 +170,38 @@ def test_the_async_loop_applies_partitions_concurrently_each_on_its_own_connecti
     asyncio.run(main())
     exactly_once(env)
     assert pids[0] and pids[1] and not pids[0] & pids[1], pids
+
+
+def test_a_slow_partition_holds_up_only_itself_in_the_async_loop(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(0, 1), (1, 1)])
+
+    def on_partition(p):
+        return lambda: count(env, f"SELECT count(*) FROM effects WHERE partition = {p}")
+
+    async def main():
+        blocked = asyncio.Event()
+        release = asyncio.Event()
+
+        async def handler(conn, batch):
+            if batch[0].position.partition == 0:
+                blocked.set()
+                await asyncio.wait_for(release.wait(), 60)
+            await insert("a")(conn, batch)
+
+        loop = new_loop(tansu, topic, env, "aio-slow", "a")
+        run = asyncio.create_task(loop.run_batches(handler))
+        try:
+            await asyncio.wait_for(blocked.wait(), 60)
+            for s in range(2, 6):
+                await asyncio.to_thread(relay.send, [(1, s)])
+                await await_async(f"partition 1's record {s}", lambda s=s: on_partition(1)() == s)
+            assert on_partition(0)() == 0
+        finally:
+            release.set()
+        await await_async("partition 0 applied", lambda: count(env, EFFECTS) == 6)
+        loop.stop()
+        await asyncio.wait_for(run, 60)
+
+    asyncio.run(main())
+    exactly_once(env)

@@ -388,6 +388,34 @@ def test_partitions_apply_at_the_same_time_each_on_its_own_connection(tansu, top
     assert r.loop.counters.processed == 10
 
 
+def test_a_slow_partition_holds_up_only_itself(tansu, topic, env):
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(0, 1), (1, 1)])
+    blocked = threading.Event()
+    release = threading.Event()
+
+    def handler(conn, batch):
+        if batch[0].position.partition == 0:
+            blocked.set()
+            assert release.wait(60), "never released"
+        insert("a")(conn, batch)
+
+    r = start(tansu, topic, env, "slow", "a", handler=handler)
+    try:
+        await_condition("partition 0's batch in its handler", blocked.is_set)
+        # Partition 1 goes on, batch after batch, while 0's batch is stuck
+        # (the loop keeps polling).
+        for s in range(2, 6):
+            relay.send([(1, s)])
+            await_condition(f"partition 1's record {s}", lambda s=s: count(env, "SELECT count(*) FROM effects WHERE partition = 1") == s)
+        assert count(env, "SELECT count(*) FROM effects WHERE partition = 0") == 0
+    finally:
+        release.set()
+    await_condition("partition 0 applied", lambda: count(env, EFFECTS) == 6)
+    assert r.stop() is None
+    exactly_once(env)
+
+
 def test_a_pool_of_one_applies_the_partitions_one_after_the_other(tansu, topic, env):
     relay = Relay(tansu.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 4) for p in (0, 1)])

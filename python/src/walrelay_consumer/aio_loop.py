@@ -7,7 +7,9 @@ Kafka calls (poll, commit, close) all go through one single-thread
 executor: rebalance callbacks run inside the poll on that thread while the
 loop's coroutine is suspended waiting for it, so they never race a batch,
 exactly as in the blocking loop. A round's batches (one per partition) run
-as concurrent tasks on up to :attr:`Settings.pool_size` connections.
+as tasks of the event loop on up to :attr:`Settings.pool_size` connections;
+stragglers stay in flight as in the blocking loop, and a revocation (on the
+Kafka thread) waits for the revoked partitions' ones on the event loop.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .apply import BatchError, _Failed
 from .consumer import (
     LOAD_SQL,
     POLL_BURST,
-    POLL_MAX,
+    STRAGGLER_WAIT,
     ConsumerLoop,
     PartitionsStopped,
     _Job,
@@ -72,6 +74,9 @@ class AsyncConsumerLoop(ConsumerLoop):
             self._aconnect = database
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._stale = False
+        self._tasks: dict[tuple[str, int], tuple[_Job, asyncio.Task[None]]] = {}
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+        self._slots: asyncio.Semaphore | None = None
         self._pending: list[tuple[str, int]] = []
 
     async def run(self, handler: AsyncRecordHandler, *, handle_signals: bool = False) -> None:  # type: ignore[override]
@@ -101,6 +106,8 @@ class AsyncConsumerLoop(ConsumerLoop):
 
     async def _arun(self, apply: _AsyncApply, handle_signals: bool) -> None:
         loop = asyncio.get_running_loop()
+        self._event_loop = loop
+        self._slots = asyncio.Semaphore(self.settings.pool_size)
         kafka = ThreadPoolExecutor(max_workers=1, thread_name_prefix="walrelay-kafka")
         signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
         for sig in signals:
@@ -119,7 +126,7 @@ class AsyncConsumerLoop(ConsumerLoop):
                 if now >= next_commit:
                     self._commit(asynchronous=True)
                     next_commit = now + self.settings.commit_interval
-                timeout = 0.0 if ready else min(POLL_MAX, max(0.0, (wake or now + POLL_MAX) - now))
+                timeout = self._poll_timeout(ready, wake, now)
                 messages = await loop.run_in_executor(kafka, consumer.consume, POLL_BURST, timeout)
                 await self._load_pending()
                 for message in messages:
@@ -130,7 +137,12 @@ class AsyncConsumerLoop(ConsumerLoop):
                     self._enqueue(Record.from_message(message))
         finally:
             try:
-                await loop.run_in_executor(kafka, self._commit_and_close, consumer)
+                try:
+                    await self._asettle(list(self._tasks))
+                finally:
+                    # What the settled batches stored is committed even if
+                    # one of them ended in a bug.
+                    await loop.run_in_executor(kafka, self._commit_and_close, consumer)
             finally:
                 kafka.shutdown(wait=False)
                 self._consumer = None
@@ -147,26 +159,53 @@ class AsyncConsumerLoop(ConsumerLoop):
             consumer.close()
 
     async def _awork(self, apply: _AsyncApply) -> tuple[bool, float | None]:
-        """:meth:`ConsumerLoop._work` with the batches awaited: a round's
-        jobs run as concurrent tasks, at most ``pool_size`` at a time, and
-        their outcomes are acted on once all are done."""
-        round_ = _Round()
-        jobs = list(self._jobs(round_))
+        """:meth:`ConsumerLoop._work` with the batches as tasks of the event
+        loop, at most ``pool_size`` running at a time: the round waits
+        :data:`~walrelay_consumer.consumer.STRAGGLER_WAIT` for them, acts on
+        those done and leaves the others in flight."""
+        await self._asettle([tp for tp, (_, t) in self._tasks.items() if t.done()])
         if self._stale:
             await self._aclose()
-        if len(jobs) == 1:
-            await self._aexecute(jobs[0], apply)
-        elif jobs:
-            slots = asyncio.Semaphore(self.settings.pool_size)
-
-            async def run(job: _Job) -> None:
-                async with slots:
-                    await self._aexecute(job, apply)
-
-            await asyncio.gather(*(run(job) for job in jobs))
-        for job in jobs:
-            self._finish(job)
+        round_ = _Round()
+        jobs = list(self._jobs(round_))
+        tasks = [asyncio.create_task(self._aslot(job, apply)) for job in jobs]
+        if tasks:
+            await asyncio.wait(tasks, timeout=STRAGGLER_WAIT)
+        for job, task in zip(jobs, tasks):
+            if task.done():
+                task.result()  # _aexecute returns its failures in the job; this raises only a bug's
+                self._finish(job)
+            else:
+                job.p.in_flight = True
+                self._tasks[job.tp] = (job, task)
         return round_.ready, round_.wake
+
+    def _stragglers(self) -> int:
+        return len(self._tasks)
+
+    async def _asettle(self, tps: list[tuple[str, int]]) -> None:
+        """:meth:`ConsumerLoop._settle` on the event loop: awaits these
+        partitions' stragglers and acts on their outcomes."""
+        for tp in tps:
+            entry = self._tasks.pop(tp, None)
+            if entry is None:
+                continue
+            job, task = entry
+            job.p.in_flight = False
+            await task  # _aexecute returns its failures in the job; this raises only a bug's
+            self._finish(job)
+
+    def _settle(self, tps: list[tuple[str, int]]) -> None:
+        # Called by the rebalance callbacks on the Kafka thread while the
+        # event loop waits for the poll: the stragglers are awaited there.
+        if any(tp in self._tasks for tp in tps):
+            assert self._event_loop is not None
+            asyncio.run_coroutine_threadsafe(self._asettle(tps), self._event_loop).result()
+
+    async def _aslot(self, job: _Job, apply: _AsyncApply) -> None:
+        assert self._slots is not None
+        async with self._slots:
+            await self._aexecute(job, apply)
 
     async def _aexecute(self, job: _Job, apply: _AsyncApply) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
@@ -180,7 +219,7 @@ class AsyncConsumerLoop(ConsumerLoop):
             job.result = e
         finally:
             job.conn_gone = conn is None or conn.closed or conn.broken
-            if conn is not None and not conn.closed:
+            if conn is not None and not job.conn_gone:
                 self._idle.append(conn)
 
     async def _acquire(self) -> psycopg.AsyncConnection[Any]:

@@ -7,13 +7,22 @@ The loop polls a burst of records into per-partition queues, then applies
 at most one batch per partition in a round: the round's batches run at the
 same time on up to :attr:`Settings.pool_size` worker threads, each with a
 database connection of its own (one partition never has two batches in
-flight, so its order holds). When the whole round is done, the loop stores
-each committed batch's last offset + 1 and polls again. Rebalance callbacks
-only run inside the poll, so no batch is ever in flight when partitions are
-revoked: the revocation commits the stored offsets (only those of committed
-batches) and drops the revoked partitions' queued records, which the next
-owner reads again; whatever this member committed is covered by the marks.
-With ``pool_size=1`` everything runs on the loop's own thread.
+flight, so its order holds). When the round is done, the loop stores each
+committed batch's last offset + 1 and polls again. The loop's thread
+sleeps while the workers run, so they do not contend for the GIL with it.
+
+A batch still running :data:`STRAGGLER_WAIT` after its round started is a
+*straggler*: the round ends without it and the loop goes on polling and
+applying the other partitions while it finishes; nothing else of its
+partition is decided until the loop has acted on its outcome. So a slow
+partition holds up only itself.
+
+Rebalance callbacks run inside the poll: a revocation first waits for the
+revoked partitions' stragglers and acts on them, then commits the stored
+offsets (only those of committed batches) and drops the revoked
+partitions' queued records, which the next owner reads again; whatever
+this member committed is covered by the marks. With ``pool_size=1``
+everything runs on the loop's own thread.
 
 Failures:
 
@@ -37,7 +46,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +96,14 @@ DEFAULTS: Mapping[str, str] = {
 POLL_BURST = 1024
 #: The longest single poll, so a stop request is seen quickly.
 POLL_MAX = 0.2
+#: How long a round waits for its batches: one still running then is left
+#: in flight (a straggler) and the loop goes on with the other partitions.
+#: Well above a healthy batch (tens of milliseconds), so normal rounds end
+#: together and the loop's thread does not contend with the workers.
+STRAGGLER_WAIT = 0.25
+#: The longest poll while a straggler is in flight, so its partition goes
+#: on soon after it finishes.
+POLL_STRAGGLER = 0.01
 
 LOAD_SQL = (
     "SELECT h.topic, h.partition, h.source, h.hwm "
@@ -146,9 +164,10 @@ Connect = Callable[[], "psycopg.Connection[Any]"]
 
 
 class _Connections:
-    """The loop's database connections: at most one per worker at a time,
-    kept open between rounds, created when a worker needs one. Only the
-    loop's thread closes them, between rounds (no worker holds one then)."""
+    """The loop's database connections: one per worker at a time (and one
+    for loading marks on assignment), kept open between batches, created
+    when one is needed. After an outage the idle ones are closed; one in
+    use is dropped when it comes back broken."""
 
     def __init__(self, connect: Connect) -> None:
         self._connect = connect
@@ -166,7 +185,7 @@ class _Connections:
         return conn
 
     def release(self, conn: psycopg.Connection[Any]) -> None:
-        if not conn.closed:
+        if not conn.closed and not conn.broken:
             with self._lock:
                 self._idle.append(conn)
 
@@ -287,6 +306,7 @@ class ConsumerLoop:
         self._stop = threading.Event()
         self._conns = _Connections(self._connect)
         self._workers: ThreadPoolExecutor | None = None
+        self._in_flight: dict[tuple[str, int], tuple[_Job, Future[None]]] = {}
         self._consumer: Consumer | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._stopped: list[StoppedPartition] = []
@@ -345,7 +365,7 @@ class ConsumerLoop:
                 if now >= next_commit:
                     self._commit(asynchronous=True)
                     next_commit = now + self.settings.commit_interval
-                timeout = 0.0 if ready else min(POLL_MAX, max(0.0, (wake or now + POLL_MAX) - now))
+                timeout = self._poll_timeout(ready, wake, now)
                 for message in consumer.consume(POLL_BURST, timeout):
                     error = message.error()
                     if error is not None:
@@ -355,8 +375,13 @@ class ConsumerLoop:
                     self._enqueue(Record.from_message(message))
         finally:
             try:
-                self._commit(asynchronous=False)
-                consumer.close()
+                try:
+                    self._settle(list(self._in_flight))
+                finally:
+                    # What the settled batches stored is committed even if
+                    # one of them ended in a bug.
+                    self._commit(asynchronous=False)
+                    consumer.close()
             finally:
                 self._consumer = None
                 if self._workers is not None:
@@ -378,32 +403,66 @@ class ConsumerLoop:
             return
         p.push(Queued.of(record))
 
+    def _poll_timeout(self, ready: bool, wake: float | None, now: float) -> float:
+        """How long the next poll may wait: not at all when a partition has
+        more ready, briefly while a straggler is in flight, else until the
+        earliest retry (at most :data:`POLL_MAX`)."""
+        if ready:
+            return 0.0
+        timeout = min(POLL_MAX, max(0.0, (wake or now + POLL_MAX) - now))
+        return min(timeout, POLL_STRAGGLER) if self._stragglers() else timeout
+
+    def _stragglers(self) -> int:
+        return len(self._in_flight)
+
     def _work(self, apply: ApplyFn) -> tuple[bool, float | None]:
-        """Applies at most one batch per partition, the partitions' batches
-        at the same time on the workers (skipping what the cached marks
-        cover without a transaction), and acts on the outcomes once all are
-        done. Returns whether some partition may have more ready at once,
-        and the earliest moment a waiting one becomes ready."""
+        """Acts on the stragglers that finished, then applies at most one
+        batch per other partition, the partitions' batches at the same time
+        on the workers (skipping what the cached marks cover without a
+        transaction), and acts on the outcomes of those done within
+        :data:`STRAGGLER_WAIT`; the others stay in flight. Returns whether
+        some partition may have more ready at once, and the earliest moment
+        a waiting one becomes ready."""
+        self._settle([tp for tp, (_, f) in self._in_flight.items() if f.done()])
         round_ = _Round()
         jobs = list(self._jobs(round_))
         if self._workers is None:
             for job in jobs:
                 self._execute(job, apply)
-        else:
-            for _ in self._workers.map(lambda job: self._execute(job, apply), jobs):
-                pass
-        for job in jobs:
-            self._finish(job)
+                self._finish(job)
+            return round_.ready, round_.wake
+        futures = [self._workers.submit(self._execute, job, apply) for job in jobs]
+        if futures:
+            wait_futures(futures, STRAGGLER_WAIT)
+        for job, future in zip(jobs, futures):
+            if future.done():
+                future.result()  # _execute returns its failures in the job; this raises only a bug's
+                self._finish(job)
+            else:
+                job.p.in_flight = True
+                self._in_flight[job.tp] = (job, future)
         return round_.ready, round_.wake
+
+    def _settle(self, tps: list[tuple[str, int]]) -> None:
+        """Waits for these partitions' stragglers and acts on their outcomes
+        (on the loop's thread, or in a rebalance callback)."""
+        for tp in tps:
+            entry = self._in_flight.pop(tp, None)
+            if entry is None:
+                continue
+            job, future = entry
+            job.p.in_flight = False
+            future.result()  # _execute returns its failures in the job; this raises only a bug's
+            self._finish(job)
 
     def _jobs(self, round_: _Round) -> Iterator[_Job]:
         """One round over the partitions: takes out of its queue the one
         transaction each partition may run now and yields it, does the
         skips that need none, and notes in ``round_`` what is left. A
         partition with a job yielded is not looked at again in this round
-        (its outcome is not known yet), so it is noted as maybe ready. Shared
-        by the blocking and the asyncio loop, which differ only in how they
-        run the jobs."""
+        (its outcome is not known yet), so it is noted as maybe ready; one
+        with a straggler in flight is idle. Shared by the blocking and the
+        asyncio loop, which differ only in how they run the jobs."""
         order = sorted(self._partitions)
         if order:
             # Rotated, so that no partition always goes last.
@@ -652,18 +711,22 @@ class ConsumerLoop:
                 p.learn(by_source)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # No batch is in flight (callbacks run inside the poll): commit
-        # what the committed batches stored, drop the rest.
-        self._commit(asynchronous=False)
+        # Finish the revoked partitions' stragglers (no other batch is in
+        # flight: callbacks run inside the poll), commit what the committed
+        # batches stored, drop the rest.
         tps = [(tp.topic, tp.partition) for tp in partitions]
+        self._settle(tps)
+        self._commit(asynchronous=False)
         log.info("partitions revoked: %s", tps)
         for tp in tps:
             self._partitions.pop(tp, None)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Lost, not revoked: committing is pointless (another member owns
-        # them); the marks make the new owner's work exactly-once.
+        # them); the marks make the new owner's work exactly-once. Their
+        # stragglers are waited for, so none outlives its partition.
         tps = [(tp.topic, tp.partition) for tp in partitions]
+        self._settle(tps)
         log.warning("partitions lost: %s", tps)
         for tp in tps:
             self._partitions.pop(tp, None)

@@ -122,6 +122,11 @@ class Partition:
     #: Records left to apply one per transaction, to find the one that
     #: fails in a batch whose handler cannot say which.
     isolate: int = 0
+    #: A batch of it is still being applied after its round ended (a
+    #: straggler): nothing else of it may be decided (not even a skip,
+    #: whose offset would go ahead of the batch's) until its outcome is
+    #: known.
+    in_flight: bool = False
 
     def push(self, queued: Queued) -> None:
         self.queued_bytes += queued.bytes
@@ -173,7 +178,7 @@ class Partition:
 
     def next_step(self, s: Settings, now: float) -> Step:
         """What to do next (see :class:`Step`)."""
-        if self.stopped is not None or not self.queue:
+        if self.stopped is not None or self.in_flight or not self.queue:
             return Idle()
         if self.retry_at is not None and self.retry_at > now:
             return WaitUntil(self.retry_at)
