@@ -74,7 +74,6 @@ class AsyncConsumerLoop(ConsumerLoop):
             self._aconnect = database
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._stale = False
-        self._tasks: dict[tuple[str, int], tuple[_Job, asyncio.Task[None]]] = {}
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
         self._pending: list[tuple[str, int]] = []
@@ -138,7 +137,7 @@ class AsyncConsumerLoop(ConsumerLoop):
         finally:
             try:
                 try:
-                    await self._asettle(list(self._tasks))
+                    await self._asettle(list(self._in_flight))
                 finally:
                     # What the settled batches stored is committed even if
                     # one of them ended in a bug.
@@ -163,7 +162,7 @@ class AsyncConsumerLoop(ConsumerLoop):
         loop, at most ``pool_size`` running at a time: the round waits
         :data:`~walrelay_consumer.consumer.STRAGGLER_WAIT` for them, acts on
         those done and leaves the others in flight."""
-        await self._asettle([tp for tp, (_, t) in self._tasks.items() if t.done()])
+        await self._asettle(self._finished_stragglers())
         if self._stale:
             await self._aclose()
         round_ = _Round()
@@ -171,34 +170,21 @@ class AsyncConsumerLoop(ConsumerLoop):
         tasks = [asyncio.create_task(self._aslot(job, apply)) for job in jobs]
         if tasks:
             await asyncio.wait(tasks, timeout=STRAGGLER_WAIT)
-        for job, task in zip(jobs, tasks):
-            if task.done():
-                task.result()  # _aexecute returns its failures in the job; this raises only a bug's
-                self._finish(job)
-            else:
-                job.p.in_flight = True
-                self._tasks[job.tp] = (job, task)
+        self._end_round(jobs, list(tasks))
         return round_.ready, round_.wake
-
-    def _stragglers(self) -> int:
-        return len(self._tasks)
 
     async def _asettle(self, tps: list[tuple[str, int]]) -> None:
         """:meth:`ConsumerLoop._settle` on the event loop: awaits these
         partitions' stragglers and acts on their outcomes."""
-        for tp in tps:
-            entry = self._tasks.pop(tp, None)
-            if entry is None:
-                continue
-            job, task = entry
-            job.p.in_flight = False
-            await task  # _aexecute returns its failures in the job; this raises only a bug's
+        for job, running in self._take_stragglers(tps):
+            assert isinstance(running, asyncio.Task)
+            await running  # the job holds its failures; this raises only a bug's
             self._finish(job)
 
     def _settle(self, tps: list[tuple[str, int]]) -> None:
         # Called by the rebalance callbacks on the Kafka thread while the
         # event loop waits for the poll: the stragglers are awaited there.
-        if any(tp in self._tasks for tp in tps):
+        if any(tp in self._in_flight for tp in tps):
             assert self._event_loop is not None
             asyncio.run_coroutine_threadsafe(self._asettle(tps), self._event_loop).result()
 

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -234,6 +234,14 @@ class _Job:
         return cls(tp, p, step, p.take(step.take), known, time.monotonic())
 
 
+class _Running(Protocol):
+    """A job's batch running: a worker's ``Future`` or an asyncio ``Task``."""
+
+    def done(self) -> bool: ...
+
+    def result(self) -> None: ...
+
+
 @dataclass(slots=True)
 class _Round:
     """What one round over the partitions left: whether some partition has
@@ -306,7 +314,8 @@ class ConsumerLoop:
         self._stop = threading.Event()
         self._conns = _Connections(self._connect)
         self._workers: ThreadPoolExecutor | None = None
-        self._in_flight: dict[tuple[str, int], tuple[_Job, Future[None]]] = {}
+        #: Stragglers: batches left running after their round.
+        self._in_flight: dict[tuple[str, int], tuple[_Job, _Running]] = {}
         self._consumer: Consumer | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._stopped: list[StoppedPartition] = []
@@ -410,10 +419,21 @@ class ConsumerLoop:
         if ready:
             return 0.0
         timeout = min(POLL_MAX, max(0.0, (wake or now + POLL_MAX) - now))
-        return min(timeout, POLL_STRAGGLER) if self._stragglers() else timeout
+        return min(timeout, POLL_STRAGGLER) if self._in_flight else timeout
 
-    def _stragglers(self) -> int:
-        return len(self._in_flight)
+    def _finished_stragglers(self) -> list[tuple[str, int]]:
+        return [tp for tp, (_, running) in self._in_flight.items() if running.done()]
+
+    def _end_round(self, jobs: list[_Job], running: list[_Running]) -> None:
+        """Acts on the round's batches that are done; the others stay in
+        flight as stragglers."""
+        for job, r in zip(jobs, running):
+            if r.done():
+                r.result()  # the job holds its failures; this raises only a bug's
+                self._finish(job)
+            else:
+                job.p.in_flight = True
+                self._in_flight[job.tp] = (job, r)
 
     def _work(self, apply: ApplyFn) -> tuple[bool, float | None]:
         """Acts on the stragglers that finished, then applies at most one
@@ -423,7 +443,7 @@ class ConsumerLoop:
         :data:`STRAGGLER_WAIT`; the others stay in flight. Returns whether
         some partition may have more ready at once, and the earliest moment
         a waiting one becomes ready."""
-        self._settle([tp for tp, (_, f) in self._in_flight.items() if f.done()])
+        self._settle(self._finished_stragglers())
         round_ = _Round()
         jobs = list(self._jobs(round_))
         if self._workers is None:
@@ -431,29 +451,27 @@ class ConsumerLoop:
                 self._execute(job, apply)
                 self._finish(job)
             return round_.ready, round_.wake
-        futures = [self._workers.submit(self._execute, job, apply) for job in jobs]
+        futures: list[Future[None]] = [self._workers.submit(self._execute, job, apply) for job in jobs]
         if futures:
             wait_futures(futures, STRAGGLER_WAIT)
-        for job, future in zip(jobs, futures):
-            if future.done():
-                future.result()  # _execute returns its failures in the job; this raises only a bug's
-                self._finish(job)
-            else:
-                job.p.in_flight = True
-                self._in_flight[job.tp] = (job, future)
+        self._end_round(jobs, list(futures))
         return round_.ready, round_.wake
 
     def _settle(self, tps: list[tuple[str, int]]) -> None:
         """Waits for these partitions' stragglers and acts on their outcomes
         (on the loop's thread, or in a rebalance callback)."""
-        for tp in tps:
-            entry = self._in_flight.pop(tp, None)
-            if entry is None:
-                continue
-            job, future = entry
-            job.p.in_flight = False
-            future.result()  # _execute returns its failures in the job; this raises only a bug's
+        for job, running in self._take_stragglers(tps):
+            assert isinstance(running, Future)
+            running.result()  # the job holds its failures; this raises only a bug's
             self._finish(job)
+
+    def _take_stragglers(self, tps: list[tuple[str, int]]) -> list[tuple[_Job, _Running]]:
+        """Takes these partitions' stragglers out of flight, to be waited for
+        and acted on."""
+        taken = [entry for tp in tps if (entry := self._in_flight.pop(tp, None)) is not None]
+        for job, _ in taken:
+            job.p.in_flight = False
+        return taken
 
     def _jobs(self, round_: _Round) -> Iterator[_Job]:
         """One round over the partitions: takes out of its queue the one
