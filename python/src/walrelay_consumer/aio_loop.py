@@ -170,7 +170,7 @@ class AsyncConsumerLoop(ConsumerLoop):
         tasks = [asyncio.create_task(self._aslot(job, apply)) for job in jobs]
         if tasks:
             await asyncio.wait(tasks, timeout=STRAGGLER_WAIT)
-        self._end_round(jobs, list(tasks))
+        self._end_round(jobs, tasks)
         return round_.ready, round_.wake
 
     async def _asettle(self, tps: list[tuple[str, int]]) -> None:

@@ -45,8 +45,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -424,7 +424,7 @@ class ConsumerLoop:
     def _finished_stragglers(self) -> list[tuple[str, int]]:
         return [tp for tp, (_, running) in self._in_flight.items() if running.done()]
 
-    def _end_round(self, jobs: list[_Job], running: list[_Running]) -> None:
+    def _end_round(self, jobs: list[_Job], running: Sequence[_Running]) -> None:
         """Acts on the round's batches that are done; the others stay in
         flight as stragglers."""
         for job, r in zip(jobs, running):
@@ -451,17 +451,15 @@ class ConsumerLoop:
                 self._execute(job, apply)
                 self._finish(job)
             return round_.ready, round_.wake
-        futures: list[Future[None]] = [self._workers.submit(self._execute, job, apply) for job in jobs]
-        if futures:
-            wait_futures(futures, STRAGGLER_WAIT)
-        self._end_round(jobs, list(futures))
+        futures = [self._workers.submit(self._execute, job, apply) for job in jobs]
+        wait_futures(futures, STRAGGLER_WAIT)
+        self._end_round(jobs, futures)
         return round_.ready, round_.wake
 
     def _settle(self, tps: list[tuple[str, int]]) -> None:
         """Waits for these partitions' stragglers and acts on their outcomes
         (on the loop's thread, or in a rebalance callback)."""
         for job, running in self._take_stragglers(tps):
-            assert isinstance(running, Future)
             running.result()  # the job holds its failures; this raises only a bug's
             self._finish(job)
 
