@@ -113,7 +113,10 @@ async fn relay_to_the_end(env: &Env, bootstrap: &str, log: &Path, extra: &[&str]
 fn expect_refusal(relay: &mut Child, log: &Path, expect: &[&str]) -> Result<String> {
     let status = wait_exit(relay, log)?;
     let text = std::fs::read_to_string(log)?;
-    ensure!(!status.success(), "the relay must stop with an error: {text}");
+    ensure!(
+        !status.success(),
+        "the relay must stop with an error: {text}"
+    );
     for e in expect {
         ensure!(text.contains(e), "the log says {e:?}: {text}");
     }
@@ -185,22 +188,29 @@ async fn a_restored_base_backup_stops_the_relay_and_a_new_source_delivers_every_
     expect_refusal(
         &mut relay,
         &log,
-        &["the database's WAL went back", "set relay.source_id to a new value"],
+        &[
+            "the database's WAL went back",
+            "set relay.source_id to a new value",
+        ],
     )?;
     ensure!(
         env.confirmed_flush_lsn("walrelay").await? == start,
         "nothing is confirmed under a sequence that went back"
     );
     let old = read_until_quiet(&bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
-    ensure!(old.len() == 300, "nothing was published: {} records", old.len());
+    ensure!(
+        old.len() == 300,
+        "nothing was published: {} records",
+        old.len()
+    );
 
     relay_to_the_end(&env, &bootstrap, &log, &["--source-id", "restored-1"]).await?;
     check_delivered(&bootstrap, "restored-1", &after).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replay_that_does_not_reproduce_the_fence_stops_the_relay_and_loses_nothing(
-) -> Result<()> {
+async fn a_replay_that_does_not_reproduce_the_fence_stops_the_relay_and_loses_nothing() -> Result<()>
+{
     let mut env = Env::start().await?;
     let bootstrap = env.bootstrap();
     // One partition: every new event would fall under the fence key.

@@ -184,10 +184,17 @@ impl PgCluster {
     /// that the backup is consistent by itself.
     pub fn base_backup(&self, into: &Path) -> anyhow::Result<()> {
         let mut cmd = self.command("pg_basebackup");
-        cmd.args(["-h", self.host(), "-p", &self.port.to_string(), "-U", "postgres"])
-            .arg("-D")
-            .arg(into)
-            .args(["-X", "stream", "-c", "fast", "--no-sync"]);
+        cmd.args([
+            "-h",
+            self.host(),
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "postgres",
+        ])
+        .arg("-D")
+        .arg(into)
+        .args(["-X", "stream", "-c", "fast", "--no-sync"]);
         run(cmd, "pg_basebackup").map_err(|e| self.with_log(e))
     }
 
