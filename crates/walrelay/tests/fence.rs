@@ -718,3 +718,110 @@ async fn twenty_kill_9_during_a_mixed_workload_leave_every_event_exactly_once_on
     );
     Ok(())
 }
+
+/// Copies `r` (value and every header, as a re-drive or a mirror would)
+/// into `partition` of `topic` on `bootstrap`; returns its offset.
+async fn copy_record(
+    bootstrap: &str,
+    r: &ConsumedRecord,
+    topic: &str,
+    partition: i32,
+) -> Result<i64> {
+    let mut headers = OwnedHeaders::new();
+    for (k, v) in &r.headers {
+        headers = headers.insert(Header {
+            key: k,
+            value: Some(v.as_slice()),
+        });
+    }
+    let delivery = producer(bootstrap)?
+        .send(
+            FutureRecord::<(), [u8]>::to(topic)
+                .partition(partition)
+                .payload(r.value.as_deref().unwrap_or_default())
+                .headers(headers),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)?;
+    Ok(delivery.offset)
+}
+
+/// Records of this source copied to a partition's tail (a re-drive, a
+/// mirror, a forwarded record) carry its headers and a key far above the
+/// partition's own: trusted as fence keys, they would make the replay skip
+/// every event of the partition below them. Here the copies come from a
+/// second relay of the same WAL under the same source id into another
+/// cluster (a mirror), which relayed further: one was routed to another
+/// partition, the other to the same partition number but follows records
+/// the first cluster never had. Neither may fence, and every event ends up
+/// in Kafka once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_record_at_a_partition_tail_never_makes_the_replay_skip() -> Result<()> {
+    let env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let mirror = tokio::task::spawn_blocking(walrelay_testkit::TansuBroker::start).await??;
+    let mirror_bootstrap = mirror.bootstrap_servers();
+    for broker in [env.broker.as_ref().expect("a broker"), &mirror] {
+        broker.create_topic("orders", 3)?;
+    }
+    let mut other = env.config(&bootstrap);
+    other.postgres.slot = "other".into();
+    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::setup::setup(&other).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let main = ["--source-id", "one-source"];
+    let copier = ["--source-id", "one-source", "--slot", "other"];
+
+    let mut ids = write_transactions(&env, "a", 3).await?;
+    relay_slot_to_the_end(&env, &bootstrap, &log, &main, "walrelay").await?;
+    ids.extend(write_transactions(&env, "b", 6).await?);
+    relay_slot_to_the_end(&env, &mirror_bootstrap, &log, &copier, "other").await?;
+
+    // The mirror's highest key overall (partition x) goes to partition
+    // x + 1 of the relay's cluster; the mirror's highest key of partition
+    // x + 2 goes to the same partition there.
+    let mirrored = read_until_quiet(&mirror_bootstrap, &["orders"], Duration::from_secs(1), WAIT)
+        .await?;
+    let top = |p: Option<i32>| {
+        mirrored
+            .iter()
+            .filter(|r| p.is_none_or(|p| r.partition == p))
+            .max_by_key(|r| key_of(r))
+            .cloned()
+            .context("mirrored records")
+    };
+    let highest = top(None)?;
+    let (x, y, z) = (
+        highest.partition,
+        (highest.partition + 1) % 3,
+        (highest.partition + 2) % 3,
+    );
+    let same_number = top(Some(z))?;
+    let copies = [
+        (y, copy_record(&bootstrap, &highest, "orders", y).await?),
+        (z, copy_record(&bootstrap, &same_number, "orders", z).await?),
+    ];
+
+    relay_slot_to_the_end(&env, &bootstrap, &log, &main, "walrelay").await?;
+    let records = read_until_quiet(
+        &bootstrap,
+        &["orders", OUTBOX_TOPIC],
+        Duration::from_secs(1),
+        WAIT,
+    )
+    .await?;
+    let ours: Vec<&ConsumedRecord> = records
+        .iter()
+        .filter(|r| !copies.contains(&(r.partition, r.offset)) || r.topic != "orders")
+        .collect();
+    check_each_once(&ours, &ids)?;
+    let text = log_text(&log);
+    ensure!(
+        text.contains(&format!("was routed to partition {x}: a copy"))
+            && text.contains("which is not in the partition before it"),
+        "both copies are named: {text}"
+    );
+    Ok(())
+}
