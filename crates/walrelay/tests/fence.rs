@@ -782,8 +782,8 @@ async fn a_copied_record_at_a_partition_tail_never_makes_the_replay_skip() -> Re
     // The mirror's highest key overall (partition x) goes to partition
     // x + 1 of the relay's cluster; the mirror's highest key of partition
     // x + 2 goes to the same partition there.
-    let mirrored = read_until_quiet(&mirror_bootstrap, &["orders"], Duration::from_secs(1), WAIT)
-        .await?;
+    let mirrored =
+        read_until_quiet(&mirror_bootstrap, &["orders"], Duration::from_secs(1), WAIT).await?;
     let top = |p: Option<i32>| {
         mirrored
             .iter()

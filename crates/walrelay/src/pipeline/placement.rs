@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tracing::info;
 
 use crate::error::RelayError;
 use crate::fence::{FenceError, ReplayCheck, SessionFence, TopicState};
@@ -95,8 +96,12 @@ impl Placement {
             Some(k) => partition_for_key(k, dest.partitions),
             None => partition_for_keyless(record.event_key, dest.partitions),
         };
+        let held = self.replay.holding();
         self.replay
             .record(&record.topic, partition, record.event_key)?;
+        if held && !self.replay.holding() {
+            info!(key = %record.event_key, "tail fence: the replay reproduced every fence key of this session; confirming again");
+        }
         if dest.fence.skip(partition, record.event_key) {
             if let Some(c) = &dest.counters {
                 c.fence_skipped();
@@ -135,7 +140,11 @@ impl Placement {
                 self.replay.check_not_ahead(topic, partition, *key)?;
             }
             if let Some(key) = state.fence.key(partition) {
+                let held = self.replay.holding();
                 self.replay.admit(topic, partition, key)?;
+                if !held && self.replay.holding() {
+                    info!(%topic, partition, fence_key = %key, "tail fence: confirming nothing until the replay reproduces this fence key (it lies after the slot's position)");
+                }
             }
         }
         Ok(())
