@@ -1,8 +1,8 @@
 //! A database whose WAL went back under walrelay: a base backup restored
-//! into a fresh data directory, and the same with WAL written past the old
+//! into a fresh data directory, the same with WAL written past the old
 //! keys before walrelay runs again (what a point-in-time recovery to an
-//! earlier LSN, or a failover to a lagging standby, looks like to the
-//! relay). The restored server keeps its system identifier, so the default
+//! earlier LSN looks like to the relay), and a failover to a physical
+//! standby that had not received the last WAL walrelay published. The restored server keeps its system identifier, so the default
 //! source id, while its WAL positions go back: new events would get keys
 //! at or below keys already in Kafka, and the tail fence and every
 //! high-water-mark consumer would skip them. walrelay must stop with an
@@ -245,4 +245,65 @@ async fn a_replay_that_does_not_reproduce_the_fence_stops_the_relay_and_loses_no
 
     relay_to_the_end(&env, &bootstrap, &log, &["--source-id", "restored-1"]).await?;
     check_delivered(&bootstrap, "restored-1", &after).await
+}
+
+/// A failover to a physical standby that had not received the last WAL
+/// walrelay published (asynchronous replication, the standby behind), and
+/// never had the slot: the promoted server keeps the system identifier,
+/// so the default source id, while its WAL is behind the keys in Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_standby_behind_the_published_wal_stops_the_relay_and_loses_nothing(
+) -> Result<()> {
+    let mut env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let config = env.config(&bootstrap);
+    walrelay::setup::setup(&config).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let standby = env.cluster.standby()?;
+    ensure!(standby.port() != env.cluster.port());
+
+    // The standby has everything up to here, then stops receiving: the
+    // primary writes ~112 MB of WAL and 300 events that walrelay relays.
+    let caught_up = env.current_wal_lsn().await?;
+    let standby_client = standby.client().await?;
+    await_condition(WAIT, Duration::from_millis(50), || async {
+        let row = standby_client
+            .query_one("SELECT pg_last_wal_replay_lsn()::text", &[])
+            .await?;
+        let replayed: Lsn = row.get::<_, String>(0).parse()?;
+        Ok(replayed >= caught_up)
+    })
+    .await?;
+    drop(standby_client);
+    standby.stop_fast()?;
+    write_wal(&env, 7).await?;
+    let before = emit(&env, "before", 300).await?;
+    relay_to_the_end(&env, &bootstrap, &log, &[]).await?;
+    let records = read_until_quiet(&bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
+    ensure!(records.len() == before.len(), "{} records", records.len());
+
+    // The primary is lost; the standby is promoted and takes its place.
+    env.cluster.stop_immediate()?;
+    standby.start_stopped()?;
+    standby.promote()?;
+    env.cluster = standby;
+    env.client = env.cluster.client().await?;
+    let config = env.config(&bootstrap);
+    walrelay::setup::setup(&config).await?;
+    let start = env.confirmed_flush_lsn("walrelay").await?;
+    let after = emit(&env, "after", 100).await?;
+    let mut relay = spawn_relay(&env, &bootstrap, &log, &args(&[]))?;
+    expect_refusal(
+        &mut relay,
+        &log,
+        &[
+            "the database's WAL went back",
+            "set relay.source_id to a new value",
+        ],
+    )?;
+    ensure!(env.confirmed_flush_lsn("walrelay").await? == start);
+
+    relay_to_the_end(&env, &bootstrap, &log, &["--source-id", "promoted-1"]).await?;
+    check_delivered(&bootstrap, "promoted-1", &after).await
 }

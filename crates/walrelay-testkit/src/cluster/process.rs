@@ -113,7 +113,7 @@ impl PgCluster {
         cmd
     }
 
-    fn with_log(&self, err: anyhow::Error) -> anyhow::Error {
+    pub(super) fn with_log(&self, err: anyhow::Error) -> anyhow::Error {
         anyhow!(
             "{err:#}\n--- last lines of the server log {} ---\n{}",
             self.log.display(),
@@ -177,40 +177,6 @@ impl PgCluster {
                 StartOutcome::PortInUse(_) => std::thread::sleep(Duration::from_millis(200)),
             }
         }
-    }
-
-    /// `pg_basebackup` of the running server into `into` (a directory that
-    /// must not exist yet), as the server's own user, WAL streamed along so
-    /// that the backup is consistent by itself.
-    pub fn base_backup(&self, into: &Path) -> anyhow::Result<()> {
-        let mut cmd = self.command("pg_basebackup");
-        cmd.args([
-            "-h",
-            self.host(),
-            "-p",
-            &self.port.to_string(),
-            "-U",
-            "postgres",
-        ])
-        .arg("-D")
-        .arg(into)
-        .args(["-X", "stream", "-c", "fast", "--no-sync"]);
-        run(cmd, "pg_basebackup").map_err(|e| self.with_log(e))
-    }
-
-    /// Restores a [`base_backup`](Self::base_backup): stops the server,
-    /// moves its data directory aside (to `data.before-restore`), puts the
-    /// backup in its place and starts it. The restored server recovers
-    /// from the backup's label, on the same timeline, with the same
-    /// configuration, port and system identifier, and without the
-    /// replication slots (a backup never holds them).
-    pub fn restore_base_backup(&self, backup: &Path) -> anyhow::Result<()> {
-        if self.is_running() {
-            self.stop_fast()?;
-        }
-        std::fs::rename(&self.data, self.data.with_extension("before-restore"))?;
-        std::fs::rename(backup, &self.data)?;
-        self.start_stopped()
     }
 
     /// `pg_ctl reload`: the server re-reads its configuration files. The
