@@ -168,6 +168,35 @@ async fn relay_then_restore(env: &mut Env, bootstrap: &str, log: &Path) -> Resul
     Ok(Lsn(highest.high()))
 }
 
+/// What an operator does after the WAL went back: `walrelay setup` (a new
+/// slot), events, `walrelay run` (after `wal_segments` × 16 MB more WAL).
+/// The relay must refuse with `expect` in its log and confirm nothing;
+/// then, under the new source `new_source`, every new event is delivered
+/// and applied once.
+async fn refused_then_delivered_under(
+    env: &Env,
+    bootstrap: &str,
+    log: &Path,
+    wal_segments: usize,
+    expect: &[&str],
+    new_source: &str,
+) -> Result<()> {
+    walrelay::setup::setup(&env.config(bootstrap)).await?;
+    let start = env.confirmed_flush_lsn("walrelay").await?;
+    let after = emit(env, "after", 100).await?;
+    write_wal(env, wal_segments).await?;
+    let mut relay = spawn_relay(env, bootstrap, log, &args(&[]))?;
+    let mut all = vec!["set relay.source_id to a new value"];
+    all.extend_from_slice(expect);
+    expect_refusal(&mut relay, log, &all)?;
+    ensure!(
+        env.confirmed_flush_lsn("walrelay").await? == start,
+        "nothing is confirmed under a sequence that went back: what the relay skipped stays in the slot"
+    );
+    relay_to_the_end(env, bootstrap, log, &["--source-id", new_source]).await?;
+    check_delivered(bootstrap, new_source, &after).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restored_base_backup_stops_the_relay_and_a_new_source_delivers_every_new_event(
 ) -> Result<()> {
@@ -180,32 +209,19 @@ async fn a_restored_base_backup_stops_the_relay_and_a_new_source_delivers_every_
     let now = env.current_wal_lsn().await?;
     ensure!(now < highest, "the WAL went back: {now} < {highest}");
 
-    // What an operator does after a restore: setup (a new slot), run.
-    walrelay::setup::setup(&config).await?;
-    let start = env.confirmed_flush_lsn("walrelay").await?;
-    let after = emit(&env, "after", 100).await?;
-    let mut relay = spawn_relay(&env, &bootstrap, &log, &args(&[]))?;
-    expect_refusal(
-        &mut relay,
+    refused_then_delivered_under(
+        &env,
+        &bootstrap,
         &log,
-        &[
-            "the database's WAL went back",
-            "set relay.source_id to a new value",
-        ],
-    )?;
-    ensure!(
-        env.confirmed_flush_lsn("walrelay").await? == start,
-        "nothing is confirmed under a sequence that went back"
-    );
-    let old = read_until_quiet(&bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
-    ensure!(
-        old.len() == 300,
-        "nothing was published: {} records",
-        old.len()
-    );
-
-    relay_to_the_end(&env, &bootstrap, &log, &["--source-id", "restored-1"]).await?;
-    check_delivered(&bootstrap, "restored-1", &after).await
+        0,
+        &["the database's WAL went back"],
+        "restored-1",
+    )
+    .await?;
+    // Nothing was published under the old source after the restore.
+    let all = read_until_quiet(&bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
+    ensure!(all.len() == 300 + 100, "{} records", all.len());
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,36 +237,23 @@ async fn a_replay_that_does_not_reproduce_the_fence_stops_the_relay_and_loses_no
     let config = env.config(&bootstrap);
     walrelay::setup::setup(&config).await?;
     let log = env.cluster.dir().join("relay.log");
-    let highest = relay_then_restore(&mut env, &bootstrap, &log).await?;
+    relay_then_restore(&mut env, &bootstrap, &log).await?;
 
     // The slot is created right after the restore and events are written,
     // but walrelay runs only once the server's WAL has passed the old
     // keys: nothing is ahead of the server any more, yet the new events'
     // keys are below the fence key.
-    walrelay::setup::setup(&config).await?;
-    let start = env.confirmed_flush_lsn("walrelay").await?;
-    let after = emit(&env, "after", 100).await?;
-    write_wal(&env, 9).await?;
-    ensure!(env.current_wal_lsn().await? > highest);
-    let mut relay = spawn_relay(&env, &bootstrap, &log, &args(&[]))?;
-    expect_refusal(
-        &mut relay,
+    refused_then_delivered_under(
+        &env,
+        &bootstrap,
         &log,
-        &["the replay reached", "set relay.source_id to a new value"],
-    )?;
-    ensure!(
-        env.confirmed_flush_lsn("walrelay").await? == start,
-        "the skipped events stay in the slot"
-    );
-
-    relay_to_the_end(&env, &bootstrap, &log, &["--source-id", "restored-1"]).await?;
-    check_delivered(&bootstrap, "restored-1", &after).await
+        9,
+        &["the replay reached"],
+        "restored-1",
+    )
+    .await
 }
 
-/// A failover to a physical standby that had not received the last WAL
-/// walrelay published (asynchronous replication, the standby behind), and
-/// never had the slot: the promoted server keeps the system identifier,
-/// so the default source id, while its WAL is behind the keys in Kafka.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_to_a_standby_behind_the_published_wal_stops_the_relay_and_loses_nothing(
 ) -> Result<()> {
@@ -289,21 +292,13 @@ async fn a_failover_to_a_standby_behind_the_published_wal_stops_the_relay_and_lo
     standby.promote()?;
     env.cluster = standby;
     env.client = env.cluster.client().await?;
-    let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
-    let start = env.confirmed_flush_lsn("walrelay").await?;
-    let after = emit(&env, "after", 100).await?;
-    let mut relay = spawn_relay(&env, &bootstrap, &log, &args(&[]))?;
-    expect_refusal(
-        &mut relay,
+    refused_then_delivered_under(
+        &env,
+        &bootstrap,
         &log,
-        &[
-            "the database's WAL went back",
-            "set relay.source_id to a new value",
-        ],
-    )?;
-    ensure!(env.confirmed_flush_lsn("walrelay").await? == start);
-
-    relay_to_the_end(&env, &bootstrap, &log, &["--source-id", "promoted-1"]).await?;
-    check_delivered(&bootstrap, "promoted-1", &after).await
+        0,
+        &["the database's WAL went back"],
+        "promoted-1",
+    )
+    .await
 }
