@@ -162,6 +162,14 @@ impl TestBroker {
         }
     }
 
+    /// The Tansu broker, when this is one, to stop or restart it.
+    pub fn as_tansu_mut(&mut self) -> Option<&mut TansuBroker> {
+        match &mut self.backend {
+            Backend::Tansu(t) => Some(t),
+            Backend::Kafka(_) => None,
+        }
+    }
+
     /// The Kafka cluster, when this is one.
     pub fn as_kafka(&self) -> Option<&KafkaCluster> {
         match &self.backend {
