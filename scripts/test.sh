@@ -2,7 +2,8 @@
 # The README's test command: installs what is missing, then checks
 # formatting, lints and runs every test (unit tests, and integration tests
 # against throwaway PostgreSQL clusters and Tansu brokers this suite starts
-# and removes).
+# and removes; the last stage runs the relay's end-to-end suites again on
+# Apache Kafka).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,3 +54,10 @@ echo "==> PostgreSQL 18: replication stream, relay end to end, bad input, slot e
 WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --test relay_e2e \
     --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test short \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+
+echo "==> Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify"
+kafka_stage_began=${SECONDS}
+WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" cargo test -p walrelay --locked \
+    --test relay_e2e --test bad_input --test fence --test verify_cli \
+    -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+echo "==> Apache Kafka stage took $((SECONDS - kafka_stage_began)) s"
