@@ -110,12 +110,13 @@ if [ -z "${EXPECTED_SHA256}" ]; then
 check it, then run again with WALRELAY_KAFKA_JARS_SHA256=${actual}"
 fi
 if [ "${actual}" != "${EXPECTED_SHA256}" ]; then
-    jars_manifest "${stage}/libs" >"${stage}/libs.sha256"
+    rejected="${TOOLS_DIR}/kafka-${VERSION}.rejected-jars.sha256"
+    jars_manifest "${stage}/libs" >"${rejected}"
     die "sha256 mismatch for the jar set of Kafka ${VERSION} resolved from Maven Central:
     expected ${EXPECTED_SHA256}
     actual   ${actual}
-refusing to install it (per-jar hashes: ${stage}/libs.sha256, removed on exit; rerun with
-WALRELAY_KAFKA_JARS_SHA256 only after checking what changed)"
+refusing to install it. Its jars and their hashes are listed in ${rejected};
+set WALRELAY_KAFKA_JARS_SHA256 only after checking what changed"
 fi
 
 mkdir -p "${stage}/config"
