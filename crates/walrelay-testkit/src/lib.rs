@@ -22,6 +22,12 @@
 //!   in-memory storage) on a free port of 127.0.0.1; Drop kills it.
 //!   `scripts/install-tansu.sh` installs the pinned, hash-checked binary
 //!   into `target/tools/bin/tansu` (`$WALRELAY_TANSU_BIN` overrides it).
+//! * [`KafkaCluster::start`] runs throwaway Apache Kafka (KRaft, combined
+//!   broker-controller nodes) from the jars `scripts/install-kafka.sh`
+//!   installs under `target/tools` (`$WALRELAY_KAFKA_HOME` overrides it);
+//!   [`SharedKafka`] shares single nodes between the tests of a binary.
+//! * [`TestBroker::start`] gives a test the broker `$WALRELAY_BROKER`
+//!   names (`tansu`, the default, or `kafka`), behind one API.
 //! * [`read_topics`], [`read_until_quiet`] and [`partition_count`] read
 //!   back what was produced, without a consumer group and without trusting
 //!   high watermarks (Tansu's are wrong).
@@ -49,7 +55,11 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 pub use bin::{PgBin, DEBIAN_PG15_BIN, PG_BIN_ENV};
-pub use broker::{TansuBroker, KEEP_BROKER_ENV, TANSU_BIN_ENV};
+pub use broker::kafka::{KAFKA_HOME_ENV, KAFKA_VERSION};
+pub use broker::{
+    BrokerKind, KafkaCluster, KafkaHome, KafkaOptions, SharedKafka, TansuBroker, TestBroker,
+    BROKER_ENV, KEEP_BROKER_ENV, TANSU_BIN_ENV,
+};
 pub use cluster::{
     Auth, ClusterOptions, PasswordMethod, PgCluster, HOST, KEEP_CLUSTER_ENV, SUPERUSER,
 };

@@ -1,4 +1,5 @@
-//! The tail fence against a real PostgreSQL and Tansu: a replay after
+//! The tail fence against a real PostgreSQL and a real broker (Tansu, or
+//! Apache Kafka with WALRELAY_BROKER=kafka): a replay after
 //! `kill -9` writes nothing twice, other sources' records and empty
 //! partitions are handled, a changed layout (partitions added, a route
 //! moved) never skips an event that is not in Kafka, and with the fence
@@ -21,7 +22,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use support::{key_of, spawn_relay, Env, WAIT};
 use walrelay::key::EventKey;
 use walrelay_testkit::{
-    await_condition, read_topics, read_until_quiet, relay_headers, ConsumedRecord,
+    await_condition, read_topics, read_until_quiet, relay_headers, ConsumedRecord, TestBroker,
 };
 
 const OUTBOX_TOPIC: &str = "outbox.event.order";
@@ -389,6 +390,69 @@ async fn two_sources_in_one_topic_each_fence_on_their_own_keys() -> Result<()> {
     Ok(())
 }
 
+/// Tansu cannot add partitions, so the topic is recreated with six and
+/// the records copied back where they were, headers and all: what the
+/// fence sees after `kafka-topics --alter --partitions 6`. The records
+/// that were in flight at the crash are the last ones of the fullest
+/// partition: they are left out, so the replay must write them.
+async fn recreate_with_six_partitions(
+    broker: &TestBroker,
+    bootstrap: &str,
+    written: &[ConsumedRecord],
+) -> Result<()> {
+    let mut by_partition: BTreeMap<i32, Vec<&ConsumedRecord>> = BTreeMap::new();
+    for r in written {
+        by_partition.entry(r.partition).or_default().push(r);
+    }
+    let (&fullest, _) = by_partition
+        .iter()
+        .max_by_key(|(_, rs)| rs.len())
+        .context("records")?;
+    let lost_in_flight: Vec<String> = by_partition[&fullest]
+        .iter()
+        .rev()
+        .take(2)
+        .map(|r| event_id(r))
+        .collect();
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    for result in admin
+        .delete_topics(&["orders"], &AdminOptions::new())
+        .await?
+    {
+        if let Err((topic, code)) = result {
+            bail!("deleting {topic}: {code}");
+        }
+    }
+    broker.create_topic("orders", 6)?;
+    let p = producer(bootstrap)?;
+    for (partition, rs) in &by_partition {
+        for r in rs {
+            if *partition == fullest && lost_in_flight.contains(&event_id(r)) {
+                continue;
+            }
+            let mut headers = OwnedHeaders::new();
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: Some(v),
+                });
+            }
+            p.send(
+                FutureRecord::<(), [u8]>::to("orders")
+                    .partition(*partition)
+                    .payload(r.value.as_deref().unwrap_or_default())
+                    .headers(headers),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_whose_partitions_grew_is_not_fenced_and_loses_nothing() -> Result<()> {
     let env = Env::start().await?;
@@ -412,60 +476,11 @@ async fn a_topic_whose_partitions_grew_is_not_fenced_and_loses_nothing() -> Resu
     write_unconfirmed_and_kill(&env, &bootstrap, &log, &["orders"], ids.len(), &[]).await?;
     let written = read_until_quiet(&bootstrap, &["orders"], Duration::from_secs(1), WAIT).await?;
 
-    // Tansu cannot add partitions, so the topic is recreated with six and
-    // the records copied back where they were, headers and all: what the
-    // fence sees after `kafka-topics --alter --partitions 6`. The records
-    // that were in flight at the crash are the last ones of the fullest
-    // partition: they are left out.
-    let mut by_partition: BTreeMap<i32, Vec<&ConsumedRecord>> = BTreeMap::new();
-    for r in &written {
-        by_partition.entry(r.partition).or_default().push(r);
-    }
-    let (&fullest, _) = by_partition
-        .iter()
-        .max_by_key(|(_, rs)| rs.len())
-        .context("records")?;
-    let lost_in_flight: Vec<String> = by_partition[&fullest]
-        .iter()
-        .rev()
-        .take(2)
-        .map(|r| event_id(r))
-        .collect();
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .create()?;
-    for result in admin
-        .delete_topics(&["orders"], &AdminOptions::new())
-        .await?
-    {
-        if let Err((topic, code)) = result {
-            bail!("deleting {topic}: {code}");
-        }
-    }
-    broker.create_topic("orders", 6)?;
-    let p = producer(&bootstrap)?;
-    for (partition, rs) in &by_partition {
-        for r in rs {
-            if *partition == fullest && lost_in_flight.contains(&event_id(r)) {
-                continue;
-            }
-            let mut headers = OwnedHeaders::new();
-            for (k, v) in &r.headers {
-                headers = headers.insert(Header {
-                    key: k,
-                    value: Some(v),
-                });
-            }
-            p.send(
-                FutureRecord::<(), [u8]>::to("orders")
-                    .partition(*partition)
-                    .payload(r.value.as_deref().unwrap_or_default())
-                    .headers(headers),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)?;
-        }
+    if broker.can_add_partitions() {
+        // Apache Kafka: what `kafka-topics --alter --partitions 6` does.
+        broker.add_partitions("orders", 6)?;
+    } else {
+        recreate_with_six_partitions(broker, &bootstrap, &written).await?;
     }
 
     ids.extend(

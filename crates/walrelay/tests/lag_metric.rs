@@ -1,7 +1,8 @@
 //! `walrelay_slot_lag_bytes` must grow exactly when walrelay stops
 //! confirming: with Kafka down the relay stops reading the stream, so the
 //! stream's own `wal_end` stands still; the gauge must follow the server's
-//! current WAL position instead. Real PostgreSQL and Tansu.
+//! current WAL position instead. Real PostgreSQL and Tansu (stopped and
+//! restarted: a test broker of its own whichever WALRELAY_BROKER says).
 
 mod support;
 
@@ -12,7 +13,7 @@ use support::{Env, WAIT};
 use tokio::sync::watch;
 use walrelay::metrics::Metrics;
 use walrelay::pipeline;
-use walrelay_testkit::{await_condition, read_topics};
+use walrelay_testkit::{await_condition, read_topics, BrokerKind, TestBroker};
 
 fn gauge(metrics: &Metrics, name: &str) -> Option<u64> {
     metrics
@@ -24,7 +25,7 @@ fn gauge(metrics: &Metrics, name: &str) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lag_gauge_grows_while_kafka_is_down_and_shrinks_after() -> Result<()> {
-    let mut env = Env::start().await?;
+    let mut env = Env::start_on(BrokerKind::Tansu).await?;
     let bootstrap = env.bootstrap();
     let mut config = env.config(&bootstrap);
     // One record in flight fills the relay: with Kafka down it stops
@@ -44,7 +45,11 @@ async fn the_lag_gauge_grows_while_kafka_is_down_and_shrinks_after() -> Result<(
         .await?;
     read_topics(&bootstrap, &["outbox.event.order"], 1, WAIT).await?;
 
-    let broker = env.broker.as_mut().context("a broker")?;
+    let broker = env
+        .broker
+        .as_mut()
+        .and_then(TestBroker::as_tansu_mut)
+        .context("a Tansu broker")?;
     tokio::task::block_in_place(|| broker.stop())?;
     c.batch_execute(
         "INSERT INTO outbox VALUES ('e-2', 'order', 'o-2', 'Created', '{}', NULL);
@@ -76,7 +81,11 @@ async fn the_lag_gauge_grows_while_kafka_is_down_and_shrinks_after() -> Result<(
     })?;
 
     // Kafka back: the relay catches up and the gauge falls back.
-    let broker = env.broker.as_mut().context("a broker")?;
+    let broker = env
+        .broker
+        .as_mut()
+        .and_then(TestBroker::as_tansu_mut)
+        .context("a Tansu broker")?;
     tokio::task::block_in_place(|| broker.restart())?;
     await_condition(WAIT, Duration::from_millis(200), || {
         let m = metrics.clone();

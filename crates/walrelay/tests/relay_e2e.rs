@@ -1,5 +1,6 @@
-//! The relay end to end: a real PostgreSQL, a real Kafka-compatible broker
-//! (Tansu) over TCP, the relay in-process with its audit trace.
+//! The relay end to end: a real PostgreSQL, a real broker over TCP (Tansu,
+//! or Apache Kafka with WALRELAY_BROKER=kafka), the relay in-process with
+//! its audit trace.
 
 mod support;
 
@@ -64,6 +65,20 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
         "{again:?}"
     );
 
+    // Four partitions per topic, so that the partitioning rule is checked
+    // below: Tansu auto-creates topics with four, Apache Kafka with one
+    // (num.partitions).
+    let topics = [
+        "payments",
+        "orders",
+        "outbox.event.order",
+        "outbox.event.customer",
+        "bulk",
+    ];
+    for topic in topics {
+        env.broker().create_topic(topic, 4)?;
+    }
+
     let relay = start_relay(config.clone());
     let c = &env.client;
     // Envelope messages through the SQL helpers: jsonb, bytea (byte-exact),
@@ -115,19 +130,7 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
     let end_of_workload = env.current_wal_lsn().await?;
 
     let expected = 4 + 4 + 3 + 1 + 2000;
-    let records = read_topics(
-        &bootstrap,
-        &[
-            "payments",
-            "orders",
-            "outbox.event.order",
-            "outbox.event.customer",
-            "bulk",
-        ],
-        expected,
-        WAIT,
-    )
-    .await?;
+    let records = read_topics(&bootstrap, &topics, expected, WAIT).await?;
     assert_eq!(
         records.len(),
         expected,
@@ -211,6 +214,7 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
             Some(n) => *n,
             None => {
                 let n = partition_count(&bootstrap, &r.topic)? as u32;
+                assert_eq!(n, 4, "{}", r.topic);
                 partitions.insert(r.topic.clone(), n);
                 n
             }

@@ -13,7 +13,9 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use support::{Env, WAIT};
 use walrelay_pgoutput::Lsn;
-use walrelay_testkit::{await_condition, read_topics, Auth, ClusterOptions, TansuBroker};
+use walrelay_testkit::{
+    await_condition, read_topics, Auth, BrokerKind, ClusterOptions, TestBroker,
+};
 
 /// Never contacted: every error below happens before a producer exists.
 const NO_BROKER: &str = "127.0.0.1:9";
@@ -147,8 +149,10 @@ fn small_wal_budget() -> ClusterOptions {
         .conf("wal_keep_size", "0")
 }
 
+/// A Tansu broker (one test kills it), whichever WALRELAY_BROKER says.
 async fn with_broker(mut env: Env) -> Result<Env> {
-    env.broker = Some(tokio::task::spawn_blocking(TansuBroker::start).await??);
+    env.broker =
+        Some(tokio::task::spawn_blocking(|| TestBroker::start_kind(BrokerKind::Tansu)).await??);
     Ok(env)
 }
 
@@ -253,7 +257,11 @@ async fn a_slot_invalidated_under_a_running_relay_stops_it() -> Result<()> {
 
     // Kafka goes away; the next event cannot be acknowledged, so the slot
     // cannot move past it.
-    env.broker.as_mut().expect("broker").kill()?;
+    env.broker
+        .as_mut()
+        .and_then(TestBroker::as_tansu_mut)
+        .expect("a Tansu broker")
+        .kill()?;
     env.client
         .batch_execute("SELECT walrelay.emit('slot-errors', 'k', '{\"n\": 2}')")
         .await?;

@@ -1,5 +1,5 @@
-//! `walrelay verify`, the real binary, against a real Kafka-compatible
-//! broker (Tansu), over hand-made walrelay-style streams produced with
+//! `walrelay verify`, the real binary, against a real broker (Tansu, or
+//! Apache Kafka with WALRELAY_BROKER=kafka), over hand-made walrelay-style streams produced with
 //! rdkafka: a clean stream with a replayed tail, a key out of order, a gap.
 
 use std::process::{Command, Output};
@@ -13,7 +13,7 @@ use serde_json::Value;
 use walrelay::key::EventKey;
 use walrelay::record::header;
 use walrelay::verify::exit;
-use walrelay_testkit::TansuBroker;
+use walrelay_testkit::TestBroker;
 
 const SOURCE: &str = "7301234567890123456/postgres/walrelay";
 
@@ -39,10 +39,10 @@ fn session(partition: i32, keys: &[u64]) -> Vec<Spec> {
         .collect()
 }
 
-async fn start_broker(topic: &str) -> Result<TansuBroker> {
+async fn start_broker(topic: &str) -> Result<TestBroker> {
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
-        let broker = TansuBroker::start()?;
+        let broker = TestBroker::start()?;
         broker.create_topic(&topic, 2)?;
         Ok(broker)
     })

@@ -1,7 +1,8 @@
 //! The consumer conformance suite, Rust side: every scenario of
 //! `conformance/scenarios.json` (the file the Python package's
 //! `python/tests/test_conformance.py` runs too) against one real
-//! PostgreSQL and one Tansu broker, each scenario in its own database,
+//! PostgreSQL and one broker (Tansu, or Apache Kafka with
+//! WALRELAY_BROKER=kafka), each scenario in its own database,
 //! topic and consumer group, all scenarios at once.
 //!
 //! conformance/README.md describes the actions and the checks; both
@@ -20,7 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_postgres::Transaction;
 use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore, Settings};
-use walrelay_testkit::{ClusterOptions, PgCluster, TansuBroker};
+use walrelay_testkit::{ClusterOptions, PgCluster, TestBroker};
 
 use world::{apply, run};
 
@@ -40,7 +41,7 @@ async fn every_scenario_of_the_shared_file() -> anyhow::Result<()> {
     support::init_tracing();
     let file = scenario::load()?;
     let cluster = tokio::task::spawn_blocking(|| PgCluster::start(ClusterOptions::default()));
-    let broker = tokio::task::spawn_blocking(TansuBroker::start);
+    let broker = tokio::task::spawn_blocking(TestBroker::start);
     let shared = Arc::new(Shared {
         cluster: cluster.await??,
         broker: broker.await??,
@@ -107,5 +108,5 @@ async fn conformance_child() -> anyhow::Result<()> {
 
 struct Shared {
     cluster: PgCluster,
-    broker: TansuBroker,
+    broker: TestBroker,
 }

@@ -1,4 +1,4 @@
-//! One scenario played against the shared PostgreSQL and Tansu: its
+//! One scenario played against the shared PostgreSQL and broker: its
 //! database, topic and group, the records its relays produce, the
 //! consumers it starts and stops, and the final checks.
 
@@ -19,7 +19,7 @@ use walrelay_consumer::{
     Settings,
 };
 use walrelay_contract::header;
-use walrelay_testkit::TansuBroker;
+use walrelay_testkit::TestBroker;
 
 use crate::scenario::{
     self, Count, Defaults, HandlerKind, Ledger, Poison, RedriveHandler, Scenario, Seq, Step,
@@ -109,7 +109,7 @@ pub(crate) async fn run(
     let partitions = defaults.partitions;
     {
         let topic = topic.clone();
-        let broker_ref: &TansuBroker = &shared.broker;
+        let broker_ref: &TestBroker = &shared.broker;
         // create_topic blocks (admin client); fine on a worker thread.
         tokio::task::block_in_place(|| broker_ref.create_topic(&topic, partitions))?;
     }

@@ -1,6 +1,6 @@
 //! Shared set-up for the relay's end-to-end tests: a throwaway PostgreSQL
-//! with an outbox table, a throwaway Tansu broker, and checks over what
-//! arrived in Kafka.
+//! with an outbox table, a throwaway broker (Tansu, or Apache Kafka with
+//! `WALRELAY_BROKER=kafka`), and checks over what arrived in Kafka.
 
 #![allow(dead_code)]
 
@@ -13,8 +13,8 @@ use walrelay::key::EventKey;
 use walrelay::pipeline::Trace;
 use walrelay_pgoutput::Lsn;
 use walrelay_testkit::{
-    db, outbox_table, ClusterOptions, ConsumedRecord, OutboxKeys, PgCluster, TansuBroker, TestDb,
-    BUSY_TABLE,
+    db, outbox_table, BrokerKind, ClusterOptions, ConsumedRecord, OutboxKeys, PgCluster,
+    TestBroker, TestDb, BUSY_TABLE,
 };
 
 /// Keys first seen, per (topic, partition), in offset order.
@@ -31,15 +31,28 @@ pub fn schema() -> String {
 pub struct Env {
     pub cluster: PgCluster,
     pub client: tokio_postgres::Client,
-    pub broker: Option<TansuBroker>,
+    pub broker: Option<TestBroker>,
 }
 
 impl Env {
-    /// PostgreSQL and Tansu.
+    /// PostgreSQL and the broker `WALRELAY_BROKER` names (Tansu unless it
+    /// says `kafka`).
     pub async fn start() -> Result<Env> {
+        Self::start_on(BrokerKind::from_env()?).await
+    }
+
+    /// PostgreSQL and a broker of `kind`, for tests that need one (e.g.
+    /// Tansu, to stop and restart it).
+    pub async fn start_on(kind: BrokerKind) -> Result<Env> {
         let mut env = Self::postgres_only(ClusterOptions::default()).await?;
-        env.broker = Some(tokio::task::spawn_blocking(TansuBroker::start).await??);
+        env.broker =
+            Some(tokio::task::spawn_blocking(move || TestBroker::start_kind(kind)).await??);
         Ok(env)
+    }
+
+    /// The broker.
+    pub fn broker(&self) -> &TestBroker {
+        self.broker.as_ref().expect("started with a broker")
     }
 
     pub async fn postgres_only(opts: ClusterOptions) -> Result<Env> {

@@ -1,10 +1,7 @@
 //! Creating topics on a running broker: the admin API, `tansu topic create`
 //! as the fallback, and waiting until metadata shows the topic.
 
-use std::future::Future;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -13,6 +10,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::TansuBroker;
+use crate::broker::util::block_on;
 use crate::cluster::HOST;
 use crate::kafka::client_config;
 
@@ -122,29 +120,5 @@ impl TansuBroker {
     /// for all topics, so it never auto-creates the topic).
     fn topic_partitions(&self, name: &str) -> anyhow::Result<usize> {
         crate::kafka::partition_count(&self.bootstrap_servers(), name)
-    }
-}
-
-/// Runs a future to completion on the current thread. Enough for rdkafka's
-/// admin futures, which are completed by the admin client's own thread and
-/// need no runtime; usable whether or not a Tokio runtime is running.
-fn block_on<F: Future>(fut: F) -> F::Output {
-    struct ThreadWaker(std::thread::Thread);
-    impl Wake for ThreadWaker {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-    let mut cx = TaskContext::from_waker(&waker);
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(output) => return output,
-            Poll::Pending => std::thread::park(),
-        }
     }
 }

@@ -1,0 +1,150 @@
+//! Topic administration through the Kafka admin API, for brokers that
+//! implement it (Apache Kafka): create, add partitions, delete, and wait
+//! until metadata shows the result. Blocking.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::util::block_on;
+use crate::kafka::client_config;
+
+/// How long an operation waits for metadata to show its result.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(50);
+
+fn admin(bootstrap: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
+    client_config(bootstrap)
+        .create()
+        .context("creating an admin client")
+}
+
+fn options() -> AdminOptions {
+    AdminOptions::new()
+        .request_timeout(Some(Duration::from_secs(10)))
+        .operation_timeout(Some(Duration::from_secs(10)))
+}
+
+/// Creates `name` with `partitions` partitions and the given replication
+/// factor, then waits until metadata shows them all with a leader. An
+/// existing topic with that many partitions is fine.
+pub(crate) fn create_topic(
+    bootstrap: &str,
+    name: &str,
+    partitions: i32,
+    replication: i32,
+) -> anyhow::Result<()> {
+    if partitions < 1 {
+        bail!("topic {name:?}: partitions must be at least 1, not {partitions}");
+    }
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(replication));
+    let results = block_on(admin(bootstrap)?.create_topics([&topic], &options()))
+        .with_context(|| format!("creating topic {name:?}"))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => bail!("creating topic {topic:?}: {code}"),
+        }
+    }
+    await_partitions(bootstrap, name, partitions)
+}
+
+/// Raises `name`'s partition count to `total`; waits until metadata shows
+/// them all with a leader.
+pub(crate) fn add_partitions(bootstrap: &str, name: &str, total: i32) -> anyhow::Result<()> {
+    let total_usize = usize::try_from(total)?;
+    let new = NewPartitions::new(name, total_usize);
+    let results = block_on(admin(bootstrap)?.create_partitions([&new], &options()))
+        .with_context(|| format!("adding partitions to {name:?}"))?;
+    for result in results {
+        if let Err((topic, code)) = result {
+            bail!("adding partitions to {topic:?} (to {total}): {code}");
+        }
+    }
+    await_partitions(bootstrap, name, total)
+}
+
+/// Deletes the given topics and waits until metadata no longer lists them.
+pub(crate) fn delete_topics(bootstrap: &str, names: &[&str]) -> anyhow::Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let results = block_on(admin(bootstrap)?.delete_topics(names, &options()))
+        .with_context(|| format!("deleting topics {names:?}"))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((topic, code)) => bail!("deleting topic {topic:?}: {code}"),
+        }
+    }
+    let wanted: BTreeSet<&str> = names.iter().copied().collect();
+    settle(bootstrap, "deleted topics to disappear", |client| {
+        let md = client.fetch_metadata(None, Duration::from_secs(5))?;
+        Ok(!md.topics().iter().any(|t| wanted.contains(t.name())))
+    })
+}
+
+/// The names of every topic but the broker's internal ones (`__...`).
+pub(crate) fn user_topics(bootstrap: &str) -> anyhow::Result<Vec<String>> {
+    let client: BaseConsumer = client_config(bootstrap).create()?;
+    let md = client
+        .fetch_metadata(None, Duration::from_secs(5))
+        .with_context(|| format!("fetching metadata from {bootstrap}"))?;
+    Ok(md
+        .topics()
+        .iter()
+        .map(|t| t.name().to_owned())
+        .filter(|n| !n.starts_with("__"))
+        .collect())
+}
+
+/// Waits until metadata shows `name` with exactly `partitions` partitions,
+/// each with a leader.
+fn await_partitions(bootstrap: &str, name: &str, partitions: i32) -> anyhow::Result<()> {
+    let expected = usize::try_from(partitions)?;
+    settle(
+        bootstrap,
+        &format!("{name:?} to show {partitions} partitions with leaders"),
+        |client| {
+            let md = client.fetch_metadata(Some(name), Duration::from_secs(5))?;
+            Ok(md.topics().iter().any(|t| {
+                t.name() == name
+                    && t.error().is_none()
+                    && t.partitions().len() == expected
+                    && t.partitions()
+                        .iter()
+                        .all(|p| p.leader() >= 0 && p.error().is_none())
+            }))
+        },
+    )
+}
+
+fn settle(
+    bootstrap: &str,
+    what: &str,
+    mut done: impl FnMut(&BaseConsumer) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let client: BaseConsumer = client_config(bootstrap)
+        .set("allow.auto.create.topics", "false")
+        .create()?;
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let last = done(&client);
+        if matches!(last, Ok(true)) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let state = match last {
+                Ok(_) => "not yet".to_owned(),
+                Err(e) => format!("{e:#}"),
+            };
+            bail!("waited {SETTLE_TIMEOUT:?} for {what} on {bootstrap} ({state})");
+        }
+        std::thread::sleep(POLL);
+    }
+}

@@ -1,0 +1,338 @@
+//! Throwaway Apache Kafka clusters: KRaft nodes that are broker and
+//! controller at once, on free ports of 127.0.0.1, from the jars
+//! `scripts/install-kafka.sh` installs (or `$WALRELAY_KAFKA_HOME`).
+//!
+//! [`KafkaCluster::start`] formats each node's storage, starts the JVMs and
+//! returns once every node answers metadata requests listing all of them
+//! (a few seconds: a JVM start). Dropping it kills the JVMs and removes the
+//! directory (`WALRELAY_KEEP_BROKER=1` keeps it). Settings are Kafka's
+//! defaults except what a small cluster needs ([`config`]). One node is
+//! what the suites use today; [`KafkaOptions::nodes`] is there for a
+//! three-node cluster.
+//!
+//! Unlike Tansu: the high watermark is the offset after the last record,
+//! `read_committed` hides aborted transactions, partitions can be added,
+//! auto-created topics get one partition (`num.partitions`), and the
+//! storage survives a restart of a node.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::broker::util::{free_port, keep_broker};
+use crate::cluster::HOST;
+use crate::kafka::client_config;
+
+mod config;
+mod home;
+mod node;
+mod shared;
+
+pub use config::NodePorts;
+pub use home::{KafkaHome, KAFKA_HOME_ENV, KAFKA_VERSION};
+pub use node::KafkaNode;
+pub use shared::SharedKafka;
+
+/// How often a start is retried when another process took a chosen port.
+const PORT_ATTEMPTS: usize = 4;
+/// How long the JVMs may take until every node answers metadata requests.
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct KafkaOptions {
+    /// Combined broker-controller nodes, every one a voter (1 or 3).
+    pub nodes: usize,
+}
+
+impl Default for KafkaOptions {
+    fn default() -> Self {
+        KafkaOptions { nodes: 1 }
+    }
+}
+
+/// A running Apache Kafka cluster of combined KRaft nodes.
+#[derive(Debug)]
+pub struct KafkaCluster {
+    home: KafkaHome,
+    dir: PathBuf,
+    cluster_id: String,
+    nodes: Vec<KafkaNode>,
+    started_in: Duration,
+}
+
+impl KafkaCluster {
+    /// Finds the install ([`KafkaHome::find`]) and starts `opts.nodes`
+    /// nodes; blocking. Errors carry the tail of the nodes' logs.
+    pub fn start(opts: KafkaOptions) -> anyhow::Result<KafkaCluster> {
+        Self::start_with_home(KafkaHome::find()?, opts)
+    }
+
+    /// Like [`KafkaCluster::start`], with an explicit install.
+    pub fn start_with_home(home: KafkaHome, opts: KafkaOptions) -> anyhow::Result<KafkaCluster> {
+        if opts.nodes == 0 {
+            bail!("a Kafka cluster needs at least one node");
+        }
+        let began = Instant::now();
+        let mut last_error = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let dir = tempfile::Builder::new()
+                .prefix("walrelay-kafka-")
+                .tempdir()
+                .context("creating the cluster directory")?
+                .keep();
+            let mut cluster = KafkaCluster {
+                home: home.clone(),
+                dir,
+                cluster_id: random_cluster_id(),
+                nodes: Vec::new(),
+                started_in: Duration::ZERO,
+            };
+            match cluster.boot(opts.nodes) {
+                Ok(()) => {
+                    cluster.started_in = began.elapsed();
+                    tracing::info!(
+                        "Apache Kafka ({} node(s)) at {} ready in {:?}",
+                        opts.nodes,
+                        cluster.bootstrap_servers(),
+                        cluster.started_in
+                    );
+                    return Ok(cluster);
+                }
+                // A node exited while starting: most likely a port that
+                // another process took meanwhile; try other ports.
+                Err(e) if cluster.any_exited() => {
+                    tracing::debug!("kafka: a node exited while starting, retrying: {e:#}");
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error
+            .unwrap_or_else(|| anyhow!("no attempt made"))
+            .context(format!(
+                "starting Apache Kafka failed {PORT_ATTEMPTS} times"
+            )))
+    }
+
+    fn boot(&mut self, n: usize) -> anyhow::Result<()> {
+        let mut ports = Vec::with_capacity(n);
+        for _ in 0..n {
+            ports.push(NodePorts {
+                broker: free_port()?,
+                controller: free_port()?,
+            });
+        }
+        for id in 1..=n {
+            let node = KafkaNode::new(id, &ports, self.dir.join(format!("node-{id}")))?;
+            self.nodes.push(node);
+        }
+        // Format in parallel: each is a JVM start of its own.
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .nodes
+                .iter()
+                .map(|node| s.spawn(|| node.format(&self.home, &self.cluster_id)))
+                .collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().map_err(|_| anyhow!("format panicked"))?)
+        })?;
+        for node in &mut self.nodes {
+            node.spawn(&self.home)?;
+        }
+        self.wait_ready().map_err(|e| {
+            e.context(format!(
+                "Apache Kafka did not become ready; logs:\n{}",
+                self.log_tail(30)
+            ))
+        })
+    }
+
+    fn any_exited(&mut self) -> bool {
+        self.nodes
+            .iter_mut()
+            .any(|n| matches!(n.exit_status(), Ok(Some(_))))
+    }
+
+    /// Every node answers a metadata request that lists all the nodes, and
+    /// the cluster id is this cluster's.
+    fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut last_error = anyhow!("no metadata request made");
+        for i in 0..self.nodes.len() {
+            let addr = format!("{HOST}:{}", self.nodes[i].port());
+            let client: BaseConsumer = client_config(&addr)
+                .create()
+                .context("creating a Kafka client")?;
+            loop {
+                if let Some(status) = self.nodes[i].exit_status()? {
+                    bail!("node {} exited while starting ({status})", i + 1);
+                }
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                let timeout = remaining.clamp(Duration::from_millis(100), Duration::from_secs(1));
+                match client.fetch_metadata(None, timeout) {
+                    Ok(md) if md.brokers().len() == self.nodes.len() => {
+                        match client.client().fetch_cluster_id(timeout) {
+                            Some(id) if id == self.cluster_id => break,
+                            Some(id) => bail!("another cluster ({id:?}) answers on {addr}"),
+                            None => last_error = anyhow!("no cluster id from {addr}"),
+                        }
+                    }
+                    Ok(md) => {
+                        last_error = anyhow!(
+                            "{addr} lists {} of {} brokers",
+                            md.brokers().len(),
+                            self.nodes.len()
+                        )
+                    }
+                    Err(e) => last_error = anyhow!(e).context(format!("metadata from {addr}")),
+                }
+                if Instant::now() >= deadline {
+                    return Err(last_error.context(format!("not ready within {READY_TIMEOUT:?}")));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every node's broker listener, comma-separated, for
+    /// `bootstrap.servers`.
+    pub fn bootstrap_servers(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("{HOST}:{}", n.port()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The nodes, by id (node `i` at index `i - 1`).
+    pub fn nodes(&self) -> &[KafkaNode] {
+        &self.nodes
+    }
+
+    /// The cluster's directory (a `node-<id>` directory per node).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// How long the start took (format, JVM start, first metadata).
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// The replication factor topics get: the node count, at most 3.
+    pub fn replication_factor(&self) -> i32 {
+        self.nodes.len().min(3) as i32
+    }
+
+    /// Creates a topic with `partitions` partitions (replication
+    /// [`KafkaCluster::replication_factor`]) and waits until every
+    /// partition has a leader. An existing topic of that size is fine.
+    pub fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
+        crate::broker::admin::create_topic(
+            &self.bootstrap_servers(),
+            name,
+            partitions,
+            self.replication_factor(),
+        )
+    }
+
+    /// Raises a topic's partition count to `total` (what
+    /// `kafka-topics --alter --partitions` does).
+    pub fn add_partitions(&self, name: &str, total: i32) -> anyhow::Result<()> {
+        crate::broker::admin::add_partitions(&self.bootstrap_servers(), name, total)
+    }
+
+    /// Deletes topics and waits until metadata no longer lists them.
+    pub fn delete_topics(&self, names: &[&str]) -> anyhow::Result<()> {
+        crate::broker::admin::delete_topics(&self.bootstrap_servers(), names)
+    }
+
+    /// The last `n` lines of each node's log, under a heading per node.
+    pub fn log_tail(&self, n: usize) -> String {
+        self.nodes
+            .iter()
+            .map(|node| {
+                format!(
+                    "--- Kafka node {} ({}) ---\n{}",
+                    node.id(),
+                    node.log_path().display(),
+                    node.log_tail(n)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for KafkaCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Err(e) = node.kill() {
+                tracing::warn!("killing Kafka node {}: {e:#}", node.id());
+            }
+        }
+        if keep_broker() {
+            eprintln!(
+                "walrelay-testkit: keeping the Kafka cluster directory {} ({}; \
+                 {} is set)",
+                self.dir.display(),
+                self.bootstrap_servers(),
+                crate::broker::util::KEEP_BROKER_ENV
+            );
+        } else if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            tracing::warn!("removing {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// A random cluster id: 16 random bytes in URL-safe base64 without
+/// padding (22 characters), the form `kafka-storage random-uuid` prints.
+fn random_cluster_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bytes = [0u8; 16];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(i);
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos(),
+        );
+        h.write_u32(std::process::id());
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    let bits: u128 = u128::from_be_bytes(bytes);
+    let mut out = Vec::with_capacity(22);
+    // 22 sextets cover 132 bits: the 128 bits, then 4 zero bits.
+    for i in 0..22 {
+        let shift = 128i32 - 6 * (i + 1);
+        let sextet = if shift >= 0 {
+            (bits >> shift) & 0x3f
+        } else {
+            (bits << (-shift)) & 0x3f
+        };
+        out.push(ALPHABET[sextet as usize]);
+    }
+    String::from_utf8(out).expect("base64 alphabet is ASCII")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cluster_ids_are_22_url_safe_characters_and_differ() {
+        let a = super::random_cluster_id();
+        let b = super::random_cluster_id();
+        assert_eq!(a.len(), 22);
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+        assert_ne!(a, b);
+    }
+}

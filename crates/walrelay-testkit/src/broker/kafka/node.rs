@@ -1,0 +1,195 @@
+//! One Apache Kafka node (broker and controller in one JVM): formatting
+//! its storage, the process with a watchdog, and killing it.
+//!
+//! The watchdog (`sh`, its stdin a pipe only this process writes to) kills
+//! the JVM and removes the node's directory when this process ends without
+//! dropping the node, e.g. a test binary exiting with a broker still shared
+//! in a `static`: the kernel closes the pipe, `read` returns, the JVM dies.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+
+use anyhow::{bail, Context};
+
+use super::config::{server_properties, NodePorts};
+use super::home::KafkaHome;
+use crate::broker::util::{keep_broker, kill_child, last_lines};
+
+/// The JVM heap of a test node.
+const HEAP: &str = "512m";
+
+/// `sh -c WATCHDOG watchdog PID NODE_DIR keep|remove`: waits for EOF on
+/// stdin, then kills the JVM and removes the node's directory (and the
+/// cluster's, once empty).
+const WATCHDOG: &str = r#"read -r _; kill -9 "$1" 2>/dev/null
+[ "$3" = keep ] || { rm -rf "$2"; rmdir "$(dirname "$2")" 2>/dev/null; }"#;
+
+/// One node of a [`super::KafkaCluster`].
+#[derive(Debug)]
+pub struct KafkaNode {
+    id: usize,
+    ports: NodePorts,
+    dir: PathBuf,
+    process: Option<Process>,
+}
+
+#[derive(Debug)]
+struct Process {
+    java: Child,
+    watchdog: Child,
+    /// Held open: the watchdog acts when it closes.
+    _pipe: ChildStdin,
+}
+
+impl KafkaNode {
+    /// Writes `server.properties` for node `id` of `all` into `dir`.
+    pub(crate) fn new(id: usize, all: &[NodePorts], dir: PathBuf) -> anyhow::Result<KafkaNode> {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let data = dir.join("data");
+        std::fs::write(
+            dir.join("server.properties"),
+            server_properties(id, all, &data),
+        )?;
+        Ok(KafkaNode {
+            id,
+            ports: all[id - 1],
+            dir,
+            process: None,
+        })
+    }
+
+    /// The node id (1-based).
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// The broker listener's port (clients connect here).
+    pub fn port(&self) -> u16 {
+        self.ports.broker
+    }
+
+    /// The CONTROLLER listener's port.
+    pub fn controller_port(&self) -> u16 {
+        self.ports.controller
+    }
+
+    /// The node's log (every start appends to it).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("broker.log")
+    }
+
+    /// The node's directory (`server.properties`, `data/`, `broker.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The JVM's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|p| p.java.id())
+    }
+
+    /// The last `n` lines of the node's log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let bytes = std::fs::read(self.log_path()).unwrap_or_default();
+        last_lines(&String::from_utf8_lossy(&bytes), n)
+    }
+
+    /// `kafka.tools.StorageTool format` of the node's data directory for
+    /// `cluster_id` (with the static voters of its configuration).
+    pub(crate) fn format(&self, home: &KafkaHome, cluster_id: &str) -> anyhow::Result<()> {
+        let out = home
+            .java("256m")?
+            .arg("kafka.tools.StorageTool")
+            .args(["format", "--ignore-formatted", "-t", cluster_id, "-c"])
+            .arg(self.dir.join("server.properties"))
+            .stdin(Stdio::null())
+            .output()
+            .context("running kafka.tools.StorageTool (is Java 17 installed?)")?;
+        if !out.status.success() {
+            bail!(
+                "formatting node {} failed ({}): {}{}",
+                self.id,
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// Starts the node's JVM (and its watchdog); does not wait for it.
+    pub(crate) fn spawn(&mut self, home: &KafkaHome) -> anyhow::Result<()> {
+        if self.process.is_some() {
+            bail!("node {} is already running", self.id);
+        }
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .with_context(|| format!("opening {}", self.log_path().display()))?;
+        let mut cmd = home.java(HEAP)?;
+        cmd.arg("kafka.Kafka")
+            .arg(self.dir.join("server.properties"))
+            .current_dir(&self.dir)
+            .env_remove("KAFKA_OPTS")
+            .env_remove("KAFKA_HEAP_OPTS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        tracing::debug!("starting Kafka node {}: {cmd:?}", self.id);
+        let mut java = cmd
+            .spawn()
+            .context("starting java (is Java 17 installed?)")?;
+        let watchdog = Command::new("sh")
+            .args(["-c", WATCHDOG, "walrelay-kafka-watchdog"])
+            .arg(java.id().to_string())
+            .arg(&self.dir)
+            .arg(if keep_broker() { "keep" } else { "remove" })
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let mut watchdog = match watchdog {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = kill_child(&mut java);
+                return Err(e).context("starting the broker's watchdog (sh)");
+            }
+        };
+        let pipe = watchdog.stdin.take().context("the watchdog's stdin")?;
+        self.process = Some(Process {
+            java,
+            watchdog,
+            _pipe: pipe,
+        });
+        Ok(())
+    }
+
+    /// The JVM's exit status, if it exited; an error when not started.
+    pub(crate) fn exit_status(&mut self) -> anyhow::Result<Option<ExitStatus>> {
+        match &mut self.process {
+            Some(p) => Ok(p.java.try_wait()?),
+            None => bail!("node {} is not running", self.id),
+        }
+    }
+
+    /// Kills the JVM (SIGKILL) and waits for it; the data stays, so
+    /// [`KafkaNode::spawn`] starts it again. No-op when not running.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        let Some(mut p) = self.process.take() else {
+            return Ok(());
+        };
+        // The watchdog first: then the JVM's pid cannot be reused under it.
+        let _ = kill_child(&mut p.watchdog);
+        kill_child(&mut p.java)
+    }
+}
+
+impl Drop for KafkaNode {
+    fn drop(&mut self) {
+        if let Err(e) = self.kill() {
+            tracing::warn!("killing Kafka node {}: {e:#}", self.id);
+        }
+    }
+}

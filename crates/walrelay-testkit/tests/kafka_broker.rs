@@ -1,0 +1,103 @@
+//! Runs real Apache Kafka nodes (the jars `scripts/install-kafka.sh`
+//! installs, or `$WALRELAY_KAFKA_HOME`).
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use walrelay_testkit::{
+    partition_count, read_topics, BrokerKind, KafkaCluster, KafkaOptions, SharedKafka,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn producer(bootstrap: &str) -> anyhow::Result<FutureProducer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "20000")
+        .create()?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_starts_in_seconds_keeps_real_high_watermarks_and_adds_partitions(
+) -> anyhow::Result<()> {
+    let began = Instant::now();
+    let kafka =
+        tokio::task::spawn_blocking(|| KafkaCluster::start(KafkaOptions::default())).await??;
+    println!(
+        "Apache Kafka node ready in {:?} ({:?} in start)",
+        began.elapsed(),
+        kafka.started_in()
+    );
+    let bootstrap = kafka.bootstrap_servers();
+    assert_eq!(kafka.nodes().len(), 1);
+    assert_eq!(bootstrap, format!("127.0.0.1:{}", kafka.nodes()[0].port()));
+    kafka.create_topic("orders", 3)?;
+    kafka.create_topic("orders", 3)?; // an existing topic of that size
+    assert_eq!(partition_count(&bootstrap, "orders")?, 3);
+
+    let p = producer(&bootstrap)?;
+    for i in 0..10 {
+        p.send(
+            FutureRecord::to("orders")
+                .partition(1)
+                .key(&format!("k{i}"))
+                .payload("v"),
+            Duration::from_secs(20),
+        )
+        .await
+        .map_err(|(e, _)| e)?;
+    }
+    let records = read_topics(&bootstrap, &["orders"], 10, TIMEOUT).await?;
+    assert_eq!(records.len(), 10);
+    // The high watermark is the offset after the last record (Tansu's is
+    // the start of the last batch).
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()?;
+    let (low, high) = consumer.fetch_watermarks("orders", 1, Duration::from_secs(10))?;
+    assert_eq!((low, high), (0, 10));
+
+    kafka.add_partitions("orders", 5)?;
+    assert_eq!(partition_count(&bootstrap, "orders")?, 5);
+    kafka.delete_topics(&["orders"])?;
+    assert!(partition_count(&bootstrap, "orders").is_err());
+
+    let dir = kafka.dir().to_path_buf();
+    let pid = kafka.nodes()[0].pid().expect("running");
+    drop(kafka);
+    assert!(!dir.exists(), "{} removed on drop", dir.display());
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the JVM is gone"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_hands_the_node_back_without_the_tests_topics() -> anyhow::Result<()> {
+    let first = tokio::task::spawn_blocking(SharedKafka::lease).await??;
+    let bootstrap = first.bootstrap_servers();
+    first.create_topic("leftover", 2)?;
+    drop(first);
+    let second = tokio::task::spawn_blocking(SharedKafka::lease).await??;
+    assert_eq!(second.bootstrap_servers(), bootstrap, "the same node");
+    assert!(
+        partition_count(&bootstrap, "leftover").is_err(),
+        "the first lease's topic is gone"
+    );
+    // A topic of the same name can be made again at once.
+    second.create_topic("leftover", 4)?;
+    assert_eq!(partition_count(&bootstrap, "leftover")?, 4);
+    Ok(())
+}
+
+#[test]
+fn broker_kinds_parse() {
+    assert_eq!("kafka".parse::<BrokerKind>().unwrap(), BrokerKind::Kafka);
+    assert_eq!("Tansu".parse::<BrokerKind>().unwrap(), BrokerKind::Tansu);
+    let err = "redpanda".parse::<BrokerKind>().unwrap_err().to_string();
+    assert!(err.contains("WALRELAY_BROKER"), "{err}");
+}
