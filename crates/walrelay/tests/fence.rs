@@ -18,7 +18,7 @@ use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use support::{key_of, spawn_relay, Env, WAIT};
 use walrelay::key::EventKey;
 use walrelay_testkit::{
@@ -775,9 +775,14 @@ async fn copy_record(
 async fn a_copied_record_at_a_partition_tail_never_makes_the_replay_skip() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
-    let mirror = tokio::task::spawn_blocking(walrelay_testkit::TansuBroker::start).await??;
+    // A Tansu of its own: the shared Kafka node is leased to one test at
+    // a time.
+    let mirror = tokio::task::spawn_blocking(|| {
+        walrelay_testkit::TestBroker::start_kind(walrelay_testkit::BrokerKind::Tansu)
+    })
+    .await??;
     let mirror_bootstrap = mirror.bootstrap_servers();
-    for broker in [env.broker.as_ref().expect("a broker"), &mirror] {
+    for broker in [env.broker(), &mirror] {
         broker.create_topic("orders", 3)?;
     }
     let mut other = env.config(&bootstrap);
@@ -839,4 +844,93 @@ async fn a_copied_record_at_a_partition_tail_never_makes_the_replay_skip() -> Re
         "both copies are named: {text}"
     );
     Ok(())
+}
+
+/// An aborted transactional copy of records of this source (the same
+/// partition, a continuous `walrelay-prev-key` chain: everything else about
+/// it would be trusted) must never become a fence key, even when the
+/// user's Kafka properties ask for `read_uncommitted`: the fence reader
+/// pins `read_committed`. Needs transaction isolation, so Apache Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_transactional_copy_never_becomes_a_fence_key() -> Result<()> {
+    let env = Env::start_on(walrelay_testkit::BrokerKind::Kafka).await?;
+    let bootstrap = env.bootstrap();
+    let mirror = tokio::task::spawn_blocking(|| {
+        walrelay_testkit::TestBroker::start_kind(walrelay_testkit::BrokerKind::Tansu)
+    })
+    .await??;
+    let mirror_bootstrap = mirror.bootstrap_servers();
+    for broker in [env.broker(), &mirror] {
+        broker.create_topic("orders", 1)?;
+    }
+    let mut other = env.config(&bootstrap);
+    other.postgres.slot = "other".into();
+    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::setup::setup(&other).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let main = [
+        "--source-id",
+        "one-source",
+        "--kafka-property",
+        "isolation.level=read_uncommitted",
+    ];
+    let copier = ["--source-id", "one-source", "--slot", "other"];
+
+    let mut ids = write_transactions(&env, "a", 2).await?;
+    relay_slot_to_the_end(&env, &bootstrap, &log, &main, "walrelay").await?;
+    ids.extend(write_transactions(&env, "b", 3).await?);
+    relay_slot_to_the_end(&env, &mirror_bootstrap, &log, &copier, "other").await?;
+
+    // The mirror's records of "b" continue the relay's chain exactly;
+    // written to the relay's partition in a transaction that aborts.
+    let relayed = read_until_quiet(&bootstrap, &["orders"], Duration::from_secs(1), WAIT).await?;
+    let last = relayed.iter().map(key_of).max().context("relayed")?;
+    let mut mirrored =
+        read_until_quiet(&mirror_bootstrap, &["orders"], Duration::from_secs(1), WAIT).await?;
+    mirrored.retain(|r| key_of(r) > last);
+    mirrored.sort_by_key(|r| r.offset);
+    ensure!(!mirrored.is_empty());
+    ensure!(
+        mirrored[0].header_str("walrelay-prev-key") == Some(last.to_hex().as_str()),
+        "the copies continue the partition's chain"
+    );
+    let transactional: rdkafka::producer::BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("transactional.id", "walrelay-test-copier")
+        .create()?;
+    let timeout = Duration::from_secs(30);
+    transactional.init_transactions(timeout)?;
+    transactional.begin_transaction()?;
+    for r in &mirrored {
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in &r.headers {
+            headers = headers.insert(Header {
+                key: k,
+                value: Some(v.as_slice()),
+            });
+        }
+        transactional
+            .send(
+                rdkafka::producer::BaseRecord::<(), [u8]>::to("orders")
+                    .partition(0)
+                    .payload(r.value.as_deref().unwrap_or_default())
+                    .headers(headers),
+            )
+            .map_err(|(e, _)| e)?;
+    }
+    transactional.flush(timeout)?;
+    transactional.abort_transaction(timeout)?;
+
+    relay_slot_to_the_end(&env, &bootstrap, &log, &main, "walrelay").await?;
+    // Read committed: the aborted copies are not there for any reader.
+    let records = read_until_quiet(
+        &bootstrap,
+        &["orders", OUTBOX_TOPIC],
+        Duration::from_secs(1),
+        WAIT,
+    )
+    .await?;
+    let ours: Vec<&ConsumedRecord> = records.iter().collect();
+    check_each_once(&ours, &ids)
 }
