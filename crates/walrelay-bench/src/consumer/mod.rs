@@ -67,7 +67,7 @@ const EFFECTS: &str = "
     );";
 pub(crate) const EFFECT_INSERT_ONE: &str =
     "INSERT INTO applied_events (event_id, payload) VALUES ($1, $2)";
-const EFFECT_INSERT_BATCH: &str = "INSERT INTO applied_events (event_id, payload) \
+pub(crate) const EFFECT_INSERT_BATCH: &str = "INSERT INTO applied_events (event_id, payload) \
      SELECT * FROM unnest($1::text[], $2::text[])";
 
 /// How long a consumer run may take before the bench gives up.
@@ -82,8 +82,15 @@ pub enum Consumer {
     WalrelayRecord,
     #[serde(rename = "inbox table, 1 record/tx")]
     Inbox1,
+    /// Two statements per record, 500 records per transaction.
     #[serde(rename = "inbox table, 500 records/tx")]
     Inbox500,
+    /// Ids and effects each one multi-row statement per 500 records.
+    #[serde(rename = "inbox table, careful (multi-row, 500/tx)")]
+    InboxCareful,
+    /// The careful loop's effects with no deduplication at all.
+    #[serde(rename = "apply limit (multi-row effects, no dedupe)")]
+    ApplyLimit,
     /// A plain rdkafka consumer that only counts: the broker's read limit.
     #[serde(rename = "read limit (rdkafka, no processing)")]
     ReadLimit,
@@ -99,7 +106,9 @@ impl Consumer {
             Consumer::WalrelayBatch => "walrelay, batch handler",
             Consumer::WalrelayRecord => "walrelay, per-record handler",
             Consumer::Inbox1 => "inbox table, 1 record/tx",
-            Consumer::Inbox500 => "inbox table, 500 records/tx",
+            Consumer::Inbox500 => "inbox table, a statement per record, 500/tx",
+            Consumer::InboxCareful => "inbox table, careful (multi-row, 500/tx)",
+            Consumer::ApplyLimit => "apply limit (multi-row effects, no dedupe)",
             Consumer::ReadLimit => "read limit (rdkafka, no processing)",
             Consumer::PythonBatch => "Python package, batch handler",
             Consumer::PythonRecord => "Python package, per-record handler",
@@ -112,6 +121,8 @@ impl Consumer {
             Consumer::WalrelayRecord => "wr_record",
             Consumer::Inbox1 => "inbox_1",
             Consumer::Inbox500 => "inbox_500",
+            Consumer::InboxCareful => "inbox_careful",
+            Consumer::ApplyLimit => "apply_limit",
             Consumer::ReadLimit => "read",
             Consumer::PythonBatch => "py_batch",
             Consumer::PythonRecord => "py_record",
@@ -257,6 +268,8 @@ pub async fn run(
             for consumer in [
                 Consumer::WalrelayBatch,
                 Consumer::WalrelayRecord,
+                Consumer::ApplyLimit,
+                Consumer::InboxCareful,
                 Consumer::Inbox500,
                 Consumer::Inbox1,
                 Consumer::ReadLimit,
@@ -267,8 +280,8 @@ pub async fn run(
                     continue;
                 }
                 if *partitions == 1 && matches!(consumer, Consumer::Inbox1 | Consumer::Inbox500) {
-                    // The inbox consumer is serial: its 1-partition run
-                    // would repeat the 4-partition one.
+                    // The slow inbox consumers are serial: their
+                    // 1-partition run would repeat the 4-partition one.
                     continue;
                 }
                 n += 1;
@@ -470,12 +483,17 @@ async fn start(
         Consumer::ReadLimit => {
             tokio::spawn(async move { read_only(kafka, &topic, applied, stop).await })
         }
-        Consumer::Inbox1 | Consumer::Inbox500 => {
-            let per_tx = if consumer == Consumer::Inbox1 { 1 } else { 500 };
+        Consumer::Inbox1 | Consumer::Inbox500 | Consumer::InboxCareful | Consumer::ApplyLimit => {
+            let (per_tx, style) = match consumer {
+                Consumer::Inbox1 => (1, inbox::Style::PerRecord),
+                Consumer::Inbox500 => (500, inbox::Style::PerRecord),
+                Consumer::InboxCareful => (500, inbox::Style::Careful),
+                _ => (500, inbox::Style::NoDedupe),
+            };
             let client = connect(dsn).await?;
-            tokio::spawn(
-                async move { inbox::run(kafka, &topic, client, per_tx, applied, stop).await },
-            )
+            tokio::spawn(async move {
+                inbox::run(kafka, &topic, client, per_tx, style, applied, stop).await
+            })
         }
         Consumer::PythonBatch | Consumer::PythonRecord => unreachable!("started above"),
     })
