@@ -98,6 +98,10 @@ pub enum Consumer {
     PythonBatch,
     #[serde(rename = "Python package, per-record handler")]
     PythonRecord,
+    #[serde(rename = "Python inbox table, careful (multi-row, 500/tx)")]
+    PythonInboxCareful,
+    #[serde(rename = "Python apply limit (multi-row effects, no dedupe)")]
+    PythonApplyLimit,
 }
 
 impl Consumer {
@@ -112,6 +116,8 @@ impl Consumer {
             Consumer::ReadLimit => "read limit (rdkafka, no processing)",
             Consumer::PythonBatch => "Python package, batch handler",
             Consumer::PythonRecord => "Python package, per-record handler",
+            Consumer::PythonInboxCareful => "Python inbox table, careful (multi-row, 500/tx)",
+            Consumer::PythonApplyLimit => "Python apply limit (multi-row effects, no dedupe)",
         }
     }
 
@@ -126,11 +132,19 @@ impl Consumer {
             Consumer::ReadLimit => "read",
             Consumer::PythonBatch => "py_batch",
             Consumer::PythonRecord => "py_record",
+            Consumer::PythonInboxCareful => "py_inbox_careful",
+            Consumer::PythonApplyLimit => "py_apply_limit",
         }
     }
 
-    fn is_python(self) -> bool {
-        matches!(self, Consumer::PythonBatch | Consumer::PythonRecord)
+    fn python_mode(self) -> Option<python::Mode> {
+        match self {
+            Consumer::PythonBatch => Some(python::Mode::PackageBatch),
+            Consumer::PythonRecord => Some(python::Mode::PackageRecord),
+            Consumer::PythonInboxCareful => Some(python::Mode::InboxCareful),
+            Consumer::PythonApplyLimit => Some(python::Mode::ApplyLimit),
+            _ => None,
+        }
     }
 }
 
@@ -256,7 +270,15 @@ pub async fn run(
         topics
     );
 
-    let python = if options.wants(Consumer::PythonBatch) || options.wants(Consumer::PythonRecord) {
+    let python = if [
+        Consumer::PythonBatch,
+        Consumer::PythonRecord,
+        Consumer::PythonInboxCareful,
+        Consumer::PythonApplyLimit,
+    ]
+    .into_iter()
+    .any(|c| options.wants(c))
+    {
         Some(python::venv_python().await?)
     } else {
         None
@@ -275,6 +297,8 @@ pub async fn run(
                 Consumer::ReadLimit,
                 Consumer::PythonBatch,
                 Consumer::PythonRecord,
+                Consumer::PythonApplyLimit,
+                Consumer::PythonInboxCareful,
             ] {
                 if !options.wants(consumer) {
                     continue;
@@ -399,7 +423,7 @@ async fn start(
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<Result<()>>> {
     let kafka = kafka_config(env, group);
-    if consumer.is_python() {
+    if let Some(mode) = consumer.python_mode() {
         let python = python.context("no Python interpreter for the Python consumer")?;
         let target = python::Target {
             python,
@@ -407,7 +431,7 @@ async fn start(
             topic,
             dsn,
             group,
-            batch: consumer == Consumer::PythonBatch,
+            mode,
         };
         return python::start(target, applied, stop);
     }
@@ -495,7 +519,10 @@ async fn start(
                 inbox::run(kafka, &topic, client, per_tx, style, applied, stop).await
             })
         }
-        Consumer::PythonBatch | Consumer::PythonRecord => unreachable!("started above"),
+        Consumer::PythonBatch
+        | Consumer::PythonRecord
+        | Consumer::PythonInboxCareful
+        | Consumer::PythonApplyLimit => unreachable!("started above"),
     })
 }
 
