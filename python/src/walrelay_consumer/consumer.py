@@ -578,6 +578,7 @@ class ConsumerLoop:
         """Acts on a batch's outcome: store the offset, or retry, or stop."""
         if isinstance(result, HandlerFailed) and not conn_gone:
             self.metrics.failed()
+            p.put_back(records)
             n = p.handler_failed(str(result.error), result.index, len(records), self.settings, now)
             offset = records[result.index].record.offset if result.index is not None else None
             log.warning(
@@ -591,7 +592,6 @@ class ConsumerLoop:
                 len(records),
                 result.error,
             )
-            p.put_back(records)
             return
         if isinstance(result, CorruptHwm):
             p.put_back(records)

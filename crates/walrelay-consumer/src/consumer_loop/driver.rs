@@ -478,6 +478,10 @@ impl<'a> Driver<'a> {
                 p.put_back(records);
             }
             Some((error, index, false)) => {
+                let offset = index.and_then(|i| records.get(i)).map(|r| r.message.offset());
+                let first = records.first().map_or(-1, |r| r.message.offset());
+                let last = records.last().map_or(-1, |r| r.message.offset());
+                p.put_back(records);
                 let n = p.handler_failed(error.clone(), index, take, &self.settings, now);
                 self.metrics.retries.inc();
                 tracing::warn!(
@@ -485,10 +489,12 @@ impl<'a> Driver<'a> {
                     partition = tp.1,
                     attempt = n,
                     attempts = self.settings.retry.attempts,
-                    offset = index.and_then(|i| records.get(i)).map(|r| r.message.offset()),
-                    "handler failed, batch of {take} rolled back and retried: {error}"
+                    offset,
+                    offsets = %format_args!("{first}..{last}"),
+                    "batch of {take} rolled back and retried (not a database outage: counted as \
+                     an attempt; a batch of several whose failing record is unknown is then \
+                     applied one record per transaction): {error}"
                 );
-                p.put_back(records);
             }
         }
     }
