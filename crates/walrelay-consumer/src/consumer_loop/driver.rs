@@ -100,6 +100,9 @@ impl<'a> Driver<'a> {
             if *shutdown.borrow_and_update() {
                 break;
             }
+            // Before deciding anything: a revoked partition starts no
+            // batch, an assigned one is resumed.
+            self.apply_rebalances();
             let wake = self.start_jobs(&mut ready);
             let now = Instant::now();
             let hold = may_hold(self.partitions.values(), &self.settings)
@@ -131,6 +134,8 @@ impl<'a> Driver<'a> {
                         break;
                     }
                 }
+                // A rebalance without a record: acted on at the loop's top.
+                () = consumer.context().rebalanced() => {}
                 Some(done) = jobs.next(), if !jobs.is_empty() => self.finish(done),
                 _ = ticker.tick() => self.commit_async(),
                 () = sleep => {}
