@@ -59,6 +59,7 @@ ACTIONS: dict[str, tuple[set[str], set[str]]] = {
     "kill_process": ({"consumer"}, set()),
     "await": (set(), {"effects", "parked", "seen"}),
     "expect_counters": ({"processed", "duplicates", "gaps", "parked"}, set()),
+    "park_row": ({"source", "partition", "offset", "seq"}, set()),
     "redrive": ({"handler", "applied", "failed", "unusable"}, set()),
 }
 
@@ -406,6 +407,22 @@ class World:
             want = (step["processed"], step["duplicates"], step["gaps"], step["parked"])
             got = (c.processed, c.duplicates, c.gaps, c.parked)
             assert got == want, f"counters (processed, duplicates, gaps, parked): expected {want}, got {got}"
+        elif action == "park_row":
+            # As an earlier incarnation of the topic left it.
+            with psycopg.connect(self.dsn, autocommit=True) as c:
+                c.execute(
+                    "INSERT INTO walrelay_consumer_parked (consumer_group, topic, partition, kafka_offset, "
+                    "idempotency_key, source, header_names, header_values, error, attempts) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, '{}', '{}', 'an earlier incarnation', 1)",
+                    (
+                        self.group,
+                        self.topic,
+                        step["partition"],
+                        step["offset"],
+                        key(step["partition"], step["seq"]),
+                        step["source"],
+                    ),
+                )
         elif action == "redrive":
             broken = {"broken": True, "fixed": False}[step["handler"]]
             with psycopg.connect(self.dsn, autocommit=True) as c:
@@ -426,7 +443,7 @@ class World:
             ).fetchall()
             parked = c.execute(
                 "SELECT partition, idempotency_key, attempts FROM walrelay_consumer_parked "
-                "ORDER BY partition, kafka_offset"
+                "ORDER BY partition, kafka_offset, id"
             ).fetchall()
         twice = [(k, n) for k, n in rows if n > 1]
         assert not twice, f"applied more than once: {twice}"

@@ -154,7 +154,7 @@ pub use consumer_loop::{ConfigError, ConsumerLoop, LoopError, StoppedPartition};
 pub use delivery::Delivery;
 pub use meta::{MetaError, RecordMeta};
 pub use metrics::{Counters, CountersSnapshot, LoopMetrics};
-pub use parked::{redrive, RedriveReport};
+pub use parked::{redrive, ParkUnkeyedError, RedriveReport};
 pub use pool::Database;
 pub use settings::{OnPoison, RetryPolicy, Settings};
 pub use store::{HwmRow, HwmStore, Outcome, PgHwmStore, Position, ProcessError, INITIAL_HWM};

@@ -567,3 +567,53 @@ async fn a_mixed_batch_applies_only_new_records() -> anyhow::Result<()> {
     assert_eq!((outcome.applied, outcome.duplicates, calls), (0, 8, 0));
     Ok(())
 }
+
+/// Issue 25, item 5: a table created by the earlier migration had parked
+/// rows unique on (group, topic, partition, offset). The migration drops
+/// that constraint, creates the unique indexes on the event, keeps the
+/// rows, and stays idempotent.
+#[tokio::test]
+async fn the_migration_upgrades_the_parked_table_of_the_earlier_version() -> anyhow::Result<()> {
+    let cluster =
+        tokio::task::spawn_blocking(|| PgCluster::start(ClusterOptions::default())).await??;
+    let client = cluster.client().await?;
+    client
+        .batch_execute(include_str!(
+            "../../../conformance/fixtures/walrelay_consumer_before_parked_event_unique.sql"
+        ))
+        .await?;
+    let insert = "INSERT INTO walrelay_consumer_parked (consumer_group, topic, partition, \
+                  kafka_offset, idempotency_key, source, header_names, header_values, error, \
+                  attempts) VALUES ('g', 't', 0, 4, $1, 's', '{}', '{}', 'boom', 3)";
+    client.execute(insert, &[&EventKey(5).to_hex()]).await?;
+    migrate(&client).await?;
+    migrate(&client).await?;
+    let unique = client
+        .query(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint \
+             WHERE conrelid = 'walrelay_consumer_parked'::regclass AND contype = 'u'",
+            &[],
+        )
+        .await?;
+    assert!(unique.is_empty(), "the offset constraint is left");
+    let indexes: Vec<String> = client
+        .query(
+            "SELECT indexname::text FROM pg_indexes WHERE tablename = 'walrelay_consumer_parked' \
+             ORDER BY 1",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        indexes.contains(&"walrelay_consumer_parked_event".to_owned())
+            && indexes.contains(&"walrelay_consumer_parked_unkeyed".to_owned()),
+        "{indexes:?}"
+    );
+    // Another event at the same offset (the topic recreated) now fits.
+    client.execute(insert, &[&EventKey(9).to_hex()]).await?;
+    // The same event twice does not.
+    assert!(client.execute(insert, &[&EventKey(9).to_hex()]).await.is_err());
+    Ok(())
+}

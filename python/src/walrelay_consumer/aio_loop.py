@@ -37,7 +37,7 @@ from .consumer import (
     _Round,
     log,
 )
-from .parked import INSERT_SQL, row_params
+from .parked import INSERT_UNKEYED_SQL, OffsetReused, SAME_UNKEYED_SQL, row_params, unkeyed_parked_before
 from .partition import ParkUnkeyed, Partition
 from .records import Delivery, Position, Record
 from .settings import Settings
@@ -201,7 +201,7 @@ class AsyncConsumerLoop(ConsumerLoop):
                 job.result = await _insert_unkeyed(conn, job.p.position, job.records[0].record, job.step.error)
             else:
                 job.result = await apply_batch_async(conn, job.p.position, job.deliveries(), apply, **job.batch_options())
-        except (BatchError, psycopg.Error) as e:
+        except (BatchError, psycopg.Error, OffsetReused) as e:
             job.result = e
         finally:
             job.conn_gone = conn is None or conn.closed or conn.broken
@@ -271,7 +271,12 @@ class AsyncConsumerLoop(ConsumerLoop):
 
 
 async def _insert_unkeyed(conn: psycopg.AsyncConnection[Any], position: Position, record: Record, error: str) -> bool:
+    params = row_params(position, record, None, None, error, 1)
     async with conn.transaction():
         cur = psycopg.AsyncRawCursor(conn)
-        await cur.execute(INSERT_SQL, row_params(position, record, None, None, error, 1))
-        return cur.rowcount == 1
+        await cur.execute(INSERT_UNKEYED_SQL, params)
+        if cur.rowcount == 1:
+            return True
+        await cur.execute(SAME_UNKEYED_SQL, params[:4] + params[6:10])
+        row = await cur.fetchone()
+    return unkeyed_parked_before(position, record, row)

@@ -526,7 +526,7 @@ class ConsumerLoop:
                 job.result = parked.insert_unkeyed(conn, job.p.position, job.records[0].record, job.step.error)
             else:
                 job.result = apply_batch(conn, job.p.position, job.deliveries(), apply, **job.batch_options())
-        except (BatchError, psycopg.Error) as e:
+        except (BatchError, psycopg.Error, parked.OffsetReused) as e:
             job.result = e
         finally:
             job.conn_gone = conn is None or conn.closed or conn.broken
@@ -549,6 +549,11 @@ class ConsumerLoop:
         self, tp: tuple[str, int], p: Partition, records: list[Queued], written: bool | Exception, now: float
     ) -> None:
         """Acts on parking a record without walrelay headers."""
+        if isinstance(written, parked.OffsetReused):
+            # Refused rather than guessed: the partition stops.
+            p.put_back(records)
+            self._stop_partition(tp, p, str(written))
+            return
         if isinstance(written, Exception):
             p.put_back(records)
             self._outage(tp, p, written, now)

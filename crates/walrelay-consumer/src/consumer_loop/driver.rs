@@ -20,6 +20,7 @@ use super::job::{run_job, Done, Job, JobKind, JobResult, TopicPartition};
 use super::partition::{may_hold, Partition, Queued, Step};
 use super::{Apply, LoopError, StoppedPartition};
 use crate::apply::BatchError;
+use crate::parked::ParkUnkeyedError;
 use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels};
 use crate::pool::{Database, Pool};
 use crate::settings::Settings;
@@ -446,6 +447,12 @@ impl<'a> Driver<'a> {
             }
             JobResult::Batch(Err(BatchError::Handler { index, source })) => {
                 Some((source.to_string(), index, lost_connection))
+            }
+            JobResult::ParkedUnkeyed(Err(e @ ParkUnkeyedError::OffsetReused { .. })) => {
+                // Refused rather than guessed: the partition stops.
+                p.put_back(records);
+                self.stop(&tp, e.to_string());
+                return;
             }
             JobResult::Batch(Err(e @ BatchError::CorruptHwm { .. })) => {
                 p.put_back(records);

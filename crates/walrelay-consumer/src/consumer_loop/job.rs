@@ -10,7 +10,7 @@ use super::partition::Queued;
 use super::Apply;
 use crate::apply::{BatchError, BatchOutcome, Park};
 use crate::delivery::Delivery;
-use crate::parked;
+use crate::parked::{self, ParkUnkeyedError};
 use crate::pool::Lease;
 use crate::store::{PgHwmStore, Position};
 
@@ -28,7 +28,7 @@ pub(super) struct Done<E> {
 
 pub(super) enum JobResult<E> {
     Batch(Result<BatchOutcome, BatchError<E>>),
-    ParkedUnkeyed(Result<bool, tokio_postgres::Error>),
+    ParkedUnkeyed(Result<bool, ParkUnkeyedError>),
 }
 
 /// A database job to start: a batch, or parking a record without headers.
@@ -61,7 +61,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
         Err(e) => {
             let result = match kind {
                 JobKind::Batch { .. } => JobResult::Batch(Err(BatchError::Db(e))),
-                JobKind::ParkUnkeyed { .. } => JobResult::ParkedUnkeyed(Err(e)),
+                JobKind::ParkUnkeyed { .. } => JobResult::ParkedUnkeyed(Err(e.into())),
             };
             return Done {
                 tp,

@@ -166,6 +166,12 @@ pub enum Step {
         gaps: u64,
         parked: u64,
     },
+    ParkRow {
+        source: String,
+        partition: i32,
+        offset: i64,
+        seq: i64,
+    },
     Redrive {
         handler: RedriveHandler,
         applied: u64,

@@ -276,6 +276,31 @@ impl World<'_> {
                 );
                 Ok(())
             }
+            Step::ParkRow {
+                source,
+                partition,
+                offset,
+                seq,
+            } => {
+                // As an earlier incarnation of the topic left it.
+                self.client
+                    .execute(
+                        "INSERT INTO walrelay_consumer_parked (consumer_group, topic, partition, \
+                         kafka_offset, idempotency_key, source, header_names, header_values, \
+                         error, attempts) \
+                         VALUES ($1, $2, $3, $4, $5, $6, '{}', '{}', 'an earlier incarnation', 1)",
+                        &[
+                            &self.group,
+                            &self.topic,
+                            partition,
+                            offset,
+                            &scenario::key(*partition, *seq),
+                            source,
+                        ],
+                    )
+                    .await?;
+                Ok(())
+            }
             Step::Redrive {
                 handler,
                 applied,
@@ -558,7 +583,7 @@ impl World<'_> {
             .client
             .query(
                 "SELECT partition, idempotency_key, attempts FROM walrelay_consumer_parked \
-                 ORDER BY partition, kafka_offset",
+                 ORDER BY partition, kafka_offset, id",
                 &[],
             )
             .await?;
