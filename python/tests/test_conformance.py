@@ -48,7 +48,7 @@ KEY_FORMAT = "{0x100 + seq:016x}{partition:016x}"
 
 #: Every action with its required and optional fields.
 ACTIONS: dict[str, tuple[set[str], set[str]]] = {
-    "produce": ({"source", "partitions", "seqs"}, {"prev_seq", "poison"}),
+    "produce": ({"source", "partitions", "seqs"}, {"prev_seq", "poison", "poison_at_commit"}),
     "restart_relay": ({"source"}, set()),
     "replay_last": ({"source", "partitions", "count"}, set()),
     "produce_more": ({"source", "partitions", "count"}, set()),
@@ -81,9 +81,13 @@ class Planned:
     prev: str
     source: str
     poison: bool
+    #: The handler's statements for it succeed, its transaction's commit
+    #: fails (a deferred constraint).
+    at_commit: bool = False
 
     def payload(self) -> bytes:
-        return f"{'poison' if self.poison else 'event'} {self.key}".encode()
+        kind = "poison" if self.poison else "commit-poison" if self.at_commit else "event"
+        return f"{kind} {self.key}".encode()
 
 
 @dataclass
@@ -178,12 +182,22 @@ def refuse_poison(batch: list[Any]) -> None:
             raise ValueError(f"poison: cannot apply {d.meta.key}")
 
 
+#: Fine until the commit checks the deferred constraint.
+COMMIT_POISON = "INSERT INTO commit_check (id) VALUES (1), (1)"
+
+
+def commit_poison(batch: list[Any]) -> bool:
+    return any((d.record.value or b"").startswith(b"commit-poison") for d in batch)
+
+
 def apply(conn: psycopg.Connection[Any], batch: list[Any], consumer: str, delay: float, poison_fails: bool) -> None:
     """The handlers' side effect: one ``effects`` row per record; a batch
     with a poison record fails while ``poison_fails``."""
     if poison_fails:
         refuse_poison(batch)
     with conn.cursor() as cur:
+        if poison_fails and commit_poison(batch):
+            cur.execute(COMMIT_POISON)
         if delay:
             cur.execute("SELECT pg_sleep(%s)", (delay,))
         cur.executemany(INSERT_EFFECT, [(d.meta.key, d.position.partition, consumer) for d in batch])
@@ -194,6 +208,8 @@ async def apply_async(conn: psycopg.AsyncConnection[Any], batch: list[Any], cons
     poison records)."""
     refuse_poison(batch)
     async with conn.cursor() as cur:
+        if commit_poison(batch):
+            await cur.execute(COMMIT_POISON)
         if delay:
             await cur.execute("SELECT pg_sleep(%s)", (delay,))
         await cur.executemany(INSERT_EFFECT, [(d.meta.key, d.position.partition, consumer) for d in batch])
@@ -217,6 +233,10 @@ class World:
         with psycopg.connect(dsn, autocommit=True) as c:
             migrate(c)
             c.execute("CREATE TABLE effects (event_key text NOT NULL, partition int NOT NULL, consumer text NOT NULL)")
+            c.execute(
+                "CREATE TABLE commit_check (id int, "
+                "CONSTRAINT commit_check_unique UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)"
+            )
         self.producer = Producer(
             {"bootstrap.servers": tansu.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 2}
         )
@@ -361,15 +381,16 @@ class World:
         check_fields(f"action {action}", {k: v for k, v in step.items() if k != "do"}, required, optional)
         if action == "produce":
             first, last = step["seqs"]
-            self.send(
-                self.ledger.plan(
-                    step["source"],
-                    step["partitions"],
-                    list(range(first, last + 1)),
-                    step.get("prev_seq"),
-                    step.get("poison", False),
-                )
+            planned = self.ledger.plan(
+                step["source"],
+                step["partitions"],
+                list(range(first, last + 1)),
+                step.get("prev_seq"),
+                step.get("poison", False),
             )
+            for p in planned:
+                p.at_commit = step.get("poison_at_commit", False)
+            self.send(planned)
         elif action == "restart_relay":
             self.ledger.restart(step["source"])
         elif action == "replay_last":

@@ -144,6 +144,7 @@ pub mod consumer_loop;
 pub mod delivery;
 pub mod meta;
 pub mod metrics;
+pub mod outage;
 pub mod parked;
 pub mod pool;
 pub mod settings;

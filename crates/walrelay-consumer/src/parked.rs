@@ -50,7 +50,8 @@ const INSERT_UNKEYED_SQL: &str = "INSERT INTO walrelay_consumer_parked \
      ON CONFLICT (consumer_group, topic, partition, kafka_offset) \
      WHERE idempotency_key IS NULL DO NOTHING";
 
-const SAME_UNKEYED_SQL: &str = "SELECT kafka_key IS NOT DISTINCT FROM $5::bytea AND payload IS NOT DISTINCT FROM $6::bytea \
+const SAME_UNKEYED_SQL: &str =
+    "SELECT kafka_key IS NOT DISTINCT FROM $5::bytea AND payload IS NOT DISTINCT FROM $6::bytea \
      AND header_names = $7::text[] AND header_values IS NOT DISTINCT FROM $8::bytea[] \
      FROM walrelay_consumer_parked \
      WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND kafka_offset = $4 \

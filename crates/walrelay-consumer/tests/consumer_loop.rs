@@ -237,7 +237,9 @@ async fn a_revoked_partition_gets_no_batch_after_the_revocation() -> anyhow::Res
     let group = "revoked-group";
     let env = env(topic, 1).await?;
     let mut relay = Relay::new(&env.broker.bootstrap_servers(), topic)?;
-    relay.send(&(1..=10).map(|s| (0, s)).collect::<Vec<_>>()).await?;
+    relay
+        .send(&(1..=10).map(|s| (0, s)).collect::<Vec<_>>())
+        .await?;
     env.client
         .execute("SELECT pg_advisory_lock(25008)", &[])
         .await?;
@@ -245,17 +247,13 @@ async fn a_revoked_partition_gets_no_batch_after_the_revocation() -> anyhow::Res
     let member = |client_id: &str, blocks: bool, calls: Arc<AtomicUsize>| {
         let mut config = kafka(&env.broker.bootstrap_servers(), group);
         config.set("client.id", client_id);
-        let consumer = ConsumerLoop::new(
-            config,
-            &[topic],
-            PgHwmStore::new(),
-            database(&env.cluster),
-        )?
-        .with_settings(Settings {
-            max_batch_records: 1,
-            commit_interval: Duration::from_millis(100),
-            ..Settings::default()
-        });
+        let consumer =
+            ConsumerLoop::new(config, &[topic], PgHwmStore::new(), database(&env.cluster))?
+                .with_settings(Settings {
+                    max_batch_records: 1,
+                    commit_interval: Duration::from_millis(100),
+                    ..Settings::default()
+                });
         let (stop, shutdown) = watch::channel(false);
         let name = if blocks { "a" } else { "b" };
         let handle = tokio::spawn(consumer.run(

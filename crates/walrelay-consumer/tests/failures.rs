@@ -362,8 +362,7 @@ async fn a_database_restart_mid_batch_loses_and_repeats_nothing() -> anyhow::Res
 /// cause and the fix; the same record delivered again would be taken as
 /// parked before.
 #[tokio::test]
-async fn a_record_without_headers_at_a_reused_offset_stops_its_partition() -> anyhow::Result<()>
-{
+async fn a_record_without_headers_at_a_reused_offset_stops_its_partition() -> anyhow::Result<()> {
     let topic = "reused";
     let group = "reuser";
     let env = env(topic, 1).await?;

@@ -614,6 +614,9 @@ async fn the_migration_upgrades_the_parked_table_of_the_earlier_version() -> any
     // Another event at the same offset (the topic recreated) now fits.
     client.execute(insert, &[&EventKey(9).to_hex()]).await?;
     // The same event twice does not.
-    assert!(client.execute(insert, &[&EventKey(9).to_hex()]).await.is_err());
+    assert!(client
+        .execute(insert, &[&EventKey(9).to_hex()])
+        .await
+        .is_err());
     Ok(())
 }

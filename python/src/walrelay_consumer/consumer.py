@@ -69,6 +69,7 @@ from .apply import (
 from .apply import Apply as ApplyFn
 from .counters import Counters
 from .metrics import Metrics
+from .outage import is_outage
 from .partition import Apply, Idle, Partition, ParkUnkeyed, Queued, Skip, Stop, WaitUntil
 from .records import Delivery, Position, Record
 from .settings import Settings
@@ -540,13 +541,20 @@ class ConsumerLoop:
         if isinstance(job.step, ParkUnkeyed):
             written = job.result
             assert isinstance(written, (bool, Exception))
-            self._unkeyed_done(job.tp, job.p, job.records, written, job.started)
+            self._unkeyed_done(job.tp, job.p, job.records, written, job.started, job.conn_gone)
             return
         assert not isinstance(job.result, bool)
-        self._batch_done(job.tp, job.p, job.records, job.result, job.started, job.conn_gone)
+        parking = isinstance(job.step, Apply) and job.step.park is not None
+        self._batch_done(job.tp, job.p, job.records, job.result, job.started, job.conn_gone, parking)
 
     def _unkeyed_done(
-        self, tp: tuple[str, int], p: Partition, records: list[Queued], written: bool | Exception, now: float
+        self,
+        tp: tuple[str, int],
+        p: Partition,
+        records: list[Queued],
+        written: bool | Exception,
+        now: float,
+        conn_gone: bool,
     ) -> None:
         """Acts on parking a record without walrelay headers."""
         if isinstance(written, parked.OffsetReused):
@@ -556,7 +564,15 @@ class ConsumerLoop:
             return
         if isinstance(written, Exception):
             p.put_back(records)
-            self._outage(tp, p, written, now)
+            if is_outage(written, conn_gone):
+                self._outage(tp, p, written, now)
+            else:
+                self._stop_partition(
+                    tp,
+                    p,
+                    f"parking record {tp[0]}/{tp[1]} at offset {records[0].record.offset} (no walrelay "
+                    f"headers) failed, not for an outage: {written}",
+                )
             return
         if written:
             self.counters.parked += 1
@@ -579,6 +595,7 @@ class ConsumerLoop:
         result: BatchOutcome | Exception,
         now: float,
         conn_gone: bool,
+        parking: bool = False,
     ) -> None:
         """Acts on a batch's outcome: store the offset, or retry, or stop."""
         if isinstance(result, HandlerFailed) and not conn_gone:
@@ -602,12 +619,17 @@ class ConsumerLoop:
             p.put_back(records)
             self._stop_partition(tp, p, str(result))
             return
-        if isinstance(result, Exception):
-            # A database failure, or a handler failure on a connection that
-            # is gone: an outage, not a poison record.
+        if isinstance(result, Exception) and is_outage(result, conn_gone):
+            # The database is unreachable or going away (or a handler failed
+            # on a connection that is gone): not the batch's fault.
             self.metrics.failed()
             p.put_back(records)
             self._outage(tp, p, result, now)
+            return
+        if isinstance(result, Exception):
+            self.metrics.failed()
+            p.put_back(records)
+            self._batch_failed(tp, p, records, result, now, parking)
             return
         outcome = result
         self.metrics.committed(tp[0], tp[1], len(records), time.monotonic() - now, outcome)
@@ -622,6 +644,33 @@ class ConsumerLoop:
         p.learn(outcome.marks)
         p.committed(len(records))
         self._store_offset(tp, records[-1].record.offset)
+
+    def _batch_failed(
+        self, tp: tuple[str, int], p: Partition, records: list[Queued], error: Exception, now: float, parking: bool
+    ) -> None:
+        """The batch's transaction failed for a reason of its own (a
+        constraint checked at COMMIT, a serialization failure, a statement
+        the handler let fail): an attempt, like a handler failure."""
+        first, last = records[0].record.offset, records[-1].record.offset
+        if parking:
+            # Parking wrote nothing, for a reason that would come again.
+            self._stop_partition(
+                tp, p, f"parking record {tp[0]}/{tp[1]} at offset {last} failed, not for an outage: {error}"
+            )
+            return
+        n = p.handler_failed(str(error), None, len(records), self.settings, now)
+        log.warning(
+            "the transaction of a batch failed, not for a database outage (attempt %d of %d, topic "
+            "%s partition %d offsets %d..%d; a batch of several is then applied one record per "
+            "transaction to find the record): %s",
+            n,
+            self.settings.retry.attempts,
+            tp[0],
+            tp[1],
+            first,
+            last,
+            error,
+        )
 
     def _outage(self, tp: tuple[str, int], p: Partition, error: Exception, now: float) -> None:
         """A database failure: replace the connection, retry with backoff

@@ -20,8 +20,9 @@ use super::job::{run_job, Done, Job, JobKind, JobResult, TopicPartition};
 use super::partition::{may_hold, Partition, Queued, Step};
 use super::{Apply, LoopError, StoppedPartition};
 use crate::apply::BatchError;
-use crate::parked::ParkUnkeyedError;
 use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels};
+use crate::outage::is_outage;
+use crate::parked::ParkUnkeyedError;
 use crate::pool::{Database, Pool};
 use crate::settings::Settings;
 use crate::store::{PgHwmStore, Position};
@@ -384,6 +385,7 @@ impl<'a> Driver<'a> {
             records,
             client,
             started,
+            parking,
             result,
         } = done;
         let now = Instant::now();
@@ -460,7 +462,43 @@ impl<'a> Driver<'a> {
                 self.stop(&tp, error);
                 return;
             }
-            JobResult::Batch(Err(e)) => Some((e.to_string(), None, true)),
+            JobResult::Batch(Err(e)) => {
+                let outage = lost_connection || matches!(&e, BatchError::Db(db) if is_outage(db));
+                if !outage && parking {
+                    // Parking wrote nothing, for a reason that would come
+                    // again: never move on without the record.
+                    let offset = records.last().map_or(-1, |r| r.message.offset());
+                    p.put_back(records);
+                    self.stop(
+                        &tp,
+                        format!(
+                            "parking record {}/{} at offset {offset} failed, not for a database \
+                             outage: {e}",
+                            tp.0, tp.1
+                        ),
+                    );
+                    return;
+                }
+                // Not an outage: the batch's own error (a constraint
+                // checked at COMMIT, a serialization failure, a statement
+                // the handler let fail), counted like a handler failure.
+                Some((e.to_string(), None, outage))
+            }
+            JobResult::ParkedUnkeyed(Err(ParkUnkeyedError::Db(e)))
+                if !lost_connection && !is_outage(&e) =>
+            {
+                let offset = records.first().map_or(-1, |r| r.message.offset());
+                p.put_back(records);
+                self.stop(
+                    &tp,
+                    format!(
+                        "parking record {}/{} at offset {offset} (no walrelay headers) failed, \
+                         not for a database outage: {e}",
+                        tp.0, tp.1
+                    ),
+                );
+                return;
+            }
             JobResult::ParkedUnkeyed(Err(e)) => Some((e.to_string(), None, true)),
         };
         match failure {
@@ -490,7 +528,9 @@ impl<'a> Driver<'a> {
                 p.put_back(records);
             }
             Some((error, index, false)) => {
-                let offset = index.and_then(|i| records.get(i)).map(|r| r.message.offset());
+                let offset = index
+                    .and_then(|i| records.get(i))
+                    .map(|r| r.message.offset());
                 let first = records.first().map_or(-1, |r| r.message.offset());
                 let last = records.last().map_or(-1, |r| r.message.offset());
                 p.put_back(records);

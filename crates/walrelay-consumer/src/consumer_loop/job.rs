@@ -23,6 +23,8 @@ pub(super) struct Done<E> {
     pub(super) records: Vec<Queued>,
     pub(super) client: Option<Client>,
     pub(super) started: Instant,
+    /// The batch parked its last record.
+    pub(super) parking: bool,
     pub(super) result: JobResult<E>,
 }
 
@@ -56,6 +58,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
     } = job;
     let started = Instant::now();
     let tp = (position.topic.clone(), position.partition);
+    let parking = matches!(&kind, JobKind::Batch { park: Some(_), .. });
     let mut client = match lease.client().await {
         Ok(client) => client,
         Err(e) => {
@@ -69,6 +72,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
                 records,
                 client: None,
                 started,
+                parking,
                 result,
             };
         }
@@ -110,6 +114,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
         records,
         client: Some(client),
         started,
+        parking,
         result,
     }
 }

@@ -114,6 +114,8 @@ pub enum Step {
         prev_seq: Option<i64>,
         #[serde(default)]
         poison: bool,
+        #[serde(default)]
+        poison_at_commit: bool,
     },
     RestartRelay {
         source: String,
@@ -229,11 +231,18 @@ pub struct Planned {
     pub prev: String,
     pub source: String,
     pub poison: bool,
+    /// The handler's statements for it succeed, its transaction's commit
+    /// fails (a deferred constraint).
+    pub at_commit: bool,
 }
 
 impl Planned {
     pub fn payload(&self) -> String {
-        let kind = if self.poison { "poison" } else { "event" };
+        let kind = match (self.poison, self.at_commit) {
+            (true, _) => "poison",
+            (false, true) => "commit-poison",
+            (false, false) => "event",
+        };
         format!("{kind} {}", self.key)
     }
 }
@@ -284,6 +293,7 @@ impl Ledger {
                     prev,
                     source: source.to_owned(),
                     poison,
+                    at_commit: false,
                 });
             }
             first = false;

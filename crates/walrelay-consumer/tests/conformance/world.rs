@@ -28,7 +28,8 @@ use crate::support::{self, RunHandle};
 use crate::{Shared, AWAIT, CHILD_ENV, CREATE_EFFECTS};
 
 /// The handlers' side effect: one `effects` row per record, written by
-/// `consumer`; a batch with a poison record fails while `poison_fails`.
+/// `consumer`; while `poison_fails`, a batch with a poison record fails,
+/// and one with a commit-poison record fails at its commit.
 pub(crate) async fn apply(
     tx: &Transaction<'_>,
     batch: &[Delivery<'_>],
@@ -42,6 +43,15 @@ pub(crate) async fn apply(
             .find(|d| d.payload().is_some_and(|p| p.starts_with(b"poison")))
         {
             return Err(format!("poison: cannot apply {}", d.meta.key.to_hex()));
+        }
+        if batch
+            .iter()
+            .any(|d| d.payload().is_some_and(|p| p.starts_with(b"commit-poison")))
+        {
+            // Fine until the commit checks the deferred constraint.
+            tx.execute("INSERT INTO commit_check (id) VALUES (1), (1)", &[])
+                .await
+                .map_err(|e| e.to_string())?;
         }
     }
     if !delay.is_zero() {
@@ -152,10 +162,14 @@ impl World<'_> {
                 seqs: [from, to],
                 prev_seq,
                 poison,
+                poison_at_commit,
             } => {
-                let planned = self
-                    .ledger
-                    .plan(source, partitions, *from..=*to, *prev_seq, *poison);
+                let mut planned =
+                    self.ledger
+                        .plan(source, partitions, *from..=*to, *prev_seq, *poison);
+                for p in &mut planned {
+                    p.at_commit = *poison_at_commit;
+                }
                 self.send(planned).await
             }
             Step::RestartRelay { source } => {
