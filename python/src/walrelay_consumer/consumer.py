@@ -46,7 +46,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -116,6 +117,14 @@ LOAD_SQL = (
 )
 
 
+#: Bounds the statements of the transaction it runs in.
+STATEMENT_TIMEOUT_SQL = "SELECT set_config('statement_timeout', $1, true)"
+
+
+def _millis(seconds: float) -> str:
+    return f"{max(int(seconds * 1000), 1)}ms"
+
+
 class ConfigError(ValueError):
     """The loop cannot be built with this configuration."""
 
@@ -145,14 +154,20 @@ class PartitionsStopped(Exception):
 
 
 def load_marks(
-    conn: psycopg.Connection[Any], group: str, partitions: list[tuple[str, int]]
+    conn: psycopg.Connection[Any],
+    group: str,
+    partitions: list[tuple[str, int]],
+    timeout: float | None = None,
 ) -> dict[tuple[str, int], dict[str, str]]:
     """The stored marks of ``group`` for the given ``(topic, partition)``
     pairs, all sources (the same query as the Rust crate's
-    ``PgHwmStore::load``)."""
+    ``PgHwmStore::load``). With ``timeout`` (seconds), the server cancels
+    the query after that long (``statement_timeout``)."""
     out: dict[tuple[str, int], dict[str, str]] = {}
     with conn.transaction():
         cur = psycopg.RawCursor(conn)
+        if timeout is not None:
+            cur.execute(STATEMENT_TIMEOUT_SQL, [_millis(timeout)])
         rows = cur.execute(
             LOAD_SQL, [group, [t for t, _ in partitions], [p for _, p in partitions]]
         ).fetchall()
@@ -317,6 +332,9 @@ class ConsumerLoop:
         self._workers: ThreadPoolExecutor | None = None
         #: Stragglers: batches left running after their round.
         self._in_flight: dict[tuple[str, int], tuple[_Job, _Running]] = {}
+        #: Stragglers a revocation stopped waiting for: still running, their
+        #: partitions gone; their counts are added when they end.
+        self._abandoned: list[tuple[_Job, _Running]] = []
         self._consumer: Consumer | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._stopped: list[StoppedPartition] = []
@@ -444,6 +462,7 @@ class ConsumerLoop:
         :data:`STRAGGLER_WAIT`; the others stay in flight. Returns whether
         some partition may have more ready at once, and the earliest moment
         a waiting one becomes ready."""
+        self._collect_abandoned()
         self._settle(self._finished_stragglers())
         round_ = _Round()
         jobs = list(self._jobs(round_))
@@ -457,12 +476,57 @@ class ConsumerLoop:
         self._end_round(jobs, futures)
         return round_.ready, round_.wake
 
-    def _settle(self, tps: list[tuple[str, int]]) -> None:
-        """Waits for these partitions' stragglers and acts on their outcomes
-        (on the loop's thread, or in a rebalance callback)."""
-        for job, running in self._take_stragglers(tps):
+    def _settle(self, tps: list[tuple[str, int]], bound: float | None = None) -> None:
+        """Waits for these partitions' stragglers (at most ``bound``
+        seconds, then the ones still running are abandoned) and acts on
+        their outcomes (on the loop's thread, or in a rebalance callback)."""
+        taken = self._take_stragglers(tps)
+        if bound is not None and taken:
+            wait_futures([r for _, r in taken if isinstance(r, Future)], bound)
+        for job, running in taken:
+            if bound is not None and not running.done():
+                self._abandon(job, running, bound)
+                continue
             running.result()  # the job holds its failures; this raises only a bug's
             self._finish(job)
+
+    def _abandon(self, job: _Job, running: _Running, waited: float) -> None:
+        """A revoked partition's straggler still running after ``waited``
+        seconds: the revocation goes on without it."""
+        log.warning(
+            "a batch of the revoked partition %s/%d (offsets %d..%d) was still running after "
+            "%.1fs (Settings.revoke_wait), abandoned so that the rebalance goes on: its "
+            "transaction commits or rolls back on its own, its offsets are not stored, and the "
+            "next owner's marks drop whatever it committed (is the database answering?)",
+            job.tp[0],
+            job.tp[1],
+            job.records[0].record.offset,
+            job.records[-1].record.offset,
+            waited,
+        )
+        self._abandoned.append((job, running))
+
+    def _collect_abandoned(self) -> None:
+        """Counts the abandoned batches that ended since (on the loop's
+        thread), so the counters stay exact."""
+        if not self._abandoned:
+            return
+        left: list[tuple[_Job, _Running]] = []
+        for job, running in self._abandoned:
+            if not running.done():
+                left.append((job, running))
+                continue
+            self.counters.add(job.counters)
+            outcome = "committed" if isinstance(job.result, (BatchOutcome, bool)) else f"failed: {job.result}"
+            log.info(
+                "an abandoned batch of %s/%d (offsets %d..%d) ended: %s",
+                job.tp[0],
+                job.tp[1],
+                job.records[0].record.offset,
+                job.records[-1].record.offset,
+                outcome,
+            )
+        self._abandoned = left
 
     def _take_stragglers(self, tps: list[tuple[str, int]]) -> list[tuple[_Job, _Running]]:
         """Takes these partitions' stragglers out of flight, to be waited for
@@ -764,28 +828,63 @@ class ConsumerLoop:
         for tp in tps:
             self._partitions.setdefault(tp, Partition(Position(self.group, *tp)))
         _resume_assigned(consumer, partitions)
-        try:
-            conn = self._conns.acquire()
-            try:
-                marks = load_marks(conn, self.group, tps)
-            finally:
-                self._conns.release(conn)
-        except psycopg.Error as e:
-            # Only a cache: the batch transactions read the real marks.
-            log.warning("loading the high-water marks of the assigned partitions failed: %s", e)
-            self._close_db()
+        marks = self._load_marks_bounded(tps)
+        if marks is None:
             return
         for tp, by_source in marks.items():
             p = self._partitions.get(tp)
             if p is not None:
                 p.learn(by_source)
 
+    def _load_marks_bounded(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, str]] | None:
+        """Loads the assigned partitions' marks (a cache) on a thread of its
+        own, waiting at most :attr:`Settings.rebalance_db_timeout`; ``None``
+        when it failed or was abandoned (logged)."""
+        timeout = self.settings.rebalance_db_timeout
+        result: Future[dict[tuple[str, int], dict[str, str]]] = Future()
+        abandoned = threading.Event()
+
+        def load() -> None:
+            try:
+                conn = self._conns.acquire()
+            except BaseException as e:  # reported on the callback's thread
+                result.set_exception(e)
+                return
+            try:
+                result.set_result(load_marks(conn, self.group, tps, timeout))
+            except BaseException as e:  # reported on the callback's thread
+                result.set_exception(e)
+            finally:
+                if abandoned.is_set():
+                    conn.close()
+                else:
+                    self._conns.release(conn)
+
+        threading.Thread(target=load, name="walrelay-load-marks", daemon=True).start()
+        try:
+            # A little over the server's statement timeout, for the round trip.
+            return result.result(timeout + 1.0)
+        except FutureTimeout:
+            abandoned.set()
+            log.warning(
+                "loading the high-water marks of the assigned partitions %s took longer than %.1fs "
+                "(Settings.rebalance_db_timeout), abandoned so that the rebalance goes on: they are "
+                "only a cache, the batches read the real marks (is the database answering?)",
+                tps,
+                timeout,
+            )
+        except psycopg.Error as e:
+            # Only a cache: the batch transactions read the real marks.
+            log.warning("loading the high-water marks of the assigned partitions failed: %s", e)
+        self._close_db()
+        return None
+
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Finish the revoked partitions' stragglers (no other batch is in
         # flight: callbacks run inside the poll), commit what the committed
         # batches stored, drop the rest.
         tps = [(tp.topic, tp.partition) for tp in partitions]
-        self._settle(tps)
+        self._settle(tps, self.settings.revoke_wait)
         self._commit(asynchronous=False)
         log.info("partitions revoked: %s", tps)
         for tp in tps:
@@ -796,7 +895,7 @@ class ConsumerLoop:
         # them); the marks make the new owner's work exactly-once. Their
         # stragglers are waited for, so none outlives its partition.
         tps = [(tp.topic, tp.partition) for tp in partitions]
-        self._settle(tps)
+        self._settle(tps, self.settings.revoke_wait)
         log.warning("partitions lost: %s", tps)
         for tp in tps:
             self._partitions.pop(tp, None)
