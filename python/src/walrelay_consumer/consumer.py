@@ -18,7 +18,8 @@ partition is decided until the loop has acted on its outcome. So a slow
 partition holds up only itself.
 
 Rebalance callbacks run inside the poll: a revocation first waits for the
-revoked partitions' stragglers and acts on them, then commits the stored
+revoked partitions' stragglers (at most :attr:`Settings.revoke_wait`, then
+they are abandoned and logged) and acts on them, then commits the stored
 offsets (only those of committed batches) and drops the revoked
 partitions' queued records, which the next owner reads again; whatever
 this member committed is covered by the marks. With ``pool_size=1``
@@ -32,10 +33,14 @@ Failures:
   dead-letter table in the same transaction that moves the mark past it.
   The per-record handler says which record failed; for a batch handler the
   loop finds it by applying the batch one record per transaction;
-* a database error, or a handler error on a connection that is gone, is an
-  outage, not a poison record: the connection is replaced and the batch
-  retried with backoff for as long as it takes, while the loop keeps
-  polling (the partition pauses once its queue is full);
+* a database outage (:mod:`walrelay_consumer.outage`: a lost connection, a
+  server shutting down, cannot connect), or a handler error on a connection
+  that is gone, is not a poison record: the connection is replaced and the
+  batch retried with backoff for as long as it takes, while the loop keeps
+  polling (the partition pauses once its queue is full). Any other database
+  error of the batch (a constraint checked at COMMIT, a serialization
+  failure) counts as an attempt, like a handler error; attempts are counted
+  per record;
 * a record without walrelay headers goes to the same policy, alone.
 """
 

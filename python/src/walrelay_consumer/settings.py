@@ -31,8 +31,9 @@ class RetryPolicy:
     """Exponential backoff between attempts."""
 
     #: Attempts of a failing handler before :class:`OnPoison` decides (at
-    #: least 1). Database outages do not count: they are retried until the
-    #: database is back.
+    #: least 1), per record. Database outages (a lost connection, a server
+    #: shutting down) do not count: they are retried until the database is
+    #: back. Other database errors of a batch do.
     attempts: int = 5
     #: The wait (seconds) after the first failure; it doubles each time.
     base: float = 0.1
