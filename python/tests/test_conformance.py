@@ -48,7 +48,7 @@ KEY_FORMAT = "{0x100 + seq:016x}{partition:016x}"
 
 #: Every action with its required and optional fields.
 ACTIONS: dict[str, tuple[set[str], set[str]]] = {
-    "produce": ({"source", "partitions", "seqs"}, {"prev_seq", "poison", "poison_at_commit"}),
+    "produce": ({"source", "partitions", "seqs"}, {"prev_seq", "poison", "poison_at_commit", "fails"}),
     "restart_relay": ({"source"}, set()),
     "replay_last": ({"source", "partitions", "count"}, set()),
     "produce_more": ({"source", "partitions", "count"}, set()),
@@ -84,9 +84,18 @@ class Planned:
     #: The handler's statements for it succeed, its transaction's commit
     #: fails (a deferred constraint).
     at_commit: bool = False
+    #: The handler fails on it this many times, then applies it.
+    fails: int = 0
 
     def payload(self) -> bytes:
-        kind = "poison" if self.poison else "commit-poison" if self.at_commit else "event"
+        if self.poison:
+            kind = "poison"
+        elif self.at_commit:
+            kind = "commit-poison"
+        elif self.fails:
+            kind = f"flaky {self.fails}"
+        else:
+            kind = "event"
         return f"{kind} {self.key}".encode()
 
 
@@ -176,10 +185,23 @@ class Running:
 INSERT_EFFECT = "INSERT INTO effects (event_key, partition, consumer) VALUES (%s, %s, %s)"
 
 
+#: How often each flaky record (``flaky <n> <key>``) failed, per topic.
+FLAKY: dict[tuple[str, str], int] = {}
+FLAKY_LOCK = threading.Lock()
+
+
 def refuse_poison(batch: list[Any]) -> None:
     for d in batch:
-        if (d.record.value or b"").startswith(b"poison"):
+        value = d.record.value or b""
+        if value.startswith(b"poison"):
             raise ValueError(f"poison: cannot apply {d.meta.key}")
+        if value.startswith(b"flaky "):
+            n = int(value.split(b" ")[1])
+            with FLAKY_LOCK:
+                failed = FLAKY.get((d.position.topic, d.meta.key), 0)
+                if failed < n:
+                    FLAKY[(d.position.topic, d.meta.key)] = failed + 1
+                    raise ValueError(f"flaky: failure {failed + 1} of {n} of {d.meta.key}")
 
 
 #: Fine until the commit checks the deferred constraint.
@@ -390,6 +412,7 @@ class World:
             )
             for p in planned:
                 p.at_commit = step.get("poison_at_commit", False)
+                p.fails = step.get("fails", 0)
             self.send(planned)
         elif action == "restart_relay":
             self.ledger.restart(step["source"])

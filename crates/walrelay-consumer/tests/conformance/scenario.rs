@@ -116,6 +116,8 @@ pub enum Step {
         poison: bool,
         #[serde(default)]
         poison_at_commit: bool,
+        #[serde(default)]
+        fails: u32,
     },
     RestartRelay {
         source: String,
@@ -234,14 +236,17 @@ pub struct Planned {
     /// The handler's statements for it succeed, its transaction's commit
     /// fails (a deferred constraint).
     pub at_commit: bool,
+    /// The handler fails on it this many times, then applies it.
+    pub fails: u32,
 }
 
 impl Planned {
     pub fn payload(&self) -> String {
-        let kind = match (self.poison, self.at_commit) {
-            (true, _) => "poison",
-            (false, true) => "commit-poison",
-            (false, false) => "event",
+        let kind = match (self.poison, self.at_commit, self.fails) {
+            (true, _, _) => "poison".to_owned(),
+            (false, true, _) => "commit-poison".to_owned(),
+            (false, false, 0) => "event".to_owned(),
+            (false, false, n) => format!("flaky {n}"),
         };
         format!("{kind} {}", self.key)
     }
@@ -294,6 +299,7 @@ impl Ledger {
                     source: source.to_owned(),
                     poison,
                     at_commit: false,
+                    fails: 0,
                 });
             }
             first = false;

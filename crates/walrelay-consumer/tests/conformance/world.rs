@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context};
@@ -27,6 +27,37 @@ use crate::scenario::{
 use crate::support::{self, RunHandle};
 use crate::{Shared, AWAIT, CHILD_ENV, CREATE_EFFECTS};
 
+/// How often each flaky record (`flaky <n> <key>`) failed, per topic.
+static FLAKY: Mutex<BTreeMap<(String, String), u32>> = Mutex::new(BTreeMap::new());
+
+/// Fails on a flaky record until it has failed its `n` times.
+fn flaky(d: &Delivery<'_>) -> Result<(), String> {
+    let Some(rest) = d
+        .payload()
+        .and_then(|p| std::str::from_utf8(p).ok())
+        .and_then(|p| p.strip_prefix("flaky "))
+    else {
+        return Ok(());
+    };
+    let n: u32 = rest
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("a flaky payload without its count: {rest}"))?;
+    let key = d.meta.key.to_hex();
+    let mut seen = FLAKY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let failed = seen
+        .entry((d.position.topic.clone(), key.clone()))
+        .or_insert(0);
+    if *failed < n {
+        *failed += 1;
+        return Err(format!("flaky: failure {failed} of {n} of {key}"));
+    }
+    Ok(())
+}
+
 /// The handlers' side effect: one `effects` row per record, written by
 /// `consumer`; while `poison_fails`, a batch with a poison record fails,
 /// and one with a commit-poison record fails at its commit.
@@ -43,6 +74,9 @@ pub(crate) async fn apply(
             .find(|d| d.payload().is_some_and(|p| p.starts_with(b"poison")))
         {
             return Err(format!("poison: cannot apply {}", d.meta.key.to_hex()));
+        }
+        for d in batch {
+            flaky(d)?;
         }
         if batch
             .iter()
@@ -163,12 +197,14 @@ impl World<'_> {
                 prev_seq,
                 poison,
                 poison_at_commit,
+                fails,
             } => {
                 let mut planned =
                     self.ledger
                         .plan(source, partitions, *from..=*to, *prev_seq, *poison);
                 for p in &mut planned {
                     p.at_commit = *poison_at_commit;
+                    p.fails = *fails;
                 }
                 self.send(planned).await
             }
