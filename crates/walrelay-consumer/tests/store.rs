@@ -620,3 +620,64 @@ async fn the_migration_upgrades_the_parked_table_of_the_earlier_version() -> any
         .is_err());
     Ok(())
 }
+
+/// Issue 25, item 7: real errors of a real server, told apart. An outage
+/// (the connection terminated by the server, nothing listening) is retried
+/// without counting; a deferred constraint failing at COMMIT or a statement
+/// run after a swallowed failure is the batch's own error.
+#[tokio::test]
+async fn outages_and_errors_of_the_batch_are_told_apart() -> anyhow::Result<()> {
+    use walrelay_consumer::outage::is_outage;
+    let (cluster, mut client) = setup().await?;
+    client
+        .batch_execute(
+            "CREATE TABLE d (id int, CONSTRAINT d_unique UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)",
+        )
+        .await?;
+
+    let tx = client.transaction().await?;
+    tx.execute("INSERT INTO d VALUES (1), (1)", &[]).await?;
+    let at_commit = tx
+        .commit()
+        .await
+        .expect_err("the deferred constraint fails");
+    assert!(!is_outage(&at_commit), "{at_commit}");
+
+    let tx = client.transaction().await?;
+    assert!(tx.execute("SELECT 1 / 0", &[]).await.is_err());
+    let swallowed = tx
+        .execute("SELECT 1", &[])
+        .await
+        .expect_err("the transaction is aborted");
+    assert!(!is_outage(&swallowed), "{swallowed}");
+    drop(tx);
+
+    let victim = cluster.client().await?;
+    let pid: i32 = victim
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .get(0);
+    client
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await?;
+    let terminated = victim
+        .execute("SELECT 1", &[])
+        .await
+        .expect_err("the connection is gone");
+    assert!(is_outage(&terminated), "{terminated}");
+
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.local_addr()?.port()
+    };
+    let Err(refused) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=postgres connect_timeout=5"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    else {
+        panic!("connected to a port nothing listens on");
+    };
+    assert!(is_outage(&refused), "{refused}");
+    Ok(())
+}
