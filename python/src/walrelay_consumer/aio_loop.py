@@ -140,6 +140,9 @@ class AsyncConsumerLoop(ConsumerLoop):
             try:
                 try:
                     await self._asettle(list(self._in_flight))
+                    # Abandoned batches still running are left to the event
+                    # loop; those done are counted.
+                    self._collect_abandoned()
                 finally:
                     # What the settled batches stored is committed even if
                     # one of them ended in a bug.

@@ -420,6 +420,8 @@ class ConsumerLoop:
                 if self._workers is not None:
                     self._workers.shutdown(wait=True)
                     self._workers = None
+                # The workers are done: so is every abandoned batch.
+                self._collect_abandoned()
                 self._close_db()
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
@@ -647,8 +649,8 @@ class ConsumerLoop:
             self.counters.parked += 1
             self.metrics.parked_unkeyed()
         log.warning(
-            "record without walrelay headers parked in walrelay_consumer_parked "
-            "(topic %s partition %d offset %d)",
+            "record without walrelay headers %s walrelay_consumer_parked (topic %s partition %d offset %d)",
+            "parked in" if written else "delivered again, already parked (the same record) in",
             tp[0],
             tp[1],
             records[0].record.offset,

@@ -442,7 +442,12 @@ impl<'a> Driver<'a> {
                         topic = %tp.0,
                         partition = tp.1,
                         offset = last.message.offset(),
-                        "record without walrelay headers parked in walrelay_consumer_parked"
+                        "record without walrelay headers {} walrelay_consumer_parked",
+                        if written {
+                            "parked in"
+                        } else {
+                            "delivered again, already parked (the same record) in"
+                        }
                     );
                 }
                 None
