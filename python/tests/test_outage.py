@@ -33,6 +33,13 @@ def test_outages_and_errors_of_the_batch_are_told_apart(conn, dsn):
             conn.execute("SELECT 1")
     assert not is_outage(swallowed.value, conn_gone=False)
 
+    # A value psycopg cannot adapt: no SQLSTATE, the connection fine, and
+    # the same batch fails the same way every time.
+    with pytest.raises(psycopg.Error) as unadaptable:
+        conn.execute("SELECT %s", (object(),))
+    assert unadaptable.value.sqlstate is None
+    assert not is_outage(unadaptable.value, conn_gone=False)
+
     victim = psycopg.connect(dsn, autocommit=True)
     row = victim.execute("SELECT pg_backend_pid()").fetchone()
     assert row is not None

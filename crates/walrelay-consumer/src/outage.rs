@@ -9,16 +9,30 @@
 //! it counts as an attempt of the retry policy, after which the record is
 //! parked or its partition stopped.
 //!
-//! Outage: no SQLSTATE (the client lost or could not open the connection),
-//! a closed connection, class 08 (connection exception), 53 (insufficient
+//! Outage: a closed connection; an error without SQLSTATE that is about
+//! the connection (I/O, connecting, its TLS handshake, a timeout waiting
+//! for the server); class 08 (connection exception), 53 (insufficient
 //! resources: disk full, out of memory, too many connections), 58 (system
 //! error, e.g. an I/O error), and 57P01/57P02/57P03 (the server is shutting
-//! down, crashed, or not accepting connections yet).
+//! down, crashed, or not accepting connections yet). Other client-side
+//! errors without SQLSTATE (a parameter that cannot be encoded, a column
+//! that cannot be decoded, a wrong parameter count) fail the same batch
+//! every time: they are the batch's own.
 
 use tokio_postgres::error::SqlState;
 
 /// SQLSTATE classes of an outage.
 const OUTAGE_CLASSES: [&str; 3] = ["08", "53", "58"];
+
+/// How tokio-postgres words its errors without SQLSTATE that are about the
+/// connection (its `Kind` is private; its messages are stable).
+const CONNECTION_ERRORS: [&str; 5] = [
+    "error communicating with the server",
+    "error connecting to server",
+    "error performing TLS handshake",
+    "timeout waiting for server",
+    "connection closed",
+];
 
 /// Whether `error` is an outage rather than an error of the batch.
 pub fn is_outage(error: &tokio_postgres::Error) -> bool {
@@ -26,7 +40,10 @@ pub fn is_outage(error: &tokio_postgres::Error) -> bool {
         return true;
     }
     match error.code() {
-        None => true,
+        None => {
+            let text = error.to_string();
+            CONNECTION_ERRORS.iter().any(|p| text.starts_with(p))
+        }
         Some(code) => {
             OUTAGE_CLASSES
                 .iter()

@@ -652,6 +652,15 @@ async fn outages_and_errors_of_the_batch_are_told_apart() -> anyhow::Result<()> 
     assert!(!is_outage(&swallowed), "{swallowed}");
     drop(tx);
 
+    // A parameter the client cannot encode: no SQLSTATE, the connection
+    // fine, and the same batch fails the same way every time.
+    let encode = client
+        .execute("SELECT $1::int", &[&"not a number"])
+        .await
+        .expect_err("a text for an int parameter");
+    assert!(encode.code().is_none(), "{encode}");
+    assert!(!is_outage(&encode), "{encode}");
+
     let victim = cluster.client().await?;
     let pid: i32 = victim
         .query_one("SELECT pg_backend_pid()", &[])

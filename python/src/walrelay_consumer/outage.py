@@ -8,11 +8,14 @@ failure or deadlock, a statement the handler let fail, a statement timeout)
 may fail this batch every time: it counts as an attempt of the retry policy,
 after which the record is parked or its partition stopped.
 
-Outage: no SQLSTATE (the client lost or could not open the connection), a
-connection gone during the batch, class 08 (connection exception), 53
+Outage: a connection gone during the batch, an OperationalError without
+SQLSTATE (the client lost or could not open the connection), class 08
+(connection exception), 53
 (insufficient resources: disk full, out of memory, too many connections),
 58 (system error, e.g. an I/O error), and 57P01/57P02/57P03 (the server is
-shutting down, crashed, or not accepting connections yet).
+shutting down, crashed, or not accepting connections yet). Other errors
+without SQLSTATE (a value psycopg cannot adapt, a wrong number of query
+parameters) fail the same batch every time: they are the batch's own.
 """
 
 from __future__ import annotations
@@ -39,4 +42,6 @@ def is_outage(error: BaseException, conn_gone: bool) -> bool:
     if not isinstance(error, psycopg.Error):
         return False
     state = error.sqlstate
-    return state is None or state[:2] in OUTAGE_CLASSES or state in OUTAGE_STATES
+    if state is None:
+        return isinstance(error, psycopg.OperationalError)
+    return state[:2] in OUTAGE_CLASSES or state in OUTAGE_STATES
