@@ -16,6 +16,7 @@
 //! storage survives a restart of a node.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
@@ -40,16 +41,36 @@ const PORT_ATTEMPTS: usize = 4;
 /// How long the JVMs may take until every node answers metadata requests.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// Given a node's id and its broker port, the `HOST:PORT` it advertises to
+/// clients (e.g. a fault-injecting proxy that this call points at the
+/// port). Called before the node starts, and again with new ports if a
+/// start is retried.
+pub type Advertise = Arc<dyn Fn(usize, u16) -> String + Send + Sync>;
+
 /// What to start.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct KafkaOptions {
     /// Combined broker-controller nodes, every one a voter (1 or 3).
     pub nodes: usize,
+    /// What each node advertises; by default its own broker listener.
+    pub advertise: Option<Advertise>,
 }
 
 impl Default for KafkaOptions {
     fn default() -> Self {
-        KafkaOptions { nodes: 1 }
+        KafkaOptions {
+            nodes: 1,
+            advertise: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for KafkaOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaOptions")
+            .field("nodes", &self.nodes)
+            .field("advertise", &self.advertise.is_some())
+            .finish()
     }
 }
 
@@ -90,7 +111,7 @@ impl KafkaCluster {
                 nodes: Vec::new(),
                 started_in: Duration::ZERO,
             };
-            match cluster.boot(opts.nodes) {
+            match cluster.boot(&opts) {
                 Ok(()) => {
                     cluster.started_in = began.elapsed();
                     tracing::info!(
@@ -117,7 +138,8 @@ impl KafkaCluster {
             )))
     }
 
-    fn boot(&mut self, n: usize) -> anyhow::Result<()> {
+    fn boot(&mut self, opts: &KafkaOptions) -> anyhow::Result<()> {
+        let n = opts.nodes;
         let mut ports = Vec::with_capacity(n);
         for _ in 0..n {
             ports.push(NodePorts {
@@ -126,7 +148,9 @@ impl KafkaCluster {
             });
         }
         for id in 1..=n {
-            let node = KafkaNode::new(id, &ports, self.dir.join(format!("node-{id}")))?;
+            let advertised = opts.advertise.as_ref().map(|f| f(id, ports[id - 1].broker));
+            let dir = self.dir.join(format!("node-{id}"));
+            let node = KafkaNode::new(id, &ports, dir, advertised.as_deref())?;
             self.nodes.push(node);
         }
         // Format in parallel: each is a JVM start of its own.
