@@ -101,3 +101,53 @@ fn broker_kinds_parse() {
     let err = "redpanda".parse::<BrokerKind>().unwrap_err().to_string();
     assert!(err.contains("WALRELAY_BROKER"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_form_one_cluster_with_replicated_topics() -> anyhow::Result<()> {
+    let began = Instant::now();
+    let kafka = tokio::task::spawn_blocking(|| {
+        KafkaCluster::start(KafkaOptions {
+            nodes: 3,
+            ..Default::default()
+        })
+    })
+    .await??;
+    println!("three Apache Kafka nodes ready in {:?}", began.elapsed());
+    let bootstrap = kafka.bootstrap_servers();
+    assert_eq!(bootstrap.split(',').count(), 3);
+    assert_eq!(kafka.replication_factor(), 3);
+    kafka.create_topic("replicated", 3)?;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()?;
+    let md = consumer.fetch_metadata(Some("replicated"), Duration::from_secs(10))?;
+    assert_eq!(md.brokers().len(), 3);
+    for p in md.topics()[0].partitions() {
+        assert_eq!(p.replicas().len(), 3, "{:?}", p.replicas());
+        assert_eq!(p.isr().len(), 3, "{:?}", p.isr());
+    }
+    let p = producer(&bootstrap)?;
+    p.send(
+        FutureRecord::to("replicated").key("k").payload("v"),
+        Duration::from_secs(20),
+    )
+    .await
+    .map_err(|(e, _)| e)?;
+    assert_eq!(
+        read_topics(&bootstrap, &["replicated"], 1, TIMEOUT)
+            .await?
+            .len(),
+        1
+    );
+    // A node killed and restarted comes back with its data.
+    let mut kafka = kafka;
+    tokio::task::block_in_place(|| kafka.restart_node(2))?;
+    assert!(kafka.restart_node(4).is_err());
+    assert_eq!(
+        read_topics(&bootstrap, &["replicated"], 1, TIMEOUT)
+            .await?
+            .len(),
+        1
+    );
+    Ok(())
+}

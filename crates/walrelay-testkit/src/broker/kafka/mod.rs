@@ -238,6 +238,35 @@ impl KafkaCluster {
         &self.nodes
     }
 
+    /// Kills node `id` (SIGKILL); its data stays for
+    /// [`KafkaCluster::restart_node`].
+    pub fn kill_node(&mut self, id: usize) -> anyhow::Result<()> {
+        self.node_mut(id)?.kill()
+    }
+
+    /// Kills node `id` if it runs and starts it again on the same ports
+    /// with its data; waits until every node answers metadata requests
+    /// listing them all.
+    pub fn restart_node(&mut self, id: usize) -> anyhow::Result<()> {
+        let home = self.home.clone();
+        let node = self.node_mut(id)?;
+        node.kill()?;
+        node.spawn(&home)?;
+        self.wait_ready().map_err(|e| {
+            e.context(format!(
+                "node {id} did not come back; logs:\n{}",
+                self.log_tail(30)
+            ))
+        })
+    }
+
+    fn node_mut(&mut self, id: usize) -> anyhow::Result<&mut KafkaNode> {
+        let n = self.nodes.len();
+        id.checked_sub(1)
+            .and_then(|i| self.nodes.get_mut(i))
+            .ok_or_else(|| anyhow!("no node {id} in a cluster of {n}"))
+    }
+
     /// The cluster's directory (a `node-<id>` directory per node).
     pub fn dir(&self) -> &Path {
         &self.dir
