@@ -99,6 +99,16 @@ impl TestBroker {
         Ok(TestBroker { backend })
     }
 
+    /// A broker of `kind` of the caller's own, never shared (e.g. for the
+    /// demo, which prints what it does and removes it at the end).
+    pub fn start_own(kind: BrokerKind) -> anyhow::Result<TestBroker> {
+        let backend = match kind {
+            BrokerKind::Kafka => Backend::KafkaOwn(KafkaCluster::start(KafkaOptions::default())?),
+            BrokerKind::Tansu => Backend::Tansu(TansuBroker::start()?),
+        };
+        Ok(TestBroker { backend })
+    }
+
     /// A broker of `kind` of this test's own that tells clients (in its
     /// metadata) to connect to `advertised` (`HOST:PORT`) instead of its
     /// listener: a fault-injecting TCP proxy in front of it. `on_port` gets
