@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use crate::broker::util::{free_port, keep_broker};
+use crate::broker::util::keep_broker;
 use crate::cluster::HOST;
 use crate::kafka::client_config;
 use cluster_id::random_cluster_id;
@@ -76,6 +76,19 @@ impl std::fmt::Debug for KafkaOptions {
     }
 }
 
+/// Another process answers on a port this cluster chose: start again on
+/// other ports.
+#[derive(Debug)]
+struct PortTaken(String);
+
+impl std::fmt::Display for PortTaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} belongs to another process", self.0)
+    }
+}
+
+impl std::error::Error for PortTaken {}
+
 /// A running Apache Kafka cluster of combined KRaft nodes.
 #[derive(Debug)]
 pub struct KafkaCluster {
@@ -126,7 +139,7 @@ impl KafkaCluster {
                 }
                 // A node exited while starting: most likely a port that
                 // another process took meanwhile; try other ports.
-                Err(e) if cluster.any_exited() => {
+                Err(e) if cluster.any_exited() || e.downcast_ref::<PortTaken>().is_some() => {
                     tracing::debug!("kafka: a node exited while starting, retrying: {e:#}");
                     last_error = Some(e);
                 }
@@ -142,13 +155,23 @@ impl KafkaCluster {
 
     fn boot(&mut self, opts: &KafkaOptions) -> anyhow::Result<()> {
         let n = opts.nodes;
-        let mut ports = Vec::with_capacity(n);
-        for _ in 0..n {
-            ports.push(NodePorts {
-                broker: free_port()?,
-                controller: free_port()?,
-            });
+        // Held until all are chosen, so that they differ.
+        let listeners = (0..2 * n)
+            .map(|_| std::net::TcpListener::bind((HOST, 0)))
+            .collect::<Result<Vec<_>, _>>()
+            .context("binding 127.0.0.1:0 to find ports")?;
+        let mut chosen = Vec::with_capacity(2 * n);
+        for l in &listeners {
+            chosen.push(l.local_addr()?.port());
         }
+        drop(listeners);
+        let ports: Vec<NodePorts> = chosen
+            .chunks(2)
+            .map(|p| NodePorts {
+                broker: p[0],
+                controller: p[1],
+            })
+            .collect();
         for id in 1..=n {
             let advertised = opts.advertise.as_ref().map(|f| f(id, ports[id - 1].broker));
             let dir = self.dir.join(format!("node-{id}"));
@@ -210,7 +233,10 @@ impl KafkaCluster {
                     Ok(md) if md.brokers().len() == self.nodes.len() => {
                         match client.client().fetch_cluster_id(timeout) {
                             Some(id) if id == self.cluster_id => break,
-                            Some(id) => bail!("another cluster ({id:?}) answers on {addr}"),
+                            Some(id) => {
+                                return Err(anyhow!(PortTaken(addr))
+                                    .context(format!("another cluster ({id:?}) answers")))
+                            }
                             None => last_error = anyhow!("no cluster id from {addr}"),
                         }
                     }
