@@ -50,9 +50,9 @@ echo "==> mypy --strict (the package ships py.typed)"
 echo "==> benches, each case once (criterion's test mode; it takes no harness flags)"
 cargo test --workspace --benches --locked
 
-echo "==> PostgreSQL 18: replication stream, relay end to end, bad input, slot errors, publication checks, partitioned outbox, short chaos run"
+echo "==> PostgreSQL 18: replication stream, relay end to end, bad input, slot errors, publication checks, partitioned outbox, a restored base backup, short chaos run"
 WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --test relay_e2e \
-    --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test short \
+    --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test restore --test short \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 
 echo "==> Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite, short chaos run"

@@ -205,3 +205,50 @@ def test_a_slow_partition_holds_up_only_itself_in_the_async_loop(tansu, topic, e
 
     asyncio.run(main())
     exactly_once(env)
+
+
+def test_a_revocation_abandons_a_stuck_batch_in_the_async_loop(tansu, topic, env, caplog):
+    # Issue 25, item 9, asyncio flavour: the revocation callback waits for
+    # the revoked partitions' stragglers at most Settings.revoke_wait.
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(0, 1), (1, 1)])
+    p1 = "SELECT count(*) FROM effects WHERE partition = 1"
+    holder = psycopg.connect(env, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(25010)")
+
+    async def stuck_on_partition_0(conn, batch):
+        if batch[0].position.partition == 0:
+            await conn.execute("SELECT pg_advisory_xact_lock(25010)")
+        await insert("a")(conn, batch)
+
+    async def main():
+        settings = Settings(revoke_wait=0.5)
+        a = new_loop(tansu, topic, env, "aio-stuck", "a", settings)
+        b = new_loop(tansu, topic, env, "aio-stuck", "b", settings)
+        run_a = asyncio.create_task(a.run_batches(stuck_on_partition_0))
+        run_b = None
+        try:
+            await await_async("partition 1 applied", lambda: count(env, p1) == 1)
+            run_b = asyncio.create_task(b.run_batches(insert("b")))
+            await await_async(
+                "the revocation abandoning the stuck batch",
+                lambda: "abandoned so that the rebalance goes on" in caplog.text,
+                timeout=30,
+            )
+            relay.send([(1, 2)])
+            await await_async("partition 1's new record, during the stall", lambda: count(env, p1) == 2, 30)
+        finally:
+            holder.execute("SELECT pg_advisory_unlock(25010)")
+            holder.close()
+        await await_async("everything applied", lambda: count(env, EFFECTS) == 3)
+        await await_async(
+            "the abandoned batch counted", lambda: a.counters.processed + b.counters.processed == 3
+        )
+        a.stop()
+        b.stop()
+        await asyncio.wait_for(run_a, 60)
+        assert run_b is not None
+        await asyncio.wait_for(run_b, 60)
+
+    asyncio.run(main())
+    exactly_once(env)

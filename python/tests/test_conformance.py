@@ -48,7 +48,7 @@ KEY_FORMAT = "{0x100 + seq:016x}{partition:016x}"
 
 #: Every action with its required and optional fields.
 ACTIONS: dict[str, tuple[set[str], set[str]]] = {
-    "produce": ({"source", "partitions", "seqs"}, {"prev_seq", "poison"}),
+    "produce": ({"source", "partitions", "seqs"}, {"prev_seq", "poison", "poison_at_commit", "fails"}),
     "restart_relay": ({"source"}, set()),
     "replay_last": ({"source", "partitions", "count"}, set()),
     "produce_more": ({"source", "partitions", "count"}, set()),
@@ -59,6 +59,7 @@ ACTIONS: dict[str, tuple[set[str], set[str]]] = {
     "kill_process": ({"consumer"}, set()),
     "await": (set(), {"effects", "parked", "seen"}),
     "expect_counters": ({"processed", "duplicates", "gaps", "parked"}, set()),
+    "park_row": ({"source", "partition", "offset", "seq"}, set()),
     "redrive": ({"handler", "applied", "failed", "unusable"}, set()),
 }
 
@@ -80,9 +81,22 @@ class Planned:
     prev: str
     source: str
     poison: bool
+    #: The handler's statements for it succeed, its transaction's commit
+    #: fails (a deferred constraint).
+    at_commit: bool = False
+    #: The handler fails on it this many times, then applies it.
+    fails: int = 0
 
     def payload(self) -> bytes:
-        return f"{'poison' if self.poison else 'event'} {self.key}".encode()
+        if self.poison:
+            kind = "poison"
+        elif self.at_commit:
+            kind = "commit-poison"
+        elif self.fails:
+            kind = f"flaky {self.fails}"
+        else:
+            kind = "event"
+        return f"{kind} {self.key}".encode()
 
 
 @dataclass
@@ -171,10 +185,31 @@ class Running:
 INSERT_EFFECT = "INSERT INTO effects (event_key, partition, consumer) VALUES (%s, %s, %s)"
 
 
+#: How often each flaky record (``flaky <n> <key>``) failed, per topic.
+FLAKY: dict[tuple[str, str], int] = {}
+FLAKY_LOCK = threading.Lock()
+
+
 def refuse_poison(batch: list[Any]) -> None:
     for d in batch:
-        if (d.record.value or b"").startswith(b"poison"):
+        value = d.record.value or b""
+        if value.startswith(b"poison"):
             raise ValueError(f"poison: cannot apply {d.meta.key}")
+        if value.startswith(b"flaky "):
+            n = int(value.split(b" ")[1])
+            with FLAKY_LOCK:
+                failed = FLAKY.get((d.position.topic, d.meta.key), 0)
+                if failed < n:
+                    FLAKY[(d.position.topic, d.meta.key)] = failed + 1
+                    raise ValueError(f"flaky: failure {failed + 1} of {n} of {d.meta.key}")
+
+
+#: Fine until the commit checks the deferred constraint.
+COMMIT_POISON = "INSERT INTO commit_check (id) VALUES (1), (1)"
+
+
+def commit_poison(batch: list[Any]) -> bool:
+    return any((d.record.value or b"").startswith(b"commit-poison") for d in batch)
 
 
 def apply(conn: psycopg.Connection[Any], batch: list[Any], consumer: str, delay: float, poison_fails: bool) -> None:
@@ -183,6 +218,8 @@ def apply(conn: psycopg.Connection[Any], batch: list[Any], consumer: str, delay:
     if poison_fails:
         refuse_poison(batch)
     with conn.cursor() as cur:
+        if poison_fails and commit_poison(batch):
+            cur.execute(COMMIT_POISON)
         if delay:
             cur.execute("SELECT pg_sleep(%s)", (delay,))
         cur.executemany(INSERT_EFFECT, [(d.meta.key, d.position.partition, consumer) for d in batch])
@@ -193,6 +230,8 @@ async def apply_async(conn: psycopg.AsyncConnection[Any], batch: list[Any], cons
     poison records)."""
     refuse_poison(batch)
     async with conn.cursor() as cur:
+        if commit_poison(batch):
+            await cur.execute(COMMIT_POISON)
         if delay:
             await cur.execute("SELECT pg_sleep(%s)", (delay,))
         await cur.executemany(INSERT_EFFECT, [(d.meta.key, d.position.partition, consumer) for d in batch])
@@ -216,6 +255,10 @@ class World:
         with psycopg.connect(dsn, autocommit=True) as c:
             migrate(c)
             c.execute("CREATE TABLE effects (event_key text NOT NULL, partition int NOT NULL, consumer text NOT NULL)")
+            c.execute(
+                "CREATE TABLE commit_check (id int, "
+                "CONSTRAINT commit_check_unique UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)"
+            )
         self.producer = Producer(
             {"bootstrap.servers": tansu.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 2}
         )
@@ -360,15 +403,17 @@ class World:
         check_fields(f"action {action}", {k: v for k, v in step.items() if k != "do"}, required, optional)
         if action == "produce":
             first, last = step["seqs"]
-            self.send(
-                self.ledger.plan(
-                    step["source"],
-                    step["partitions"],
-                    list(range(first, last + 1)),
-                    step.get("prev_seq"),
-                    step.get("poison", False),
-                )
+            planned = self.ledger.plan(
+                step["source"],
+                step["partitions"],
+                list(range(first, last + 1)),
+                step.get("prev_seq"),
+                step.get("poison", False),
             )
+            for p in planned:
+                p.at_commit = step.get("poison_at_commit", False)
+                p.fails = step.get("fails", 0)
+            self.send(planned)
         elif action == "restart_relay":
             self.ledger.restart(step["source"])
         elif action == "replay_last":
@@ -406,6 +451,22 @@ class World:
             want = (step["processed"], step["duplicates"], step["gaps"], step["parked"])
             got = (c.processed, c.duplicates, c.gaps, c.parked)
             assert got == want, f"counters (processed, duplicates, gaps, parked): expected {want}, got {got}"
+        elif action == "park_row":
+            # As an earlier incarnation of the topic left it.
+            with psycopg.connect(self.dsn, autocommit=True) as c:
+                c.execute(
+                    "INSERT INTO walrelay_consumer_parked (consumer_group, topic, partition, kafka_offset, "
+                    "idempotency_key, source, header_names, header_values, error, attempts) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, '{}', '{}', 'an earlier incarnation', 1)",
+                    (
+                        self.group,
+                        self.topic,
+                        step["partition"],
+                        step["offset"],
+                        key(step["partition"], step["seq"]),
+                        step["source"],
+                    ),
+                )
         elif action == "redrive":
             broken = {"broken": True, "fixed": False}[step["handler"]]
             with psycopg.connect(self.dsn, autocommit=True) as c:
@@ -426,7 +487,7 @@ class World:
             ).fetchall()
             parked = c.execute(
                 "SELECT partition, idempotency_key, attempts FROM walrelay_consumer_parked "
-                "ORDER BY partition, kafka_offset"
+                "ORDER BY partition, kafka_offset, id"
             ).fetchall()
         twice = [(k, n) for k, n in rows if n > 1]
         assert not twice, f"applied more than once: {twice}"

@@ -506,3 +506,83 @@ def test_the_example_service_applies_records_and_stops_on_sigterm(tansu, topic, 
             proc.kill()
     assert proc.returncode == 0, out
     assert "stopped: 10 applied" in out, out
+
+
+def test_a_revocation_abandons_a_batch_the_database_does_not_finish(tansu, topic, env, caplog):
+    # Issue 25, item 9: the revocation callback waited for the revoked
+    # partitions' batches without a bound, so a database that stops
+    # answering one batch stalled the whole rebalance (until the member was
+    # evicted). Partition 0's batch waits on a lock the test holds.
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(0, 1), (1, 1)])
+    p1 = "SELECT count(*) FROM effects WHERE partition = 1"
+    holder = psycopg.connect(env, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(25009)")
+
+    def stuck_on_partition_0(conn, batch):
+        if batch[0].position.partition == 0:
+            conn.execute("SELECT pg_advisory_xact_lock(25009)")
+        insert("a")(conn, batch)
+
+    settings = Settings(revoke_wait=0.5)
+    a = start(tansu, topic, env, "stuck", "a", settings=settings, handler=stuck_on_partition_0)
+    b = None
+    try:
+        await_condition("partition 1 applied", lambda: count(env, p1) == 1)
+        await_condition(
+            "partition 0's batch waiting on the lock",
+            lambda: count(
+                env,
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND query LIKE '%advisory_xact_lock%'",
+            )
+            == 1,
+        )
+        b = start(tansu, topic, env, "stuck", "b", settings=settings)
+        # B's joining revokes A's partitions: A stops waiting for the stuck
+        # batch and the rebalance goes on, so partition 1's records are
+        # applied again while partition 0's batch still waits.
+        await_condition(
+            "the revocation abandoning the stuck batch",
+            lambda: "abandoned so that the rebalance goes on" in caplog.text,
+            timeout=30,
+        )
+        relay.send([(1, 2)])
+        await_condition("partition 1's new record, during the stall", lambda: count(env, p1) == 2, timeout=30)
+        assert count(env, "SELECT count(*) FROM effects WHERE partition = 0") == 0
+    finally:
+        holder.execute("SELECT pg_advisory_unlock(25009)")
+        holder.close()
+    await_condition("everything applied", lambda: count(env, EFFECTS) == 3)
+    # The abandoned batch is counted when it ends: the counters stay exact.
+    assert b is not None
+    await_condition(
+        "the abandoned batch counted", lambda: a.loop.counters.processed + b.loop.counters.processed == 3
+    )
+    assert a.stop() is None
+    assert b.stop() is None
+    exactly_once(env)
+
+
+def test_an_assignment_does_not_wait_for_a_database_that_does_not_answer(tansu, topic, env, caplog):
+    # Issue 25, item 9: the assignment callback loaded the marks (a cache)
+    # with no timeout; a table the test keeps locked stands for a database
+    # that does not answer. The callback gives up after
+    # Settings.rebalance_db_timeout and says so; the records are applied
+    # once the database answers again.
+    relay = Relay(tansu.bootstrap, topic)
+    relay.send([(0, 1)])
+    holder = psycopg.connect(env)
+    holder.execute("LOCK TABLE walrelay_consumer_hwm IN ACCESS EXCLUSIVE MODE")
+    try:
+        a = start(tansu, topic, env, "unanswered", "a", settings=Settings(rebalance_db_timeout=0.5))
+        await_condition(
+            "the assignment gave up loading the marks",
+            lambda: "loading the high-water marks of the assigned partitions" in caplog.text,
+            timeout=20,
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    await_condition("the record applied", lambda: count(env, EFFECTS) == 1)
+    assert a.stop() is None

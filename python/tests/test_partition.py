@@ -106,3 +106,22 @@ def test_nothing_is_decided_while_a_batch_is_in_flight():
     p.in_flight = False
     p.put_back(taken)
     assert p.next_step(S, 0.0) == Apply(3)
+
+
+def test_attempts_are_counted_per_record_not_per_batch():
+    # Record 2 fails four times and then goes through, while record 7 fails
+    # once: record 7 has had one attempt, not five (issue 25, item 6).
+    s = Settings(max_batch_records=10, retry=RetryPolicy(attempts=5, base=1.0, cap=1.0), on_poison=OnPoison.PARK)
+    p = part(*(rec(i, i + 1) for i in range(10)))
+    for _ in range(4):
+        assert p.handler_failed("record 2 failed", 2, 10, s, 0.0) <= 4
+    assert p.handler_failed("record 7 failed", 7, 10, s, 0.0) == 1
+    assert p.next_step(s, 5.0) == Apply(10)
+    # Its own attempts still add up to the policy's.
+    for attempt in range(2, 6):
+        assert p.handler_failed("record 7 failed", 7, 10, s, 0.0) == attempt
+    assert p.next_step(s, 5.0) == Apply(8, Park(error="record 7 failed", attempts=5))
+    # Once the records before it are committed, their counts go with them.
+    p.take(7)
+    p.committed(7)
+    assert p.record_failures == {7: 5}

@@ -46,6 +46,8 @@ def rust_str(path: Path, name: str) -> str:
         ("apply.rs", "LOCK_SQL", apply.LOCK_SQL),
         ("apply.rs", "ADVANCE_SQL", apply.ADVANCE_SQL),
         ("parked.rs", "INSERT_SQL", parked.INSERT_SQL),
+        ("parked.rs", "INSERT_UNKEYED_SQL", parked.INSERT_UNKEYED_SQL),
+        ("parked.rs", "SAME_UNKEYED_SQL", parked.SAME_UNKEYED_SQL),
         ("parked.rs", "TAKE_SQL", parked.TAKE_SQL),
         ("parked.rs", "DELETE_SQL", parked.DELETE_SQL),
         ("store.rs", "LOAD_SQL", consumer.LOAD_SQL),

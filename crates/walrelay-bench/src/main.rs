@@ -81,11 +81,11 @@ struct Cli {
     /// the inbox-table consumer).
     #[arg(long)]
     no_consumer: bool,
-    /// Records the consumers apply [default: 200000; quick: 3000].
+    /// Records the consumers apply [default: 300000; quick: 3000].
     #[arg(long)]
     consumer_records: Option<u64>,
-    /// Only these consumers: wr_batch, wr_record, inbox_500, inbox_1,
-    /// read, py_batch, py_record (default all; the Python ones run the
+    /// Only these consumers: wr_batch, wr_record, apply_limit,
+    /// inbox_careful, inbox_500, inbox_1, read, py_batch, py_record (default all; the Python ones run the
     /// Python package from the pinned virtualenv of
     /// scripts/install-python-venv.sh, which the bench runs).
     #[arg(long, value_delimiter = ',')]
@@ -321,7 +321,7 @@ async fn main() -> Result<()> {
             only: cli.consumers.clone(),
             records: cli
                 .consumer_records
-                .unwrap_or(if quick { 3_000 } else { 200_000 }),
+                .unwrap_or(if quick { 3_000 } else { 300_000 }),
             repeats,
             rates: cli
                 .consumer_rates

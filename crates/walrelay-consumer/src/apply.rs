@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use rdkafka::message::Message;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Transaction};
 use walrelay_contract::{EventKey, ParseEventKeyError};
@@ -62,6 +63,27 @@ pub enum BatchError<E> {
         value: String,
         /// What is wrong with it.
         source: ParseEventKeyError,
+    },
+    /// Parking a record wrote no row (or more than one): the batch is not
+    /// committed, since its mark would move past a record neither applied
+    /// nor parked.
+    #[error(
+        "parking record {topic}/{partition} at offset {offset} (key {key}) wrote {rows} rows of \
+         walrelay_consumer_parked instead of 1, so the batch was rolled back (its mark would \
+         have moved past a record neither applied nor parked): check the table's unique \
+         indexes (run the migration again)"
+    )]
+    NotParked {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The record's offset.
+        offset: i64,
+        /// The record's key.
+        key: EventKey,
+        /// The rows written.
+        rows: u64,
     },
     /// A mark row disappeared between creating and locking it.
     #[error(
@@ -214,7 +236,16 @@ impl PgHwmStore {
             }
         }
         if let (Some(park), true, Some(i)) = (park, parked_is_new, parked_index) {
-            parked::insert(&tx, &records[i], &park.error, park.attempts).await?;
+            let rows = parked::insert(&tx, &records[i], &park.error, park.attempts).await?;
+            if rows != 1 {
+                return Err(BatchError::NotParked {
+                    topic: position.topic.clone(),
+                    partition: position.partition,
+                    offset: records[i].message.offset(),
+                    key: records[i].meta.key,
+                    rows,
+                });
+            }
         }
         if !plan.raised.is_empty() {
             advance(&tx, position, &plan).await?;

@@ -4,9 +4,18 @@
 //! A record with walrelay headers is parked in the transaction that raises
 //! its partition's mark past it ([`crate::apply`]): either both commit or
 //! neither does, so a parked record is never lost and never applied by
-//! the loop as well. A record without usable headers has no key and moves
-//! no mark; it is parked on its own, once per (group, topic, partition,
-//! offset).
+//! the loop as well. Its row is unique on its event (group, topic,
+//! partition, source, key), not on its offset, which repeats when a topic
+//! is recreated or a group fails over to a mirror; the same event parked
+//! again updates its row, and the batch fails unless exactly one row was
+//! written.
+//!
+//! A record without usable headers has no key and moves no mark; it is
+//! parked on its own. Nothing walrelay wrote identifies it, so its row is
+//! unique on (group, topic, partition, offset): an identical row there is
+//! the same record delivered again, a different one means the offset was
+//! reused, and the consumer refuses ([`ParkUnkeyedError::OffsetReused`])
+//! rather than guess.
 //!
 //! [`redrive`] takes parked records of a group one at a time, runs the
 //! handler on each in a transaction that also deletes its row, and commits:
@@ -27,7 +36,26 @@ const INSERT_SQL: &str = "INSERT INTO walrelay_consumer_parked \
      (consumer_group, topic, partition, kafka_offset, idempotency_key, source, kafka_key, \
       payload, header_names, header_values, error, attempts) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-     ON CONFLICT (consumer_group, topic, partition, kafka_offset) DO NOTHING";
+     ON CONFLICT (consumer_group, topic, partition, source, idempotency_key) \
+     WHERE idempotency_key IS NOT NULL DO UPDATE SET \
+     kafka_offset = EXCLUDED.kafka_offset, kafka_key = EXCLUDED.kafka_key, \
+     payload = EXCLUDED.payload, header_names = EXCLUDED.header_names, \
+     header_values = EXCLUDED.header_values, error = EXCLUDED.error, \
+     attempts = EXCLUDED.attempts, parked_at = now()";
+
+const INSERT_UNKEYED_SQL: &str = "INSERT INTO walrelay_consumer_parked \
+     (consumer_group, topic, partition, kafka_offset, idempotency_key, source, kafka_key, \
+      payload, header_names, header_values, error, attempts) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+     ON CONFLICT (consumer_group, topic, partition, kafka_offset) \
+     WHERE idempotency_key IS NULL DO NOTHING";
+
+const SAME_UNKEYED_SQL: &str =
+    "SELECT kafka_key IS NOT DISTINCT FROM $5::bytea AND payload IS NOT DISTINCT FROM $6::bytea \
+     AND header_names = $7::text[] AND header_values IS NOT DISTINCT FROM $8::bytea[] \
+     FROM walrelay_consumer_parked \
+     WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND kafka_offset = $4 \
+     AND idempotency_key IS NULL";
 
 const TAKE_SQL: &str = "SELECT id, topic, partition, kafka_offset, kafka_key, payload, \
             header_names, header_values, attempts \
@@ -47,6 +75,7 @@ struct Row<'a> {
 
 async fn insert_row(
     tx: &Transaction<'_>,
+    sql: &str,
     row: Row<'_>,
     error: &str,
     attempts: u32,
@@ -58,7 +87,7 @@ async fn insert_row(
     let offset = row.message.offset();
     let attempts = i32::try_from(attempts).unwrap_or(i32::MAX);
     tx.execute_typed(
-        INSERT_SQL,
+        sql,
         &[
             (&row.position.group, Type::TEXT),
             (&row.position.topic, Type::TEXT),
@@ -78,7 +107,8 @@ async fn insert_row(
 }
 
 /// Parks a record with walrelay headers inside the batch transaction that
-/// raises its mark.
+/// raises its mark. Returns the rows written (the caller fails the batch
+/// unless it is 1).
 pub(crate) async fn insert(
     tx: &Transaction<'_>,
     record: &Delivery<'_>,
@@ -91,17 +121,47 @@ pub(crate) async fn insert(
         key: Some(record.meta.key.to_hex()),
         source: Some(&record.meta.source),
     };
-    insert_row(tx, row, error, attempts).await
+    insert_row(tx, INSERT_SQL, row, error, attempts).await
+}
+
+/// Why a record without walrelay headers was not parked.
+#[derive(Debug, thiserror::Error)]
+pub enum ParkUnkeyedError {
+    /// The database failed (nothing was parked).
+    #[error("parking a record without walrelay headers: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    /// The table already holds a different record without headers at this
+    /// offset: the offsets were reused, and nothing else identifies such a
+    /// record, so the consumer refuses to guess.
+    #[error(
+        "record {topic}/{partition} at offset {offset} has no walrelay headers and the \
+         dead-letter table already holds a different record without headers at that offset \
+         for group {group:?}: the offsets were reused (topic recreated, or a mirror failover), \
+         so nothing tells whether this record is parked. Nothing was parked and the partition \
+         stops: save and delete the old row (walrelay_consumer_parked, idempotency_key IS \
+         NULL, kafka_offset = {offset}), then restart"
+    )]
+    OffsetReused {
+        /// The consumer group.
+        group: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The record's offset.
+        offset: i64,
+    },
 }
 
 /// Parks a record without usable walrelay headers, in its own transaction.
-/// Returns whether a row was written (false: it was parked before).
+/// Returns whether a row was written (false: the same record was parked
+/// before); refuses when a different one is parked at its offset.
 pub(crate) async fn insert_unkeyed(
     client: &mut Client,
     position: &Position,
     message: &OwnedMessage,
     error: &str,
-) -> Result<bool, tokio_postgres::Error> {
+) -> Result<bool, ParkUnkeyedError> {
     let tx = client.transaction().await?;
     let row = Row {
         position,
@@ -109,9 +169,41 @@ pub(crate) async fn insert_unkeyed(
         key: None,
         source: None,
     };
-    let written = insert_row(&tx, row, error, 1).await?;
+    if insert_row(&tx, INSERT_UNKEYED_SQL, row, error, 1).await? == 1 {
+        tx.commit().await?;
+        return Ok(true);
+    }
+    let (names, values): (Vec<&str>, Vec<Option<&[u8]>>) = match message.headers() {
+        Some(h) => h.iter().map(|h| (h.key, h.value)).unzip(),
+        None => (Vec::new(), Vec::new()),
+    };
+    let offset = message.offset();
+    let same = tx
+        .query_typed_opt(
+            SAME_UNKEYED_SQL,
+            &[
+                (&position.group, Type::TEXT),
+                (&position.topic, Type::TEXT),
+                (&position.partition, Type::INT4),
+                (&offset, Type::INT8),
+                (&message.key(), Type::BYTEA),
+                (&message.payload(), Type::BYTEA),
+                (&names, Type::TEXT_ARRAY),
+                (&values, Type::BYTEA_ARRAY),
+            ],
+        )
+        .await?
+        .and_then(|r| r.get::<_, Option<bool>>(0));
     tx.commit().await?;
-    Ok(written == 1)
+    if same == Some(true) {
+        return Ok(false);
+    }
+    Err(ParkUnkeyedError::OffsetReused {
+        group: position.group.clone(),
+        topic: position.topic.clone(),
+        partition: position.partition,
+        offset,
+    })
 }
 
 /// What a [`redrive`] did.

@@ -38,8 +38,9 @@ impl std::str::FromStr for OnPoison {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts of a failing handler before [`OnPoison`] decides (at least
-    /// 1). Database outages (a lost connection, a failed commit) do not
-    /// count: they are retried until the database is back.
+    /// 1), per record. Database outages ([`crate::outage`]: a lost
+    /// connection, a server shutting down) do not count: they are retried
+    /// until the database is back. Other database errors of a batch do.
     pub attempts: u32,
     /// The wait after the first failure; it doubles with each failure.
     pub base: Duration,

@@ -3,9 +3,14 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use walrelay_consumer::{ConfigError, ConsumerLoop, PgHwmStore};
+use tokio::sync::watch;
+use tokio_postgres::Transaction;
+use walrelay_consumer::{ConfigError, ConsumerLoop, Delivery, PgHwmStore, Settings};
 use walrelay_contract::EventKey;
 use walrelay_testkit::{await_condition, ClusterOptions, PgCluster};
 
@@ -215,5 +220,97 @@ async fn conflicting_settings_are_refused() -> anyhow::Result<()> {
     let err =
         ConsumerLoop::new(kafka("127.0.0.1:1", "g"), &[], PgHwmStore::new(), db()).unwrap_err();
     assert!(matches!(err, ConfigError::NoTopics), "{err}");
+    Ok(())
+}
+
+/// Issue 25, item 8: the loop acted on rebalance events only when `recv()`
+/// returned a record, so a member whose partition was revoked (and that
+/// got no record since) went on applying the partition's queued records.
+/// Member A's first batch blocks in its handler (on an advisory lock the
+/// test holds); member B joins and takes the only partition (its client id
+/// sorts first, so the range assignor gives it to B); once B waits for the
+/// mark row that A's batch holds, A's handler is let go. A must apply
+/// nothing more of the partition: its batch in flight is the last.
+#[tokio::test]
+async fn a_revoked_partition_gets_no_batch_after_the_revocation() -> anyhow::Result<()> {
+    let topic = "revoked";
+    let group = "revoked-group";
+    let env = env(topic, 1).await?;
+    let mut relay = Relay::new(&env.broker.bootstrap_servers(), topic)?;
+    relay
+        .send(&(1..=10).map(|s| (0, s)).collect::<Vec<_>>())
+        .await?;
+    env.client
+        .execute("SELECT pg_advisory_lock(25008)", &[])
+        .await?;
+
+    let member = |client_id: &str, blocks: bool, calls: Arc<AtomicUsize>| {
+        let mut config = kafka(&env.broker.bootstrap_servers(), group);
+        config.set("client.id", client_id);
+        let consumer =
+            ConsumerLoop::new(config, &[topic], PgHwmStore::new(), database(&env.cluster))?
+                .with_settings(Settings {
+                    max_batch_records: 1,
+                    commit_interval: Duration::from_millis(100),
+                    ..Settings::default()
+                });
+        let (stop, shutdown) = watch::channel(false);
+        let name = if blocks { "a" } else { "b" };
+        let handle = tokio::spawn(consumer.run(
+            async move |tx: &Transaction<'_>, record: &Delivery<'_>| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                if blocks {
+                    tx.execute("SELECT pg_advisory_xact_lock(25008)", &[])
+                        .await?;
+                }
+                tx.execute(
+                    "INSERT INTO effects (event_key, partition, consumer) VALUES ($1, $2, $3)",
+                    &[&record.meta.key.to_hex(), &record.position.partition, &name],
+                )
+                .await?;
+                Ok::<(), tokio_postgres::Error>(())
+            },
+            shutdown,
+        ));
+        anyhow::Ok((handle, stop))
+    };
+    let a_calls = Arc::new(AtomicUsize::new(0));
+    let (handle_a, stop_a) = member("z-member-a", true, Arc::clone(&a_calls))?;
+    await_condition(TIMEOUT, POLL, || async {
+        Ok(a_calls.load(Ordering::SeqCst) == 1)
+    })
+    .await?;
+
+    let (handle_b, stop_b) = member("a-member-b", false, Arc::new(AtomicUsize::new(0)))?;
+    // B owns the partition once its batch waits for the row A's holds.
+    await_count(
+        &env.client,
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+         AND query NOT LIKE '%advisory%'",
+        1,
+    )
+    .await?;
+    env.client
+        .execute("SELECT pg_advisory_unlock(25008)", &[])
+        .await?;
+    await_count(&env.client, "SELECT count(*) FROM effects", 10).await?;
+    stop_b.send(true)?;
+    handle_b.await??;
+    stop_a.send(true)?;
+    handle_a.await??;
+
+    let by_a = count(
+        &env.client,
+        "SELECT count(*) FROM effects WHERE consumer = 'a'",
+    )
+    .await?;
+    assert_eq!(
+        (a_calls.load(Ordering::SeqCst), by_a),
+        (1, 1),
+        "member A ran its handler {} times and applied {by_a} records after its only partition \
+         was revoked mid-batch: it must apply only the batch in flight",
+        a_calls.load(Ordering::SeqCst)
+    );
+    check_marks(&env, group, topic, &relay).await?;
     Ok(())
 }

@@ -354,3 +354,146 @@ async fn a_database_restart_mid_batch_loses_and_repeats_nothing() -> anyhow::Res
     check_marks(&env, group, topic, &relay).await?;
     Ok(())
 }
+
+/// Issue 25, item 5: a record without walrelay headers has nothing but its
+/// offset to identify it. The dead-letter table already holds a different
+/// such record at offset 0 (an earlier incarnation of the topic): the loop
+/// refuses to guess, parks nothing and stops the partition, naming the
+/// cause and the fix; the same record delivered again would be taken as
+/// parked before.
+#[tokio::test]
+async fn a_record_without_headers_at_a_reused_offset_stops_its_partition() -> anyhow::Result<()> {
+    let topic = "reused";
+    let group = "reuser";
+    let env = env(topic, 1).await?;
+    env.client
+        .execute(
+            "INSERT INTO walrelay_consumer_parked (consumer_group, topic, partition, \
+             kafka_offset, payload, header_names, header_values, error, attempts) \
+             VALUES ($1, $2, 0, 0, 'an earlier record', '{}', '{}', 'no headers', 1)",
+            &[&group, &topic],
+        )
+        .await?;
+    let mut relay = Relay::new(&env.broker.bootstrap_servers(), topic)?;
+    relay.send_raw(0, "a new record").await?;
+    relay.send(&[(0, 1)]).await?;
+    let consumer = ConsumerLoop::new(
+        kafka(&env.broker.bootstrap_servers(), group),
+        &[topic],
+        PgHwmStore::new(),
+        database(&env.cluster),
+    )?
+    .with_settings(settings(OnPoison::Park, Duration::from_millis(10)));
+    let metrics = consumer.metrics();
+    let (stop, shutdown) = watch::channel(false);
+    let handle = tokio::spawn(consumer.run(
+        async move |tx: &Transaction<'_>, d: &Delivery<'_>| {
+            insert_effect(tx, d, "a").await.map_err(HandlerError::Db)
+        },
+        shutdown,
+    ));
+    let labels = PartitionLabels {
+        topic: topic.into(),
+        partition: 0,
+    };
+    await_condition(TIMEOUT, POLL, || async {
+        Ok(metrics.stopped.get_or_create(&labels).get() == 1)
+    })
+    .await?;
+    stop.send(true)?;
+    match handle.await? {
+        Err(LoopError::Stopped(stopped)) => {
+            assert_eq!(stopped.len(), 1, "{stopped:?}");
+            assert!(
+                stopped[0].error.contains("offsets were reused")
+                    && stopped[0].error.contains("kafka_offset = 0"),
+                "{}",
+                stopped[0].error
+            );
+        }
+        other => panic!("expected a stopped partition, got {other:?}"),
+    }
+    assert_eq!(
+        count(&env.client, "SELECT count(*) FROM walrelay_consumer_parked").await?,
+        1,
+        "nothing parked over the earlier row"
+    );
+    assert_eq!(
+        count(&env.client, "SELECT count(*) FROM effects").await?,
+        0,
+        "nothing after the refused record is applied"
+    );
+    Ok(())
+}
+
+/// Issue 25, item 8, the other half: a partition stopped by a poison record
+/// is paused in librdkafka. A rebalance that gives it back to the same
+/// member (member B joins the group for another topic) starts it over and
+/// resumes it, so the record is tried again (the handler is fixed by
+/// then). The loop used to act on the assignment only with the next
+/// record, which a paused partition never brings: with no other partition
+/// to bring one, the member stalled.
+#[tokio::test]
+async fn a_stopped_partition_assigned_again_is_tried_again_without_another_record(
+) -> anyhow::Result<()> {
+    let topic = "reassigned";
+    let other = "reassigned-other";
+    let group = "reassigner";
+    let env = env(topic, 1).await?;
+    // Creating a topic blocks (admin client): not on the runtime's thread.
+    std::thread::scope(|scope| scope.spawn(|| env.broker.create_topic(other, 1)).join())
+        .map_err(|_| anyhow::anyhow!("creating the topic panicked"))??;
+    let mut relay = Relay::new(&env.broker.bootstrap_servers(), topic)?;
+    relay
+        .send(&(1..=5).map(|s| (0, s)).collect::<Vec<_>>())
+        .await?;
+    let poison = Relay::key(0, 3);
+    let broken = Arc::new(AtomicBool::new(true));
+    let consumer = ConsumerLoop::new(
+        kafka(&env.broker.bootstrap_servers(), group),
+        &[topic],
+        PgHwmStore::new(),
+        database(&env.cluster),
+    )?
+    .with_settings(settings(OnPoison::Stop, Duration::from_millis(10)));
+    let metrics = consumer.metrics();
+    let (stop, shutdown) = watch::channel(false);
+    let handle = {
+        let broken = Arc::clone(&broken);
+        tokio::spawn(consumer.run(
+            async move |tx: &Transaction<'_>, d: &Delivery<'_>| {
+                if broken.load(Ordering::SeqCst) && d.meta.key == poison {
+                    return Err(HandlerError::Poison(Poisoned(poison)));
+                }
+                insert_effect(tx, d, "a").await.map_err(HandlerError::Db)
+            },
+            shutdown,
+        ))
+    };
+    let labels = PartitionLabels {
+        topic: topic.into(),
+        partition: 0,
+    };
+    await_condition(TIMEOUT, POLL, || async {
+        Ok(metrics.stopped.get_or_create(&labels).get() == 1)
+    })
+    .await?;
+    assert_eq!(count(&env.client, "SELECT count(*) FROM effects").await?, 2);
+
+    broken.store(false, Ordering::SeqCst);
+    let (handle_b, stop_b, _) = start(&env, group, other, "b", Mode::Batch).await?;
+    await_condition(Duration::from_secs(30), POLL, || async {
+        Ok(count(&env.client, "SELECT count(*) FROM effects").await? == 5)
+    })
+    .await?;
+    stop_b.send(true)?;
+    handle_b.await??;
+    stop.send(true)?;
+    // It was stopped once: the loop says so at the end.
+    match handle.await? {
+        Err(LoopError::Stopped(stopped)) => assert_eq!(stopped.len(), 1, "{stopped:?}"),
+        other => panic!("expected the earlier stop to be reported, got {other:?}"),
+    }
+    check_marks(&env, group, topic, &relay).await?;
+    Ok(())
+}

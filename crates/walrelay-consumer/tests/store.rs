@@ -567,3 +567,117 @@ async fn a_mixed_batch_applies_only_new_records() -> anyhow::Result<()> {
     assert_eq!((outcome.applied, outcome.duplicates, calls), (0, 8, 0));
     Ok(())
 }
+
+/// Issue 25, item 5: a table created by the earlier migration had parked
+/// rows unique on (group, topic, partition, offset). The migration drops
+/// that constraint, creates the unique indexes on the event, keeps the
+/// rows, and stays idempotent.
+#[tokio::test]
+async fn the_migration_upgrades_the_parked_table_of_the_earlier_version() -> anyhow::Result<()> {
+    let cluster =
+        tokio::task::spawn_blocking(|| PgCluster::start(ClusterOptions::default())).await??;
+    let client = cluster.client().await?;
+    client
+        .batch_execute(include_str!(
+            "../../../conformance/fixtures/walrelay_consumer_before_parked_event_unique.sql"
+        ))
+        .await?;
+    let insert = "INSERT INTO walrelay_consumer_parked (consumer_group, topic, partition, \
+                  kafka_offset, idempotency_key, source, header_names, header_values, error, \
+                  attempts) VALUES ('g', 't', 0, 4, $1, 's', '{}', '{}', 'boom', 3)";
+    client.execute(insert, &[&EventKey(5).to_hex()]).await?;
+    migrate(&client).await?;
+    migrate(&client).await?;
+    let unique = client
+        .query(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint \
+             WHERE conrelid = 'walrelay_consumer_parked'::regclass AND contype = 'u'",
+            &[],
+        )
+        .await?;
+    assert!(unique.is_empty(), "the offset constraint is left");
+    let indexes: Vec<String> = client
+        .query(
+            "SELECT indexname::text FROM pg_indexes WHERE tablename = 'walrelay_consumer_parked' \
+             ORDER BY 1",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        indexes.contains(&"walrelay_consumer_parked_event".to_owned())
+            && indexes.contains(&"walrelay_consumer_parked_unkeyed".to_owned()),
+        "{indexes:?}"
+    );
+    // Another event at the same offset (the topic recreated) now fits.
+    client.execute(insert, &[&EventKey(9).to_hex()]).await?;
+    // The same event twice does not.
+    assert!(client
+        .execute(insert, &[&EventKey(9).to_hex()])
+        .await
+        .is_err());
+    Ok(())
+}
+
+/// Issue 25, item 7: real errors of a real server, told apart. An outage
+/// (the connection terminated by the server, nothing listening) is retried
+/// without counting; a deferred constraint failing at COMMIT or a statement
+/// run after a swallowed failure is the batch's own error.
+#[tokio::test]
+async fn outages_and_errors_of_the_batch_are_told_apart() -> anyhow::Result<()> {
+    use walrelay_consumer::outage::is_outage;
+    let (cluster, mut client) = setup().await?;
+    client
+        .batch_execute(
+            "CREATE TABLE d (id int, CONSTRAINT d_unique UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)",
+        )
+        .await?;
+
+    let tx = client.transaction().await?;
+    tx.execute("INSERT INTO d VALUES (1), (1)", &[]).await?;
+    let at_commit = tx
+        .commit()
+        .await
+        .expect_err("the deferred constraint fails");
+    assert!(!is_outage(&at_commit), "{at_commit}");
+
+    let tx = client.transaction().await?;
+    assert!(tx.execute("SELECT 1 / 0", &[]).await.is_err());
+    let swallowed = tx
+        .execute("SELECT 1", &[])
+        .await
+        .expect_err("the transaction is aborted");
+    assert!(!is_outage(&swallowed), "{swallowed}");
+    drop(tx);
+
+    let victim = cluster.client().await?;
+    let pid: i32 = victim
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .get(0);
+    client
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await?;
+    let terminated = victim
+        .execute("SELECT 1", &[])
+        .await
+        .expect_err("the connection is gone");
+    assert!(is_outage(&terminated), "{terminated}");
+
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.local_addr()?.port()
+    };
+    let Err(refused) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=postgres connect_timeout=5"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    else {
+        panic!("connected to a port nothing listens on");
+    };
+    assert!(is_outage(&refused), "{refused}");
+    Ok(())
+}

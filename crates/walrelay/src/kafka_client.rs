@@ -7,7 +7,7 @@
 //! | [`KafkaClient::Producer`] (`walrelay run`) | [`SinkConfig::effective_properties`]: walrelay's defaults, the user's properties, the enforced delivery guarantees |
 //! | [`KafkaClient::Probe`] (`/readyz`) | the producer's, under the client id `<client.id>-probe` |
 //! | [`KafkaClient::Verify`] (`walrelay verify`) | reader defaults, the user's properties, then what makes it a read-only reader |
-//! | [`KafkaClient::Fence`] (`walrelay run`) | the reader's, under the client id `<client.id>-fence`, reporting partition ends |
+//! | [`KafkaClient::Fence`] (`walrelay run`) | the reader's, under the client id `<client.id>-fence`, reporting partition ends, committed records only |
 //!
 //! In each of them secret references (`env:NAME`, `file:/path`) are
 //! resolved ([`crate::secrets`]) and TLS/SASL settings are checked, each
@@ -77,6 +77,9 @@ pub fn properties(
             props.insert("enable.partition.eof".to_owned(), "true".to_owned());
             props.insert("fetch.wait.max.ms".to_owned(), "10".to_owned());
             props.insert("group.id".to_owned(), "walrelay-fence".to_owned());
+            // Whatever the user's properties say: an aborted transactional
+            // copy of one of our records must never become a fence key.
+            props.insert("isolation.level".to_owned(), "read_committed".to_owned());
             Ok(props)
         }
     }
@@ -205,7 +208,16 @@ mod tests {
         assert_eq!(fence["client.id"], "walrelay-fence");
         assert_eq!(fence["enable.partition.eof"], "true");
         assert_eq!(fence["enable.auto.commit"], "false");
+        assert_eq!(fence["isolation.level"], "read_committed");
         kafka.properties.insert("client.id".into(), "app".into());
+        kafka
+            .properties
+            .insert("isolation.level".into(), "read_uncommitted".into());
+        assert_eq!(
+            properties(&kafka, KafkaClient::Fence).unwrap()["isolation.level"],
+            "read_committed",
+            "the fence reads committed records whatever the user set"
+        );
         kafka
             .properties
             .insert("enable.auto.commit".into(), "true".into());

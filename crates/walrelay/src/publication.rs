@@ -149,8 +149,10 @@ impl fmt::Display for Problem {
             } => write!(
                 f,
                 "publication \"{publication}\" publishes outbox table {table} with a row filter \
-                 (WHERE {filter}), so rows that do not match are never sent; fix: ALTER \
-                 PUBLICATION {pb} DROP TABLE {table}; ALTER PUBLICATION {pb} ADD TABLE {table}",
+                 (WHERE {filter}), so rows that do not match are never sent; fix, in one \
+                 transaction so that no row is committed while the table is out of the \
+                 publication: BEGIN; ALTER PUBLICATION {pb} DROP TABLE {table}; ALTER PUBLICATION \
+                 {pb} ADD TABLE {table}; COMMIT;",
                 pb = quote_identifier(publication)
             ),
         }

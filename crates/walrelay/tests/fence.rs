@@ -18,7 +18,7 @@ use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use support::{key_of, spawn_relay, Env, WAIT};
 use walrelay::key::EventKey;
 use walrelay_testkit::{
@@ -736,4 +736,205 @@ async fn twenty_kill_9_during_a_mixed_workload_leave_every_event_exactly_once_on
         "walrelay verify: {doc:#}"
     );
     Ok(())
+}
+
+/// Copies `r` (value and every header, as a re-drive or a mirror would)
+/// into `partition` of `topic` on `bootstrap`; returns its offset.
+async fn copy_record(
+    bootstrap: &str,
+    r: &ConsumedRecord,
+    topic: &str,
+    partition: i32,
+) -> Result<i64> {
+    let mut headers = OwnedHeaders::new();
+    for (k, v) in &r.headers {
+        headers = headers.insert(Header {
+            key: k,
+            value: Some(v.as_slice()),
+        });
+    }
+    let delivery = producer(bootstrap)?
+        .send(
+            FutureRecord::<(), [u8]>::to(topic)
+                .partition(partition)
+                .payload(r.value.as_deref().unwrap_or_default())
+                .headers(headers),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)?;
+    Ok(delivery.offset)
+}
+
+/// Records of this source copied to a partition's tail (a re-drive, a
+/// mirror, a forwarded record) carry its headers and a key far above the
+/// partition's own: trusted as fence keys, they would make the replay skip
+/// every event of the partition below them. Here the copies come from a
+/// second relay of the same WAL under the same source id into another
+/// cluster (a mirror), which relayed further: one was routed to another
+/// partition, the other to the same partition number but follows records
+/// the first cluster never had. Neither may fence, and every event ends up
+/// in Kafka once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_record_at_a_partition_tail_never_makes_the_replay_skip() -> Result<()> {
+    let env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    // A Tansu of its own: the shared Kafka node is leased to one test at
+    // a time.
+    let mirror = tokio::task::spawn_blocking(|| {
+        walrelay_testkit::TestBroker::start_kind(walrelay_testkit::BrokerKind::Tansu)
+    })
+    .await??;
+    let mirror_bootstrap = mirror.bootstrap_servers();
+    for broker in [env.broker(), &mirror] {
+        broker.create_topic("orders", 3)?;
+    }
+    let mut other = env.config(&bootstrap);
+    other.postgres.slot = "other".into();
+    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::setup::setup(&other).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let main = ["--source-id", "one-source"];
+    let copier = ["--source-id", "one-source", "--slot", "other"];
+
+    let mut ids = write_transactions(&env, "a", 3).await?;
+    relay_slot_to_the_end(&env, &bootstrap, &log, &main, "walrelay").await?;
+    ids.extend(write_transactions(&env, "b", 6).await?);
+    relay_slot_to_the_end(&env, &mirror_bootstrap, &log, &copier, "other").await?;
+
+    // The mirror's highest key overall (partition x) goes to partition
+    // x + 1 of the relay's cluster; the mirror's highest key of partition
+    // x + 2 goes to the same partition there.
+    let mirrored =
+        read_until_quiet(&mirror_bootstrap, &["orders"], Duration::from_secs(1), WAIT).await?;
+    let top = |p: Option<i32>| {
+        mirrored
+            .iter()
+            .filter(|r| p.is_none_or(|p| r.partition == p))
+            .max_by_key(|r| key_of(r))
+            .cloned()
+            .context("mirrored records")
+    };
+    let highest = top(None)?;
+    let (x, y, z) = (
+        highest.partition,
+        (highest.partition + 1) % 3,
+        (highest.partition + 2) % 3,
+    );
+    let same_number = top(Some(z))?;
+    let copies = [
+        (y, copy_record(&bootstrap, &highest, "orders", y).await?),
+        (z, copy_record(&bootstrap, &same_number, "orders", z).await?),
+    ];
+
+    relay_slot_to_the_end(&env, &bootstrap, &log, &main, "walrelay").await?;
+    let records = read_until_quiet(
+        &bootstrap,
+        &["orders", OUTBOX_TOPIC],
+        Duration::from_secs(1),
+        WAIT,
+    )
+    .await?;
+    let ours: Vec<&ConsumedRecord> = records
+        .iter()
+        .filter(|r| !copies.contains(&(r.partition, r.offset)) || r.topic != "orders")
+        .collect();
+    check_each_once(&ours, &ids)?;
+    let text = log_text(&log);
+    ensure!(
+        text.contains(&format!("was routed to partition {x}: a copy"))
+            && text.contains("which is not in the partition before it"),
+        "both copies are named: {text}"
+    );
+    Ok(())
+}
+
+/// An aborted transactional copy of records of this source (the same
+/// partition, a continuous `walrelay-prev-key` chain: everything else about
+/// it would be trusted) must never become a fence key, even when the
+/// user's Kafka properties ask for `read_uncommitted`: the fence reader
+/// pins `read_committed`. Needs transaction isolation, so Apache Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_transactional_copy_never_becomes_a_fence_key() -> Result<()> {
+    let env = Env::start_on(walrelay_testkit::BrokerKind::Kafka).await?;
+    let bootstrap = env.bootstrap();
+    let mirror = tokio::task::spawn_blocking(|| {
+        walrelay_testkit::TestBroker::start_kind(walrelay_testkit::BrokerKind::Tansu)
+    })
+    .await??;
+    let mirror_bootstrap = mirror.bootstrap_servers();
+    for broker in [env.broker(), &mirror] {
+        broker.create_topic("orders", 1)?;
+    }
+    let mut other = env.config(&bootstrap);
+    other.postgres.slot = "other".into();
+    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::setup::setup(&other).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let main = [
+        "--source-id",
+        "one-source",
+        "--kafka-property",
+        "isolation.level=read_uncommitted",
+    ];
+    let copier = ["--source-id", "one-source", "--slot", "other"];
+
+    let mut ids = write_transactions(&env, "a", 2).await?;
+    relay_slot_to_the_end(&env, &bootstrap, &log, &main, "walrelay").await?;
+    ids.extend(write_transactions(&env, "b", 3).await?);
+    relay_slot_to_the_end(&env, &mirror_bootstrap, &log, &copier, "other").await?;
+
+    // The mirror's records of "b" continue the relay's chain exactly;
+    // written to the relay's partition in a transaction that aborts.
+    let relayed = read_until_quiet(&bootstrap, &["orders"], Duration::from_secs(1), WAIT).await?;
+    let last = relayed.iter().map(key_of).max().context("relayed")?;
+    let mut mirrored =
+        read_until_quiet(&mirror_bootstrap, &["orders"], Duration::from_secs(1), WAIT).await?;
+    mirrored.retain(|r| key_of(r) > last);
+    mirrored.sort_by_key(|r| r.offset);
+    ensure!(!mirrored.is_empty());
+    ensure!(
+        mirrored[0].header_str("walrelay-prev-key") == Some(last.to_hex().as_str()),
+        "the copies continue the partition's chain"
+    );
+    let transactional: rdkafka::producer::BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("transactional.id", "walrelay-test-copier")
+        .create()?;
+    let timeout = Duration::from_secs(30);
+    transactional.init_transactions(timeout)?;
+    transactional.begin_transaction()?;
+    for r in &mirrored {
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in &r.headers {
+            headers = headers.insert(Header {
+                key: k,
+                value: Some(v.as_slice()),
+            });
+        }
+        transactional
+            .send(
+                rdkafka::producer::BaseRecord::<(), [u8]>::to("orders")
+                    .partition(0)
+                    .payload(r.value.as_deref().unwrap_or_default())
+                    .headers(headers),
+            )
+            .map_err(|(e, _)| e)?;
+    }
+    transactional.flush(timeout)?;
+    transactional.abort_transaction(timeout)?;
+
+    relay_slot_to_the_end(&env, &bootstrap, &log, &main, "walrelay").await?;
+    // Read committed: the aborted copies are not there for any reader.
+    let records = read_until_quiet(
+        &bootstrap,
+        &["orders", OUTBOX_TOPIC],
+        Duration::from_secs(1),
+        WAIT,
+    )
+    .await?;
+    let ours: Vec<&ConsumedRecord> = records.iter().collect();
+    check_each_once(&ours, &ids)
 }

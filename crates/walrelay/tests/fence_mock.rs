@@ -6,12 +6,13 @@
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
+use rdkafka::message::Header;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, DefaultProducerContext, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
 use walrelay::config::KafkaConfig;
 use walrelay::fence::tail::{self, FenceError};
-use walrelay::fence::{Layout, PartitionTail};
+use walrelay::fence::{Layout, PartitionTail, TopicFence, TopicLayout};
 use walrelay::kafka_client::{client_config, KafkaClient};
 use walrelay::key::EventKey;
 use walrelay_testkit::relay_headers;
@@ -19,10 +20,17 @@ use walrelay_testkit::relay_headers;
 type Cluster = MockCluster<'static, DefaultProducerContext>;
 
 const SOURCE: &str = "sys/db/slot";
-const LAYOUT: Layout = Layout {
+const LAYOUT: TopicLayout = TopicLayout {
     partitions: 3,
     routing: 7,
 };
+
+fn layout(partition: i32) -> Layout {
+    Layout {
+        partition: u32::try_from(partition).expect("a partition"),
+        topic: LAYOUT,
+    }
+}
 
 fn reader(bootstrap: &str) -> ClientConfig {
     let kafka = KafkaConfig {
@@ -38,10 +46,15 @@ fn write(bootstrap: &str, partition: i32, source: &str, keys: &[u128]) {
         .set("bootstrap.servers", bootstrap)
         .create()
         .expect("producer");
-    let layout = LAYOUT.to_string();
+    let layout = layout(partition).to_string();
+    let mut prev = String::new();
     for &k in keys {
         let key = EventKey(k).to_hex();
-        let headers = relay_headers(&key, source, Some(&layout));
+        let headers = relay_headers(&key, source, Some(&layout)).insert(Header {
+            key: "walrelay-prev-key",
+            value: Some(prev.as_str()),
+        });
+        prev = key;
         producer
             .send(
                 rdkafka::producer::BaseRecord::<(), str>::to("orders")
@@ -77,16 +90,24 @@ fn each_partition_is_read_to_its_end_for_its_highest_own_key() {
         Duration::from_secs(20),
     )
     .expect("tails");
-    let own: Vec<_> = tails.partitions.iter().map(|t| t.own).collect();
+    let own: Vec<_> = tails
+        .partitions
+        .iter()
+        .map(|t| t.top().map(|r| (r.key, r.prev, r.layout)))
+        .collect();
     assert_eq!(
         own,
         [
-            Some((EventKey(3), Some(LAYOUT))),
-            Some((EventKey(11), Some(LAYOUT))),
+            Some((EventKey(3), Some(EventKey(2)), Some(layout(0)))),
+            Some((EventKey(11), Some(EventKey(10)), Some(layout(1)))),
             None
         ]
     );
     assert_eq!(tails.partitions[2], PartitionTail::default());
+    // Each top record's predecessor was read, so each is trusted.
+    let decision = TopicFence::decide(&tails.partitions, LAYOUT);
+    assert!(decision.untrusted.is_empty());
+    assert_eq!(decision.fence.key(1), Some(EventKey(11)));
 }
 
 #[test]

@@ -110,6 +110,42 @@ async fn run_refuses_outbox_tables_the_publication_does_not_cover() -> Result<()
     Ok(())
 }
 
+/// The fix for a row filter takes the table out of the publication and
+/// puts it back: two autocommit statements would leave a moment in which
+/// committed rows are never decoded (and the next check is clean again),
+/// so the printed fix is one transaction, and it works as printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_row_filter_fix_is_one_transaction_that_works_as_printed() -> Result<()> {
+    let env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let config = env.config(&bootstrap);
+    walrelay::setup::setup(&config).await?;
+    env.client
+        .batch_execute(
+            "ALTER PUBLICATION walrelay SET TABLE outbox WHERE (aggregatetype <> 'audit');",
+        )
+        .await?;
+    let e = run_until_it_stops(config.clone())
+        .await?
+        .expect_err("refuses to start")
+        .to_string();
+    let fix = e
+        .split_once("fix, in one transaction")
+        .and_then(|(_, rest)| rest.split_once(": "))
+        .map(|(_, fix)| fix.to_owned())
+        .with_context(|| format!("no fix in {e}"))?;
+    // The error names its documentation after the statement.
+    let fix = fix.split(" (docs/").next().unwrap_or_default().trim();
+    ensure!(
+        fix.starts_with("BEGIN;") && fix.ends_with("COMMIT;"),
+        "the fix is one transaction: {fix}"
+    );
+    env.client.batch_execute(fix).await?;
+    let (code, text) = status(&env, &["--outbox-table", "public.outbox"])?;
+    ensure!(code == 0, "the printed fix removed the row filter: {text}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publication_change_while_running_stops_the_relay_before_it_confirms_past_it(
 ) -> Result<()> {

@@ -23,6 +23,7 @@ from .apply import (
     CorruptHwm,
     DatabaseFailed,
     HandlerFailed,
+    NotParked,
     RecordHandler,
     RowVanished,
     process_batch,
@@ -44,7 +45,7 @@ from .meta import (
     is_reserved,
 )
 from .metrics import Metrics
-from .parked import RedriveReport, redrive
+from .parked import OffsetReused, RedriveReport, redrive
 from .records import Delivery, Position, Record
 from .settings import OnPoison, RetryPolicy, Settings
 
@@ -72,7 +73,9 @@ __all__ = [
     "MetaError",
     "Metrics",
     "MissingHeader",
+    "NotParked",
     "NotUtf8",
+    "OffsetReused",
     "OnPoison",
     "PartitionsStopped",
     "Plan",

@@ -26,6 +26,7 @@ from .apply import (
     Park,
     RowVanished,
     _advance_params,
+    _check_parked,
     _count,
     _Failed,
     _marks_of,
@@ -142,6 +143,7 @@ async def _apply(
                     parked.INSERT_SQL,
                     parked.row_params(position, d.record, d.meta.key, d.meta.source, park.error, park.attempts),
                 )
+                _check_parked(position, d, cur.rowcount)
             if plan.raised:
                 p, rows = _advance_params(position, plan.raised)
                 await cur.execute(ADVANCE_SQL, p)

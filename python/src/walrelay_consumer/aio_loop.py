@@ -28,16 +28,18 @@ from .aio import AsyncBatchHandler, AsyncRecordHandler, _AsyncApply, apply_batch
 from .apply import BatchError, _Failed
 from .consumer import (
     LOAD_SQL,
+    STATEMENT_TIMEOUT_SQL,
     POLL_BURST,
     STRAGGLER_WAIT,
     ConsumerLoop,
     PartitionsStopped,
     _Job,
+    _millis,
     _resume_assigned,
     _Round,
     log,
 )
-from .parked import INSERT_SQL, row_params
+from .parked import INSERT_UNKEYED_SQL, OffsetReused, SAME_UNKEYED_SQL, row_params, unkeyed_parked_before
 from .partition import ParkUnkeyed, Partition
 from .records import Delivery, Position, Record
 from .settings import Settings
@@ -138,6 +140,9 @@ class AsyncConsumerLoop(ConsumerLoop):
             try:
                 try:
                     await self._asettle(list(self._in_flight))
+                    # Abandoned batches still running are left to the event
+                    # loop; those done are counted.
+                    self._collect_abandoned()
                 finally:
                     # What the settled batches stored is committed even if
                     # one of them ended in a bug.
@@ -162,6 +167,7 @@ class AsyncConsumerLoop(ConsumerLoop):
         loop, at most ``pool_size`` running at a time: the round waits
         :data:`~walrelay_consumer.consumer.STRAGGLER_WAIT` for them, acts on
         those done and leaves the others in flight."""
+        self._collect_abandoned()
         await self._asettle(self._finished_stragglers())
         if self._stale:
             await self._aclose()
@@ -173,20 +179,28 @@ class AsyncConsumerLoop(ConsumerLoop):
         self._end_round(jobs, tasks)
         return round_.ready, round_.wake
 
-    async def _asettle(self, tps: list[tuple[str, int]]) -> None:
+    async def _asettle(self, tps: list[tuple[str, int]], bound: float | None = None) -> None:
         """:meth:`ConsumerLoop._settle` on the event loop: awaits these
-        partitions' stragglers and acts on their outcomes."""
-        for job, running in self._take_stragglers(tps):
+        partitions' stragglers (at most ``bound`` seconds, then the ones
+        still running are abandoned) and acts on their outcomes."""
+        taken = self._take_stragglers(tps)
+        if bound is not None and taken:
+            tasks = [r for _, r in taken if isinstance(r, asyncio.Task)]
+            await asyncio.wait(tasks, timeout=bound)
+        for job, running in taken:
             assert isinstance(running, asyncio.Task)
+            if bound is not None and not running.done():
+                self._abandon(job, running, bound)
+                continue
             await running  # the job holds its failures; this raises only a bug's
             self._finish(job)
 
-    def _settle(self, tps: list[tuple[str, int]]) -> None:
+    def _settle(self, tps: list[tuple[str, int]], bound: float | None = None) -> None:
         # Called by the rebalance callbacks on the Kafka thread while the
         # event loop waits for the poll: the stragglers are awaited there.
         if any(tp in self._in_flight for tp in tps):
             assert self._event_loop is not None
-            asyncio.run_coroutine_threadsafe(self._asettle(tps), self._event_loop).result()
+            asyncio.run_coroutine_threadsafe(self._asettle(tps, bound), self._event_loop).result()
 
     async def _aslot(self, job: _Job, apply: _AsyncApply) -> None:
         assert self._slots is not None
@@ -201,7 +215,7 @@ class AsyncConsumerLoop(ConsumerLoop):
                 job.result = await _insert_unkeyed(conn, job.p.position, job.records[0].record, job.step.error)
             else:
                 job.result = await apply_batch_async(conn, job.p.position, job.deliveries(), apply, **job.batch_options())
-        except (BatchError, psycopg.Error) as e:
+        except (BatchError, psycopg.Error, OffsetReused) as e:
             job.result = e
         finally:
             job.conn_gone = conn is None or conn.closed or conn.broken
@@ -247,18 +261,22 @@ class AsyncConsumerLoop(ConsumerLoop):
         if not self._pending:
             return
         tps, self._pending = self._pending, []
+        timeout = self.settings.rebalance_db_timeout
         try:
             if self._stale:
                 await self._aclose()
-            conn = await self._acquire()
-            try:
-                async with conn.transaction():
-                    cur = psycopg.AsyncRawCursor(conn)
-                    await cur.execute(LOAD_SQL, [self.group, [t for t, _ in tps], [p for _, p in tps]])
-                    rows = await cur.fetchall()
-            finally:
-                if not conn.closed:
-                    self._idle.append(conn)
+            # A little over the server's statement timeout, for the round trip.
+            rows = await asyncio.wait_for(self._aload(tps, timeout), timeout + 1.0)
+        except (asyncio.TimeoutError, TimeoutError):
+            log.warning(
+                "loading the high-water marks of the assigned partitions %s took longer than %.1fs "
+                "(Settings.rebalance_db_timeout), abandoned: they are only a cache, the batches "
+                "read the real marks (is the database answering?)",
+                tps,
+                timeout,
+            )
+            self._stale = True
+            return
         except psycopg.Error as e:
             # Only a cache: the batch transactions read the real marks.
             log.warning("loading the high-water marks of the assigned partitions failed: %s", e)
@@ -269,9 +287,32 @@ class AsyncConsumerLoop(ConsumerLoop):
             if p is not None:
                 p.learn({source: hwm})
 
+    async def _aload(self, tps: list[tuple[str, int]], timeout: float) -> list[tuple[Any, ...]]:
+        """The marks of these partitions, the query bounded by the server
+        (``statement_timeout``); a connection cancelled mid-query is not
+        reused."""
+        conn = await self._acquire()
+        done = False
+        try:
+            async with conn.transaction():
+                cur = psycopg.AsyncRawCursor(conn)
+                await cur.execute(STATEMENT_TIMEOUT_SQL, [_millis(timeout)])
+                await cur.execute(LOAD_SQL, [self.group, [t for t, _ in tps], [p for _, p in tps]])
+                rows = await cur.fetchall()
+            done = True
+            return rows
+        finally:
+            if done and not conn.closed:
+                self._idle.append(conn)
+
 
 async def _insert_unkeyed(conn: psycopg.AsyncConnection[Any], position: Position, record: Record, error: str) -> bool:
+    params = row_params(position, record, None, None, error, 1)
     async with conn.transaction():
         cur = psycopg.AsyncRawCursor(conn)
-        await cur.execute(INSERT_SQL, row_params(position, record, None, None, error, 1))
-        return cur.rowcount == 1
+        await cur.execute(INSERT_UNKEYED_SQL, params)
+        if cur.rowcount == 1:
+            return True
+        await cur.execute(SAME_UNKEYED_SQL, params[:4] + params[6:10])
+        row = await cur.fetchone()
+    return unkeyed_parked_before(position, record, row)

@@ -37,6 +37,7 @@ __all__ = [
     "DatabaseFailed",
     "CorruptHwm",
     "RowVanished",
+    "NotParked",
     "Park",
     "process_batch",
     "process_records",
@@ -134,6 +135,22 @@ class RowVanished(BatchError):
             "locking it (deleted concurrently, or not READ COMMITTED)"
         )
         self.source_id = source_id
+
+
+class NotParked(BatchError):
+    """Parking a record wrote no row (or more than one), so the batch is
+    not committed: its mark would move past a record that is neither
+    applied nor parked."""
+
+    def __init__(self, position: Position, offset: int, key: str, rows: int) -> None:
+        super().__init__(
+            f"parking record {position.topic}/{position.partition} at offset {offset} (key {key}) "
+            f"wrote {rows} rows of walrelay_consumer_parked instead of 1, so the batch was rolled "
+            "back (its mark would have moved past a record neither applied nor parked): check the "
+            "table's unique indexes (run the migration again)"
+        )
+        self.offset = offset
+        self.key = key
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +286,7 @@ def _apply(
                 if conn.info.transaction_status == pq.TransactionStatus.INERROR:
                     raise split.swallowed()
             if park is not None and split.parked_is_new:
-                parked.insert(cur, records[-1], park.error, park.attempts)
+                _check_parked(position, records[-1], parked.insert(cur, records[-1], park.error, park.attempts))
             if plan.raised:
                 _advance(cur, position, plan.raised)
     except psycopg.Error as e:
@@ -322,6 +339,12 @@ class _Split:
             ),
             self.take[0] if len(self.take) == 1 else None,
         )
+
+
+def _check_parked(position: Position, d: Delivery, rows: int) -> None:
+    """A parked record must have written exactly one row."""
+    if rows != 1:
+        raise NotParked(position, d.record.offset, d.meta.key, rows)
 
 
 def _outcome(position: Position, plan: batch.Plan, marks: dict[str, str], split: _Split) -> BatchOutcome:

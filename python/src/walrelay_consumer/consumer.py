@@ -18,7 +18,8 @@ partition is decided until the loop has acted on its outcome. So a slow
 partition holds up only itself.
 
 Rebalance callbacks run inside the poll: a revocation first waits for the
-revoked partitions' stragglers and acts on them, then commits the stored
+revoked partitions' stragglers (at most :attr:`Settings.revoke_wait`, then
+they are abandoned and logged) and acts on them, then commits the stored
 offsets (only those of committed batches) and drops the revoked
 partitions' queued records, which the next owner reads again; whatever
 this member committed is covered by the marks. With ``pool_size=1``
@@ -32,10 +33,14 @@ Failures:
   dead-letter table in the same transaction that moves the mark past it.
   The per-record handler says which record failed; for a batch handler the
   loop finds it by applying the batch one record per transaction;
-* a database error, or a handler error on a connection that is gone, is an
-  outage, not a poison record: the connection is replaced and the batch
-  retried with backoff for as long as it takes, while the loop keeps
-  polling (the partition pauses once its queue is full);
+* a database outage (:mod:`walrelay_consumer.outage`: a lost connection, a
+  server shutting down, cannot connect), or a handler error on a connection
+  that is gone, is not a poison record: the connection is replaced and the
+  batch retried with backoff for as long as it takes, while the loop keeps
+  polling (the partition pauses once its queue is full). Any other database
+  error of the batch (a constraint checked at COMMIT, a serialization
+  failure) counts as an attempt, like a handler error; attempts are counted
+  per record;
 * a record without walrelay headers goes to the same policy, alone.
 """
 
@@ -46,7 +51,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -69,6 +75,7 @@ from .apply import (
 from .apply import Apply as ApplyFn
 from .counters import Counters
 from .metrics import Metrics
+from .outage import is_outage
 from .partition import Apply, Idle, Partition, ParkUnkeyed, Queued, Skip, Stop, WaitUntil
 from .records import Delivery, Position, Record
 from .settings import Settings
@@ -115,6 +122,14 @@ LOAD_SQL = (
 )
 
 
+#: Bounds the statements of the transaction it runs in.
+STATEMENT_TIMEOUT_SQL = "SELECT set_config('statement_timeout', $1, true)"
+
+
+def _millis(seconds: float) -> str:
+    return f"{max(int(seconds * 1000), 1)}ms"
+
+
 class ConfigError(ValueError):
     """The loop cannot be built with this configuration."""
 
@@ -144,14 +159,20 @@ class PartitionsStopped(Exception):
 
 
 def load_marks(
-    conn: psycopg.Connection[Any], group: str, partitions: list[tuple[str, int]]
+    conn: psycopg.Connection[Any],
+    group: str,
+    partitions: list[tuple[str, int]],
+    timeout: float | None = None,
 ) -> dict[tuple[str, int], dict[str, str]]:
     """The stored marks of ``group`` for the given ``(topic, partition)``
     pairs, all sources (the same query as the Rust crate's
-    ``PgHwmStore::load``)."""
+    ``PgHwmStore::load``). With ``timeout`` (seconds), the server cancels
+    the query after that long (``statement_timeout``)."""
     out: dict[tuple[str, int], dict[str, str]] = {}
     with conn.transaction():
         cur = psycopg.RawCursor(conn)
+        if timeout is not None:
+            cur.execute(STATEMENT_TIMEOUT_SQL, [_millis(timeout)])
         rows = cur.execute(
             LOAD_SQL, [group, [t for t, _ in partitions], [p for _, p in partitions]]
         ).fetchall()
@@ -316,6 +337,9 @@ class ConsumerLoop:
         self._workers: ThreadPoolExecutor | None = None
         #: Stragglers: batches left running after their round.
         self._in_flight: dict[tuple[str, int], tuple[_Job, _Running]] = {}
+        #: Stragglers a revocation stopped waiting for: still running, their
+        #: partitions gone; their counts are added when they end.
+        self._abandoned: list[tuple[_Job, _Running]] = []
         self._consumer: Consumer | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._stopped: list[StoppedPartition] = []
@@ -396,6 +420,8 @@ class ConsumerLoop:
                 if self._workers is not None:
                     self._workers.shutdown(wait=True)
                     self._workers = None
+                # The workers are done: so is every abandoned batch.
+                self._collect_abandoned()
                 self._close_db()
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
@@ -443,6 +469,7 @@ class ConsumerLoop:
         :data:`STRAGGLER_WAIT`; the others stay in flight. Returns whether
         some partition may have more ready at once, and the earliest moment
         a waiting one becomes ready."""
+        self._collect_abandoned()
         self._settle(self._finished_stragglers())
         round_ = _Round()
         jobs = list(self._jobs(round_))
@@ -456,12 +483,57 @@ class ConsumerLoop:
         self._end_round(jobs, futures)
         return round_.ready, round_.wake
 
-    def _settle(self, tps: list[tuple[str, int]]) -> None:
-        """Waits for these partitions' stragglers and acts on their outcomes
-        (on the loop's thread, or in a rebalance callback)."""
-        for job, running in self._take_stragglers(tps):
+    def _settle(self, tps: list[tuple[str, int]], bound: float | None = None) -> None:
+        """Waits for these partitions' stragglers (at most ``bound``
+        seconds, then the ones still running are abandoned) and acts on
+        their outcomes (on the loop's thread, or in a rebalance callback)."""
+        taken = self._take_stragglers(tps)
+        if bound is not None and taken:
+            wait_futures([r for _, r in taken if isinstance(r, Future)], bound)
+        for job, running in taken:
+            if bound is not None and not running.done():
+                self._abandon(job, running, bound)
+                continue
             running.result()  # the job holds its failures; this raises only a bug's
             self._finish(job)
+
+    def _abandon(self, job: _Job, running: _Running, waited: float) -> None:
+        """A revoked partition's straggler still running after ``waited``
+        seconds: the revocation goes on without it."""
+        log.warning(
+            "a batch of the revoked partition %s/%d (offsets %d..%d) was still running after "
+            "%.1fs (Settings.revoke_wait), abandoned so that the rebalance goes on: its "
+            "transaction commits or rolls back on its own, its offsets are not stored, and the "
+            "next owner's marks drop whatever it committed (is the database answering?)",
+            job.tp[0],
+            job.tp[1],
+            job.records[0].record.offset,
+            job.records[-1].record.offset,
+            waited,
+        )
+        self._abandoned.append((job, running))
+
+    def _collect_abandoned(self) -> None:
+        """Counts the abandoned batches that ended since (on the loop's
+        thread), so the counters stay exact."""
+        if not self._abandoned:
+            return
+        left: list[tuple[_Job, _Running]] = []
+        for job, running in self._abandoned:
+            if not running.done():
+                left.append((job, running))
+                continue
+            self.counters.add(job.counters)
+            outcome = "committed" if isinstance(job.result, (BatchOutcome, bool)) else f"failed: {job.result}"
+            log.info(
+                "an abandoned batch of %s/%d (offsets %d..%d) ended: %s",
+                job.tp[0],
+                job.tp[1],
+                job.records[0].record.offset,
+                job.records[-1].record.offset,
+                outcome,
+            )
+        self._abandoned = left
 
     def _take_stragglers(self, tps: list[tuple[str, int]]) -> list[tuple[_Job, _Running]]:
         """Takes these partitions' stragglers out of flight, to be waited for
@@ -526,7 +598,7 @@ class ConsumerLoop:
                 job.result = parked.insert_unkeyed(conn, job.p.position, job.records[0].record, job.step.error)
             else:
                 job.result = apply_batch(conn, job.p.position, job.deliveries(), apply, **job.batch_options())
-        except (BatchError, psycopg.Error) as e:
+        except (BatchError, psycopg.Error, parked.OffsetReused) as e:
             job.result = e
         finally:
             job.conn_gone = conn is None or conn.closed or conn.broken
@@ -540,25 +612,45 @@ class ConsumerLoop:
         if isinstance(job.step, ParkUnkeyed):
             written = job.result
             assert isinstance(written, (bool, Exception))
-            self._unkeyed_done(job.tp, job.p, job.records, written, job.started)
+            self._unkeyed_done(job.tp, job.p, job.records, written, job.started, job.conn_gone)
             return
         assert not isinstance(job.result, bool)
-        self._batch_done(job.tp, job.p, job.records, job.result, job.started, job.conn_gone)
+        parking = isinstance(job.step, Apply) and job.step.park is not None
+        self._batch_done(job.tp, job.p, job.records, job.result, job.started, job.conn_gone, parking)
 
     def _unkeyed_done(
-        self, tp: tuple[str, int], p: Partition, records: list[Queued], written: bool | Exception, now: float
+        self,
+        tp: tuple[str, int],
+        p: Partition,
+        records: list[Queued],
+        written: bool | Exception,
+        now: float,
+        conn_gone: bool,
     ) -> None:
         """Acts on parking a record without walrelay headers."""
+        if isinstance(written, parked.OffsetReused):
+            # Refused rather than guessed: the partition stops.
+            p.put_back(records)
+            self._stop_partition(tp, p, str(written))
+            return
         if isinstance(written, Exception):
             p.put_back(records)
-            self._outage(tp, p, written, now)
+            if is_outage(written, conn_gone):
+                self._outage(tp, p, written, now)
+            else:
+                self._stop_partition(
+                    tp,
+                    p,
+                    f"parking record {tp[0]}/{tp[1]} at offset {records[0].record.offset} (no walrelay "
+                    f"headers) failed, not for an outage: {written}",
+                )
             return
         if written:
             self.counters.parked += 1
             self.metrics.parked_unkeyed()
         log.warning(
-            "record without walrelay headers parked in walrelay_consumer_parked "
-            "(topic %s partition %d offset %d)",
+            "record without walrelay headers %s walrelay_consumer_parked (topic %s partition %d offset %d)",
+            "parked in" if written else "delivered again, already parked (the same record) in",
             tp[0],
             tp[1],
             records[0].record.offset,
@@ -574,10 +666,12 @@ class ConsumerLoop:
         result: BatchOutcome | Exception,
         now: float,
         conn_gone: bool,
+        parking: bool = False,
     ) -> None:
         """Acts on a batch's outcome: store the offset, or retry, or stop."""
         if isinstance(result, HandlerFailed) and not conn_gone:
             self.metrics.failed()
+            p.put_back(records)
             n = p.handler_failed(str(result.error), result.index, len(records), self.settings, now)
             offset = records[result.index].record.offset if result.index is not None else None
             log.warning(
@@ -591,18 +685,22 @@ class ConsumerLoop:
                 len(records),
                 result.error,
             )
-            p.put_back(records)
             return
         if isinstance(result, CorruptHwm):
             p.put_back(records)
             self._stop_partition(tp, p, str(result))
             return
-        if isinstance(result, Exception):
-            # A database failure, or a handler failure on a connection that
-            # is gone: an outage, not a poison record.
+        if isinstance(result, Exception) and is_outage(result, conn_gone):
+            # The database is unreachable or going away (or a handler failed
+            # on a connection that is gone): not the batch's fault.
             self.metrics.failed()
             p.put_back(records)
             self._outage(tp, p, result, now)
+            return
+        if isinstance(result, Exception):
+            self.metrics.failed()
+            p.put_back(records)
+            self._batch_failed(tp, p, records, result, now, parking)
             return
         outcome = result
         self.metrics.committed(tp[0], tp[1], len(records), time.monotonic() - now, outcome)
@@ -617,6 +715,33 @@ class ConsumerLoop:
         p.learn(outcome.marks)
         p.committed(len(records))
         self._store_offset(tp, records[-1].record.offset)
+
+    def _batch_failed(
+        self, tp: tuple[str, int], p: Partition, records: list[Queued], error: Exception, now: float, parking: bool
+    ) -> None:
+        """The batch's transaction failed for a reason of its own (a
+        constraint checked at COMMIT, a serialization failure, a statement
+        the handler let fail): an attempt, like a handler failure."""
+        first, last = records[0].record.offset, records[-1].record.offset
+        if parking:
+            # Parking wrote nothing, for a reason that would come again.
+            self._stop_partition(
+                tp, p, f"parking record {tp[0]}/{tp[1]} at offset {last} failed, not for an outage: {error}"
+            )
+            return
+        n = p.handler_failed(str(error), None, len(records), self.settings, now)
+        log.warning(
+            "the transaction of a batch failed, not for a database outage (attempt %d of %d, topic "
+            "%s partition %d offsets %d..%d; a batch of several is then applied one record per "
+            "transaction to find the record): %s",
+            n,
+            self.settings.retry.attempts,
+            tp[0],
+            tp[1],
+            first,
+            last,
+            error,
+        )
 
     def _outage(self, tp: tuple[str, int], p: Partition, error: Exception, now: float) -> None:
         """A database failure: replace the connection, retry with backoff
@@ -710,28 +835,63 @@ class ConsumerLoop:
         for tp in tps:
             self._partitions.setdefault(tp, Partition(Position(self.group, *tp)))
         _resume_assigned(consumer, partitions)
-        try:
-            conn = self._conns.acquire()
-            try:
-                marks = load_marks(conn, self.group, tps)
-            finally:
-                self._conns.release(conn)
-        except psycopg.Error as e:
-            # Only a cache: the batch transactions read the real marks.
-            log.warning("loading the high-water marks of the assigned partitions failed: %s", e)
-            self._close_db()
+        marks = self._load_marks_bounded(tps)
+        if marks is None:
             return
         for tp, by_source in marks.items():
             p = self._partitions.get(tp)
             if p is not None:
                 p.learn(by_source)
 
+    def _load_marks_bounded(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, str]] | None:
+        """Loads the assigned partitions' marks (a cache) on a thread of its
+        own, waiting at most :attr:`Settings.rebalance_db_timeout`; ``None``
+        when it failed or was abandoned (logged)."""
+        timeout = self.settings.rebalance_db_timeout
+        result: Future[dict[tuple[str, int], dict[str, str]]] = Future()
+        abandoned = threading.Event()
+
+        def load() -> None:
+            try:
+                conn = self._conns.acquire()
+            except BaseException as e:  # reported on the callback's thread
+                result.set_exception(e)
+                return
+            try:
+                result.set_result(load_marks(conn, self.group, tps, timeout))
+            except BaseException as e:  # reported on the callback's thread
+                result.set_exception(e)
+            finally:
+                if abandoned.is_set():
+                    conn.close()
+                else:
+                    self._conns.release(conn)
+
+        threading.Thread(target=load, name="walrelay-load-marks", daemon=True).start()
+        try:
+            # A little over the server's statement timeout, for the round trip.
+            return result.result(timeout + 1.0)
+        except FutureTimeout:
+            abandoned.set()
+            log.warning(
+                "loading the high-water marks of the assigned partitions %s took longer than %.1fs "
+                "(Settings.rebalance_db_timeout), abandoned so that the rebalance goes on: they are "
+                "only a cache, the batches read the real marks (is the database answering?)",
+                tps,
+                timeout,
+            )
+        except psycopg.Error as e:
+            # Only a cache: the batch transactions read the real marks.
+            log.warning("loading the high-water marks of the assigned partitions failed: %s", e)
+        self._close_db()
+        return None
+
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Finish the revoked partitions' stragglers (no other batch is in
         # flight: callbacks run inside the poll), commit what the committed
         # batches stored, drop the rest.
         tps = [(tp.topic, tp.partition) for tp in partitions]
-        self._settle(tps)
+        self._settle(tps, self.settings.revoke_wait)
         self._commit(asynchronous=False)
         log.info("partitions revoked: %s", tps)
         for tp in tps:
@@ -742,7 +902,7 @@ class ConsumerLoop:
         # them); the marks make the new owner's work exactly-once. Their
         # stragglers are waited for, so none outlives its partition.
         tps = [(tp.topic, tp.partition) for tp in partitions]
-        self._settle(tps)
+        self._settle(tps, self.settings.revoke_wait)
         log.warning("partitions lost: %s", tps)
         for tp in tps:
             self._partitions.pop(tp, None)

@@ -5,9 +5,16 @@ poison policy puts records that keep failing, and how to re-drive them
 A record with walrelay headers is parked in the transaction that raises its
 partition's mark past it (:mod:`walrelay_consumer.apply`): either both
 commit or neither does, so a parked record is never lost and never applied
-by the loop as well. A record without usable headers has no key and moves
-no mark; it is parked on its own, once per (group, topic, partition,
-offset).
+by the loop as well. Its row is unique on its event (group, topic,
+partition, source, key), not on its offset, which repeats when a topic is
+recreated or a group fails over to a mirror; the same event parked again
+updates its row, and the batch fails unless exactly one row was written.
+
+A record without usable headers has no key and moves no mark; it is parked
+on its own. Nothing walrelay wrote identifies it, so its row is unique on
+(group, topic, partition, offset): an identical row there is the same
+record delivered again, a different one means the offset was reused, and
+the consumer refuses (:class:`OffsetReused`) rather than guess.
 
 :func:`redrive` takes parked records of a group one at a time, runs the
 handler on each in a transaction that also deletes its row, and commits.
@@ -27,7 +34,7 @@ import psycopg
 from .meta import MetaError, RecordMeta
 from .records import Delivery, Position, Record
 
-__all__ = ["RedriveReport", "insert", "insert_unkeyed", "redrive"]
+__all__ = ["OffsetReused", "RedriveReport", "insert", "insert_unkeyed", "redrive"]
 
 log = logging.getLogger("walrelay_consumer")
 
@@ -36,7 +43,27 @@ INSERT_SQL = (
     "(consumer_group, topic, partition, kafka_offset, idempotency_key, source, kafka_key, "
     "payload, header_names, header_values, error, attempts) "
     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
-    "ON CONFLICT (consumer_group, topic, partition, kafka_offset) DO NOTHING"
+    "ON CONFLICT (consumer_group, topic, partition, source, idempotency_key) "
+    "WHERE idempotency_key IS NOT NULL DO UPDATE SET "
+    "kafka_offset = EXCLUDED.kafka_offset, kafka_key = EXCLUDED.kafka_key, "
+    "payload = EXCLUDED.payload, header_names = EXCLUDED.header_names, "
+    "header_values = EXCLUDED.header_values, error = EXCLUDED.error, "
+    "attempts = EXCLUDED.attempts, parked_at = now()"
+)
+INSERT_UNKEYED_SQL = (
+    "INSERT INTO walrelay_consumer_parked "
+    "(consumer_group, topic, partition, kafka_offset, idempotency_key, source, kafka_key, "
+    "payload, header_names, header_values, error, attempts) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+    "ON CONFLICT (consumer_group, topic, partition, kafka_offset) "
+    "WHERE idempotency_key IS NULL DO NOTHING"
+)
+SAME_UNKEYED_SQL = (
+    "SELECT kafka_key IS NOT DISTINCT FROM $5::bytea AND payload IS NOT DISTINCT FROM $6::bytea "
+    "AND header_names = $7::text[] AND header_values IS NOT DISTINCT FROM $8::bytea[] "
+    "FROM walrelay_consumer_parked "
+    "WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND kafka_offset = $4 "
+    "AND idempotency_key IS NULL"
 )
 TAKE_SQL = (
     "SELECT id, topic, partition, kafka_offset, kafka_key, payload, "
@@ -51,6 +78,27 @@ FAILED_AGAIN_SQL = (
 )
 
 _INT4_MAX = 2**31 - 1
+
+
+class OffsetReused(Exception):
+    """A record without walrelay headers was not parked: the dead-letter
+    table already holds a different record without headers at its offset.
+    Offsets were reused (a topic deleted and recreated, a failover to a
+    mirror cluster) and nothing identifies such a record but its offset, so
+    the consumer refuses to guess whether it is parked."""
+
+    def __init__(self, position: Position, offset: int) -> None:
+        super().__init__(
+            f"record {position.topic}/{position.partition} at offset {offset} has no walrelay "
+            f"headers and the dead-letter table already holds a different record without headers "
+            f"at that offset for group {position.group!r}: the offsets were reused (topic "
+            f"recreated, or a mirror failover), so nothing tells whether this record is parked. "
+            f"Nothing was parked and the partition stops: save and delete the old row "
+            f"(walrelay_consumer_parked, idempotency_key IS NULL, kafka_offset = {offset}), then "
+            f"restart"
+        )
+        self.position = position
+        self.offset = offset
 
 
 def row_params(
@@ -80,25 +128,43 @@ def row_params(
 
 
 def _insert_row(cur: psycopg.RawCursor[Any], params: list[object]) -> int:
-    cur.execute(INSERT_SQL, params)
+    cur.execute(INSERT_UNKEYED_SQL, params)
     return cur.rowcount
 
 
 def insert(cur: psycopg.RawCursor[Any], delivery: Delivery, error: str, attempts: int) -> int:
     """Parks a record with walrelay headers inside the batch transaction that
-    raises its mark."""
-    return _insert_row(
-        cur, row_params(delivery.position, delivery.record, delivery.meta.key, delivery.meta.source, error, attempts)
+    raises its mark. Returns the rows written (the caller fails the batch
+    unless it is 1)."""
+    cur.execute(
+        INSERT_SQL,
+        row_params(delivery.position, delivery.record, delivery.meta.key, delivery.meta.source, error, attempts),
     )
+    return cur.rowcount
 
 
 def insert_unkeyed(conn: psycopg.Connection[Any], position: Position, record: Record, error: str) -> bool:
     """Parks a record without usable walrelay headers, in its own
-    transaction. Returns whether a row was written (false: parked before)."""
+    transaction. Returns whether a row was written (false: the same record
+    was parked before); raises :class:`OffsetReused` when a different one
+    is parked at its offset."""
+    params = row_params(position, record, None, None, error, 1)
     with conn.transaction():
         cur = psycopg.RawCursor(conn)
-        written = _insert_row(cur, row_params(position, record, None, None, error, 1))
-    return written == 1
+        if _insert_row(cur, params) == 1:
+            return True
+        row = cur.execute(SAME_UNKEYED_SQL, params[:4] + params[6:10]).fetchone()
+    return unkeyed_parked_before(position, record, row)
+
+
+def unkeyed_parked_before(position: Position, record: Record, row: tuple[Any, ...] | None) -> bool:
+    """After :data:`INSERT_UNKEYED_SQL` wrote nothing: ``row`` is what
+    :data:`SAME_UNKEYED_SQL` found. The same record parked before is fine
+    (``False``: nothing written); anything else is refused (shared by the
+    blocking and the asyncio flavours)."""
+    if row is not None and row[0] is True:
+        return False
+    raise OffsetReused(position, record.offset)
 
 
 @dataclass(slots=True)

@@ -115,6 +115,9 @@ class Partition:
     #: Sources whose mark rows exist.
     known: set[str] = field(default_factory=set)
     failing: Failing | None = None
+    #: Handler failures per record (by offset) of the records still queued:
+    #: each record has its own attempts, whatever failed around it.
+    record_failures: dict[int, int] = field(default_factory=dict)
     #: Database failures in a row (an outage: not counted as attempts).
     db_failures: int = 0
     #: No batch before this moment (``time.monotonic()``).
@@ -241,11 +244,26 @@ class Partition:
         self.db_failures = 0
         self.retry_at = None
         self.isolate = max(self.isolate - take, 0)
+        # The committed records' failures go with them.
+        first = self.queue[0].record.offset if self.queue else None
+        self.record_failures = {
+            o: n for o, n in self.record_failures.items() if first is not None and o >= first
+        }
 
     def handler_failed(self, error: str, index: int | None, n: int, s: Settings, now: float) -> int:
-        """After a handler failure of a batch of ``n`` records (``index``:
-        the failing record, when known). Returns the consecutive failures."""
-        failures = (self.failing.failures if self.failing is not None else 0) + 1
+        """After a handler failure of a batch of ``n`` records, put back at
+        the front of the queue (``index``: the failing record, when known).
+        Returns the failures that count: the failing record's own when it is
+        known, else the batch's in a row."""
+        if index is None and n == 1:
+            index = 0
+        if index is not None and index < len(self.queue):
+            offset = self.queue[index].record.offset
+            failures = self.record_failures.get(offset, 0) + 1
+            self.record_failures[offset] = failures
+        else:
+            f = self.failing
+            failures = (f.failures if f is not None and f.index is None else 0) + 1
         if failures >= s.retry.attempts and index is None and n > 1:
             # The batch cannot say which record fails: apply its records one
             # per transaction, each with its own attempts.

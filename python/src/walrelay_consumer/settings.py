@@ -31,8 +31,9 @@ class RetryPolicy:
     """Exponential backoff between attempts."""
 
     #: Attempts of a failing handler before :class:`OnPoison` decides (at
-    #: least 1). Database outages do not count: they are retried until the
-    #: database is back.
+    #: least 1), per record. Database outages (a lost connection, a server
+    #: shutting down) do not count: they are retried until the database is
+    #: back. Other database errors of a batch do.
     attempts: int = 5
     #: The wait (seconds) after the first failure; it doubles each time.
     base: float = 0.1
@@ -64,6 +65,18 @@ class Settings:
     #: batch per partition at a time, so each partition keeps its order).
     #: 1 runs every batch on the loop's own thread.
     pool_size: int = 4
+    #: Seconds a rebalance callback waits for the database when it loads the
+    #: assigned partitions' marks (only a cache: the batches read the real
+    #: marks); then it abandons the load, logs it and returns, so a database
+    #: that stops answering does not stall the rebalance.
+    rebalance_db_timeout: float = 5.0
+    #: Seconds a revocation waits for the revoked partitions' batches still
+    #: running (stragglers); then it abandons them, logs which, and returns.
+    #: An abandoned batch commits or rolls back on its own; its offsets are
+    #: not stored, so the next owner gets its records again and the marks
+    #: drop what it committed. Both bounds stay well below
+    #: ``max.poll.interval.ms`` (default 300 s), the rebalance's own limit.
+    revoke_wait: float = 10.0
 
     def normalized(self) -> Settings:
         """The settings with every bound at least 1 (a zero would stall)."""
@@ -74,6 +87,8 @@ class Settings:
             retry=replace(self.retry, attempts=max(self.retry.attempts, 1)),
             commit_interval=max(self.commit_interval, 0.001),
             pool_size=max(self.pool_size, 1),
+            rebalance_db_timeout=max(self.rebalance_db_timeout, 0.001),
+            revoke_wait=max(self.revoke_wait, 0.0),
         )
 
     @property

@@ -97,8 +97,11 @@ pub(super) async fn drain(
                 .await?;
             (row.get(0), row.get(1))
         }
-        Consumer::Inbox1 | Consumer::Inbox500 => inbox::state(&client).await?,
-        Consumer::ReadLimit => (0, 0),
+        Consumer::Inbox1
+        | Consumer::Inbox500
+        | Consumer::InboxCareful
+        | Consumer::PythonInboxCareful => inbox::state(&client).await?,
+        Consumer::ReadLimit | Consumer::ApplyLimit | Consumer::PythonApplyLimit => (0, 0),
     };
     let per = |s: f64| s * 1e6 / records as f64;
     Ok(ConsumerRun {

@@ -1,14 +1,22 @@
-//! The reference peer: the classic inbox-table consumer.
+//! The reference peers: the classic inbox-table consumer, and the same
+//! loop without deduplication (the apply limit).
 //!
-//! This is the pattern walrelay's high-water mark replaces, written the
-//! way teams write it: a table with one row per processed event id
-//! (`inbox`, primary key on the id), and per record
-//! `INSERT INTO inbox ... ON CONFLICT DO NOTHING`; when that inserted a
-//! row, the side effect, in the same transaction. Offsets are stored after
-//! the database commit and committed every second, as the walrelay loop
-//! does. It runs serially over all partitions (one connection), with one
-//! transaction per record or per up to `per_tx` records.
+//! The inbox is the pattern walrelay's high-water mark replaces: a table
+//! with one row per processed event id (`inbox`, primary key on the id).
+//! Written two ways ([`Style`]): carefully, as a team that batches writes
+//! it (per batch of up to 500 records, one transaction with one multi-row
+//! `INSERT INTO inbox ... ON CONFLICT DO NOTHING RETURNING event_id` and
+//! one multi-row insert of the effects of the ids it returned), and a
+//! statement per record (per record `INSERT ... ON CONFLICT DO NOTHING`,
+//! then its effect when that inserted a row). The apply limit writes the
+//! effects with the same multi-row insert and deduplicates nothing: what
+//! applying costs at all, the ceiling of every exactly-once consumer.
+//!
+//! Each is a plain rdkafka loop of its own (not walrelay's), serial over
+//! all partitions on one connection. Offsets are stored after the
+//! database commit and committed every second, as the walrelay loop does.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -29,14 +37,30 @@ pub const SCHEMA: &str = "
     );";
 
 const INBOX_INSERT: &str = "INSERT INTO inbox (event_id) VALUES ($1) ON CONFLICT DO NOTHING";
+const INBOX_INSERT_BATCH: &str = "INSERT INTO inbox (event_id) SELECT * FROM unnest($1::text[]) \
+     ON CONFLICT DO NOTHING RETURNING event_id";
 
-/// Consumes `topic` until `stop`, applying every record once by the inbox
-/// table. `applied` counts records after their transaction committed.
+/// How a reference consumer applies a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// Ids and effects each one multi-row statement per batch.
+    Careful,
+    /// Two statements per record.
+    PerRecord,
+    /// Effects only, one multi-row statement per batch: no deduplication.
+    NoDedupe,
+}
+
+/// Consumes `topic` until `stop`, applying every record (once by the inbox
+/// table, unless `style` is [`Style::NoDedupe`]), at most `per_tx` records
+/// per transaction. `applied` counts records after their transaction
+/// committed.
 pub async fn run(
     kafka: ClientConfig,
     topic: &str,
     mut client: Client,
     per_tx: usize,
+    style: Style,
     applied: Applied,
     mut stop: watch::Receiver<bool>,
 ) -> Result<()> {
@@ -47,7 +71,9 @@ pub async fn run(
     let consumer: StreamConsumer = kafka.create().context("inbox consumer")?;
     consumer.subscribe(&[topic])?;
     let effect = client.prepare(super::EFFECT_INSERT_ONE).await?;
+    let effects = client.prepare(super::EFFECT_INSERT_BATCH).await?;
     let inbox = client.prepare(INBOX_INSERT).await?;
+    let inbox_batch = client.prepare(INBOX_INSERT_BATCH).await?;
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     let mut batch: Vec<OwnedMessage> = Vec::with_capacity(per_tx);
     loop {
@@ -71,11 +97,38 @@ pub async fn run(
                 }
                 for chunk in batch.chunks(per_tx) {
                     let tx = client.transaction().await?;
-                    for m in chunk {
-                        let id = idempotency_key(m).context("a record without idempotency-key")?;
-                        if tx.execute(&inbox, &[&id]).await? == 1 {
-                            let payload = String::from_utf8_lossy(m.payload().unwrap_or_default());
-                            tx.execute(&effect, &[&id, &payload.as_ref()]).await?;
+                    if style == Style::PerRecord {
+                        for m in chunk {
+                            let id = idempotency_key(m).context("a record without idempotency-key")?;
+                            if tx.execute(&inbox, &[&id]).await? == 1 {
+                                let payload = String::from_utf8_lossy(m.payload().unwrap_or_default());
+                                tx.execute(&effect, &[&id, &payload.as_ref()]).await?;
+                                applied.observe(m.payload());
+                            }
+                        }
+                    } else {
+                        let mut ids = Vec::with_capacity(chunk.len());
+                        for m in chunk {
+                            ids.push(idempotency_key(m).context("a record without idempotency-key")?);
+                        }
+                        let new: HashSet<String> = if style == Style::Careful {
+                            tx.query(&inbox_batch, &[&ids])
+                                .await?
+                                .iter()
+                                .map(|row| row.get(0))
+                                .collect()
+                        } else {
+                            HashSet::new()
+                        };
+                        let (mut new_ids, mut payloads) = (Vec::new(), Vec::new());
+                        for (m, id) in chunk.iter().zip(ids) {
+                            if style == Style::NoDedupe || new.contains(&id) {
+                                payloads.push(String::from_utf8_lossy(m.payload().unwrap_or_default()));
+                                new_ids.push(id);
+                            }
+                        }
+                        tx.execute(&effects, &[&new_ids, &payloads]).await?;
+                        for m in chunk {
                             applied.observe(m.payload());
                         }
                     }

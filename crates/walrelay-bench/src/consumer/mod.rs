@@ -67,7 +67,7 @@ const EFFECTS: &str = "
     );";
 pub(crate) const EFFECT_INSERT_ONE: &str =
     "INSERT INTO applied_events (event_id, payload) VALUES ($1, $2)";
-const EFFECT_INSERT_BATCH: &str = "INSERT INTO applied_events (event_id, payload) \
+pub(crate) const EFFECT_INSERT_BATCH: &str = "INSERT INTO applied_events (event_id, payload) \
      SELECT * FROM unnest($1::text[], $2::text[])";
 
 /// How long a consumer run may take before the bench gives up.
@@ -82,8 +82,15 @@ pub enum Consumer {
     WalrelayRecord,
     #[serde(rename = "inbox table, 1 record/tx")]
     Inbox1,
+    /// Two statements per record, 500 records per transaction.
     #[serde(rename = "inbox table, 500 records/tx")]
     Inbox500,
+    /// Ids and effects each one multi-row statement per 500 records.
+    #[serde(rename = "inbox table, careful (multi-row, 500/tx)")]
+    InboxCareful,
+    /// The careful loop's effects with no deduplication at all.
+    #[serde(rename = "apply limit (multi-row effects, no dedupe)")]
+    ApplyLimit,
     /// A plain rdkafka consumer that only counts: the broker's read limit.
     #[serde(rename = "read limit (rdkafka, no processing)")]
     ReadLimit,
@@ -91,6 +98,10 @@ pub enum Consumer {
     PythonBatch,
     #[serde(rename = "Python package, per-record handler")]
     PythonRecord,
+    #[serde(rename = "Python inbox table, careful (multi-row, 500/tx)")]
+    PythonInboxCareful,
+    #[serde(rename = "Python apply limit (multi-row effects, no dedupe)")]
+    PythonApplyLimit,
 }
 
 impl Consumer {
@@ -99,10 +110,14 @@ impl Consumer {
             Consumer::WalrelayBatch => "walrelay, batch handler",
             Consumer::WalrelayRecord => "walrelay, per-record handler",
             Consumer::Inbox1 => "inbox table, 1 record/tx",
-            Consumer::Inbox500 => "inbox table, 500 records/tx",
+            Consumer::Inbox500 => "inbox table, a statement per record, 500/tx",
+            Consumer::InboxCareful => "inbox table, careful (multi-row, 500/tx)",
+            Consumer::ApplyLimit => "apply limit (multi-row effects, no dedupe)",
             Consumer::ReadLimit => "read limit (rdkafka, no processing)",
             Consumer::PythonBatch => "Python package, batch handler",
             Consumer::PythonRecord => "Python package, per-record handler",
+            Consumer::PythonInboxCareful => "Python inbox table, careful (multi-row, 500/tx)",
+            Consumer::PythonApplyLimit => "Python apply limit (multi-row effects, no dedupe)",
         }
     }
 
@@ -112,14 +127,24 @@ impl Consumer {
             Consumer::WalrelayRecord => "wr_record",
             Consumer::Inbox1 => "inbox_1",
             Consumer::Inbox500 => "inbox_500",
+            Consumer::InboxCareful => "inbox_careful",
+            Consumer::ApplyLimit => "apply_limit",
             Consumer::ReadLimit => "read",
             Consumer::PythonBatch => "py_batch",
             Consumer::PythonRecord => "py_record",
+            Consumer::PythonInboxCareful => "py_inbox_careful",
+            Consumer::PythonApplyLimit => "py_apply_limit",
         }
     }
 
-    fn is_python(self) -> bool {
-        matches!(self, Consumer::PythonBatch | Consumer::PythonRecord)
+    fn python_mode(self) -> Option<python::Mode> {
+        match self {
+            Consumer::PythonBatch => Some(python::Mode::PackageBatch),
+            Consumer::PythonRecord => Some(python::Mode::PackageRecord),
+            Consumer::PythonInboxCareful => Some(python::Mode::InboxCareful),
+            Consumer::PythonApplyLimit => Some(python::Mode::ApplyLimit),
+            _ => None,
+        }
     }
 }
 
@@ -245,7 +270,15 @@ pub async fn run(
         topics
     );
 
-    let python = if options.wants(Consumer::PythonBatch) || options.wants(Consumer::PythonRecord) {
+    let python = if [
+        Consumer::PythonBatch,
+        Consumer::PythonRecord,
+        Consumer::PythonInboxCareful,
+        Consumer::PythonApplyLimit,
+    ]
+    .into_iter()
+    .any(|c| options.wants(c))
+    {
         Some(python::venv_python().await?)
     } else {
         None
@@ -257,18 +290,22 @@ pub async fn run(
             for consumer in [
                 Consumer::WalrelayBatch,
                 Consumer::WalrelayRecord,
+                Consumer::ApplyLimit,
+                Consumer::InboxCareful,
                 Consumer::Inbox500,
                 Consumer::Inbox1,
                 Consumer::ReadLimit,
                 Consumer::PythonBatch,
                 Consumer::PythonRecord,
+                Consumer::PythonApplyLimit,
+                Consumer::PythonInboxCareful,
             ] {
                 if !options.wants(consumer) {
                     continue;
                 }
                 if *partitions == 1 && matches!(consumer, Consumer::Inbox1 | Consumer::Inbox500) {
-                    // The inbox consumer is serial: its 1-partition run
-                    // would repeat the 4-partition one.
+                    // The slow inbox consumers are serial: their
+                    // 1-partition run would repeat the 4-partition one.
                     continue;
                 }
                 n += 1;
@@ -386,7 +423,7 @@ async fn start(
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<Result<()>>> {
     let kafka = kafka_config(env, group);
-    if consumer.is_python() {
+    if let Some(mode) = consumer.python_mode() {
         let python = python.context("no Python interpreter for the Python consumer")?;
         let target = python::Target {
             python,
@@ -394,7 +431,7 @@ async fn start(
             topic,
             dsn,
             group,
-            batch: consumer == Consumer::PythonBatch,
+            mode,
         };
         return python::start(target, applied, stop);
     }
@@ -470,14 +507,22 @@ async fn start(
         Consumer::ReadLimit => {
             tokio::spawn(async move { read_only(kafka, &topic, applied, stop).await })
         }
-        Consumer::Inbox1 | Consumer::Inbox500 => {
-            let per_tx = if consumer == Consumer::Inbox1 { 1 } else { 500 };
+        Consumer::Inbox1 | Consumer::Inbox500 | Consumer::InboxCareful | Consumer::ApplyLimit => {
+            let (per_tx, style) = match consumer {
+                Consumer::Inbox1 => (1, inbox::Style::PerRecord),
+                Consumer::Inbox500 => (500, inbox::Style::PerRecord),
+                Consumer::InboxCareful => (500, inbox::Style::Careful),
+                _ => (500, inbox::Style::NoDedupe),
+            };
             let client = connect(dsn).await?;
-            tokio::spawn(
-                async move { inbox::run(kafka, &topic, client, per_tx, applied, stop).await },
-            )
+            tokio::spawn(async move {
+                inbox::run(kafka, &topic, client, per_tx, style, applied, stop).await
+            })
         }
-        Consumer::PythonBatch | Consumer::PythonRecord => unreachable!("started above"),
+        Consumer::PythonBatch
+        | Consumer::PythonRecord
+        | Consumer::PythonInboxCareful
+        | Consumer::PythonApplyLimit => unreachable!("started above"),
     })
 }
 

@@ -1,7 +1,9 @@
-//! The Python package's consumer (`python/`, `walrelay_consumer.ConsumerLoop`)
-//! as a bench consumer: a child process from the pinned virtualenv that
-//! applies the topic into `applied_events` and reports its progress on
-//! stdout (`python_consumer.py`).
+//! The Python consumers of the bench: the package's own
+//! (`python/`, `walrelay_consumer.ConsumerLoop`, `python_consumer.py`) and
+//! the Python reference peers (`python_reference.py`: a careful inbox and
+//! the apply limit on plain confluent-kafka and psycopg), each a child
+//! process from the pinned virtualenv that applies the topic into
+//! `applied_events` and reports its progress on stdout.
 //!
 //! Its CPU is the child's own (`/proc/PID/stat`: the interpreter,
 //! librdkafka's threads), from its start (interpreter start-up and group
@@ -20,8 +22,33 @@ use tokio::sync::watch;
 
 use super::Applied;
 
-/// The child's program, run with `python -c`.
-const SCRIPT: &str = include_str!("python_consumer.py");
+/// The children's programs, run with `python -c`.
+const PACKAGE: &str = include_str!("python_consumer.py");
+const REFERENCE: &str = include_str!("python_reference.py");
+
+/// Which Python consumer, and how it applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The package's loop with its batch handler.
+    PackageBatch,
+    /// The package's loop with its per-record handler.
+    PackageRecord,
+    /// The careful inbox on a plain loop.
+    InboxCareful,
+    /// The apply limit on a plain loop.
+    ApplyLimit,
+}
+
+impl Mode {
+    fn script_and_arg(self) -> (&'static str, &'static str) {
+        match self {
+            Mode::PackageBatch => (PACKAGE, "batch"),
+            Mode::PackageRecord => (PACKAGE, "record"),
+            Mode::InboxCareful => (REFERENCE, "careful"),
+            Mode::ApplyLimit => (REFERENCE, "limit"),
+        }
+    }
+}
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
@@ -77,7 +104,7 @@ pub(crate) struct Target<'a> {
     pub topic: &'a str,
     pub dsn: &'a str,
     pub group: &'a str,
-    pub batch: bool,
+    pub mode: Mode,
 }
 
 /// Starts the child; the task follows its progress into `applied` and, once
@@ -87,15 +114,16 @@ pub(crate) fn start(
     applied: Applied,
     mut stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<Result<()>>> {
+    let (script, mode) = target.mode.script_and_arg();
     let mut child = Command::new(target.python)
         .arg("-c")
-        .arg(SCRIPT)
+        .arg(script)
         .args([
             target.bootstrap.as_str(),
             target.topic,
             target.dsn,
             target.group,
-            if target.batch { "batch" } else { "record" },
+            mode,
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

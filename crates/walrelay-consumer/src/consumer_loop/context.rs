@@ -5,7 +5,12 @@
 //! loop's task: they cannot wait for a batch in flight. On revocation the
 //! context commits the offsets stored so far (only those of committed
 //! batches) and queues the event; the loop then drops the partitions'
-//! queued records and ignores the results of their batches in flight. A
+//! queued records and ignores the results of their batches in flight.
+//!
+//! A rebalance often comes without a record (the poll that ran the
+//! callback returns nothing), so queueing an event also wakes the loop
+//! ([`LoopContext::rebalanced`]): it acts on the event at once, not when
+//! the next record of some partition arrives. A
 //! batch still in flight on a revoked partition either commits or not as
 //! a whole; the partition's new owner waits on the same mark rows and
 //! drops whatever it committed as duplicates, so nothing is applied twice.
@@ -31,6 +36,8 @@ pub(crate) enum RebalanceEvent {
 /// the consumer lag from librdkafka's statistics.
 pub(crate) struct LoopContext {
     events: Mutex<Vec<RebalanceEvent>>,
+    /// Woken when an event is queued.
+    queued: tokio::sync::Notify,
     metrics: LoopMetrics,
 }
 
@@ -38,6 +45,7 @@ impl LoopContext {
     pub(crate) fn new(metrics: LoopMetrics) -> LoopContext {
         LoopContext {
             events: Mutex::new(Vec::new()),
+            queued: tokio::sync::Notify::new(),
             metrics,
         }
     }
@@ -47,6 +55,13 @@ impl LoopContext {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(event);
+        // Stored as a permit when the loop is not waiting: never missed.
+        self.queued.notify_one();
+    }
+
+    /// Completes when an event was queued since the last completion.
+    pub(crate) async fn rebalanced(&self) {
+        self.queued.notified().await;
     }
 
     /// The events seen since the last call.

@@ -21,6 +21,8 @@ use super::partition::{may_hold, Partition, Queued, Step};
 use super::{Apply, LoopError, StoppedPartition};
 use crate::apply::BatchError;
 use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels};
+use crate::outage::is_outage;
+use crate::parked::ParkUnkeyedError;
 use crate::pool::{Database, Pool};
 use crate::settings::Settings;
 use crate::store::{PgHwmStore, Position};
@@ -100,6 +102,9 @@ impl<'a> Driver<'a> {
             if *shutdown.borrow_and_update() {
                 break;
             }
+            // Before deciding anything: a revoked partition starts no
+            // batch, an assigned one is resumed.
+            self.apply_rebalances();
             let wake = self.start_jobs(&mut ready);
             let now = Instant::now();
             let hold = may_hold(self.partitions.values(), &self.settings)
@@ -131,6 +136,8 @@ impl<'a> Driver<'a> {
                         break;
                     }
                 }
+                // A rebalance without a record: acted on at the loop's top.
+                () = consumer.context().rebalanced() => {}
                 Some(done) = jobs.next(), if !jobs.is_empty() => self.finish(done),
                 _ = ticker.tick() => self.commit_async(),
                 () = sleep => {}
@@ -378,6 +385,7 @@ impl<'a> Driver<'a> {
             records,
             client,
             started,
+            parking,
             result,
         } = done;
         let now = Instant::now();
@@ -434,7 +442,12 @@ impl<'a> Driver<'a> {
                         topic = %tp.0,
                         partition = tp.1,
                         offset = last.message.offset(),
-                        "record without walrelay headers parked in walrelay_consumer_parked"
+                        "record without walrelay headers {} walrelay_consumer_parked",
+                        if written {
+                            "parked in"
+                        } else {
+                            "delivered again, already parked (the same record) in"
+                        }
                     );
                 }
                 None
@@ -442,13 +455,55 @@ impl<'a> Driver<'a> {
             JobResult::Batch(Err(BatchError::Handler { index, source })) => {
                 Some((source.to_string(), index, lost_connection))
             }
+            JobResult::ParkedUnkeyed(Err(e @ ParkUnkeyedError::OffsetReused { .. })) => {
+                // Refused rather than guessed: the partition stops.
+                p.put_back(records);
+                self.stop(&tp, e.to_string());
+                return;
+            }
             JobResult::Batch(Err(e @ BatchError::CorruptHwm { .. })) => {
                 p.put_back(records);
                 let error = e.to_string();
                 self.stop(&tp, error);
                 return;
             }
-            JobResult::Batch(Err(e)) => Some((e.to_string(), None, true)),
+            JobResult::Batch(Err(e)) => {
+                let outage = lost_connection || matches!(&e, BatchError::Db(db) if is_outage(db));
+                if !outage && parking {
+                    // Parking wrote nothing, for a reason that would come
+                    // again: never move on without the record.
+                    let offset = records.last().map_or(-1, |r| r.message.offset());
+                    p.put_back(records);
+                    self.stop(
+                        &tp,
+                        format!(
+                            "parking record {}/{} at offset {offset} failed, not for a database \
+                             outage: {e}",
+                            tp.0, tp.1
+                        ),
+                    );
+                    return;
+                }
+                // Not an outage: the batch's own error (a constraint
+                // checked at COMMIT, a serialization failure, a statement
+                // the handler let fail), counted like a handler failure.
+                Some((e.to_string(), None, outage))
+            }
+            JobResult::ParkedUnkeyed(Err(ParkUnkeyedError::Db(e)))
+                if !lost_connection && !is_outage(&e) =>
+            {
+                let offset = records.first().map_or(-1, |r| r.message.offset());
+                p.put_back(records);
+                self.stop(
+                    &tp,
+                    format!(
+                        "parking record {}/{} at offset {offset} (no walrelay headers) failed, \
+                         not for a database outage: {e}",
+                        tp.0, tp.1
+                    ),
+                );
+                return;
+            }
             JobResult::ParkedUnkeyed(Err(e)) => Some((e.to_string(), None, true)),
         };
         match failure {
@@ -478,6 +533,12 @@ impl<'a> Driver<'a> {
                 p.put_back(records);
             }
             Some((error, index, false)) => {
+                let offset = index
+                    .and_then(|i| records.get(i))
+                    .map(|r| r.message.offset());
+                let first = records.first().map_or(-1, |r| r.message.offset());
+                let last = records.last().map_or(-1, |r| r.message.offset());
+                p.put_back(records);
                 let n = p.handler_failed(error.clone(), index, take, &self.settings, now);
                 self.metrics.retries.inc();
                 tracing::warn!(
@@ -485,10 +546,12 @@ impl<'a> Driver<'a> {
                     partition = tp.1,
                     attempt = n,
                     attempts = self.settings.retry.attempts,
-                    offset = index.and_then(|i| records.get(i)).map(|r| r.message.offset()),
-                    "handler failed, batch of {take} rolled back and retried: {error}"
+                    offset,
+                    offsets = %format_args!("{first}..{last}"),
+                    "batch of {take} rolled back and retried (not a database outage: counted as \
+                     an attempt; a batch of several whose failing record is unknown is then \
+                     applied one record per transaction): {error}"
                 );
-                p.put_back(records);
             }
         }
     }

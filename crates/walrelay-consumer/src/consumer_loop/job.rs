@@ -10,7 +10,7 @@ use super::partition::Queued;
 use super::Apply;
 use crate::apply::{BatchError, BatchOutcome, Park};
 use crate::delivery::Delivery;
-use crate::parked;
+use crate::parked::{self, ParkUnkeyedError};
 use crate::pool::Lease;
 use crate::store::{PgHwmStore, Position};
 
@@ -23,12 +23,14 @@ pub(super) struct Done<E> {
     pub(super) records: Vec<Queued>,
     pub(super) client: Option<Client>,
     pub(super) started: Instant,
+    /// The batch parked its last record.
+    pub(super) parking: bool,
     pub(super) result: JobResult<E>,
 }
 
 pub(super) enum JobResult<E> {
     Batch(Result<BatchOutcome, BatchError<E>>),
-    ParkedUnkeyed(Result<bool, tokio_postgres::Error>),
+    ParkedUnkeyed(Result<bool, ParkUnkeyedError>),
 }
 
 /// A database job to start: a batch, or parking a record without headers.
@@ -56,12 +58,13 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
     } = job;
     let started = Instant::now();
     let tp = (position.topic.clone(), position.partition);
+    let parking = matches!(&kind, JobKind::Batch { park: Some(_), .. });
     let mut client = match lease.client().await {
         Ok(client) => client,
         Err(e) => {
             let result = match kind {
                 JobKind::Batch { .. } => JobResult::Batch(Err(BatchError::Db(e))),
-                JobKind::ParkUnkeyed { .. } => JobResult::ParkedUnkeyed(Err(e)),
+                JobKind::ParkUnkeyed { .. } => JobResult::ParkedUnkeyed(Err(e.into())),
             };
             return Done {
                 tp,
@@ -69,6 +72,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
                 records,
                 client: None,
                 started,
+                parking,
                 result,
             };
         }
@@ -110,6 +114,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
         records,
         client: Some(client),
         started,
+        parking,
         result,
     }
 }

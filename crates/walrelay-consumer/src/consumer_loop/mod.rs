@@ -40,10 +40,16 @@
 //!   ([`crate::parked`]). The per-record handler says which record failed;
 //!   for a batch handler the loop finds it by applying the batch one record
 //!   per transaction.
-//! * A database error (lost connection, failed commit) or a handler error
-//!   on a connection that is gone is an outage, not a poison record: the
-//!   connection is replaced and the batch retried with backoff, for as long
-//!   as it takes, while the loop keeps polling.
+//! * A database outage ([`crate::outage`]: a lost connection, a server
+//!   shutting down, cannot connect) or a handler error on a connection that
+//!   is gone is not a poison record: the connection is replaced and the
+//!   batch retried with backoff, for as long as it takes, while the loop
+//!   keeps polling. Any other database error of the batch (a constraint
+//!   checked at `COMMIT`, a serialization failure, a statement the handler
+//!   let fail) counts as an attempt, like a handler error.
+//! * Attempts are counted per record, not per batch.
+//! * Rebalance events are acted on as they come (the context wakes the
+//!   loop), not with the next record.
 //! * A record without walrelay headers goes to the same policy, alone.
 //!
 //! **Shutdown** stops fetching, waits for the batches in flight, commits

@@ -119,6 +119,9 @@ pub(crate) struct Partition {
     pub known: BTreeSet<String>,
     /// The front batch's handler failures.
     pub failing: Option<Failing>,
+    /// Handler failures per record (by offset) of the records still
+    /// queued: each record has its own attempts, whatever failed around it.
+    pub record_failures: BTreeMap<i64, u32>,
     /// Database failures in a row (outage: not counted as attempts).
     pub db_failures: u32,
     /// No batch before this moment.
@@ -145,6 +148,7 @@ impl Partition {
             marks: BTreeMap::new(),
             known: BTreeSet::new(),
             failing: None,
+            record_failures: BTreeMap::new(),
             db_failures: 0,
             retry_at: None,
             isolate: 0,
@@ -337,10 +341,17 @@ impl Partition {
         self.retry_at = None;
         self.isolate = self.isolate.saturating_sub(take);
         self.oldest = (!self.queue.is_empty()).then_some(now);
+        // The committed records' failures go with them.
+        match self.queue.front().map(|r| r.message.offset()) {
+            Some(first) => self.record_failures.retain(|&offset, _| offset >= first),
+            None => self.record_failures.clear(),
+        }
     }
 
-    /// After a handler failure of a batch of `len` records (`index`: the
-    /// failing record, when known). Returns the consecutive failures.
+    /// After a handler failure of a batch of `len` records, put back at
+    /// the front of the queue (`index`: the failing record, when known).
+    /// Returns the failures that count: the failing record's own when it is
+    /// known, else the batch's in a row.
     pub(crate) fn handler_failed(
         &mut self,
         error: String,
@@ -349,7 +360,24 @@ impl Partition {
         s: &Settings,
         now: Instant,
     ) -> u32 {
-        let failures = self.failing.as_ref().map_or(0, |f| f.failures) + 1;
+        let index = index.or((len == 1).then_some(0));
+        let failures = match index.and_then(|i| self.queue.get(i)) {
+            Some(record) => {
+                let count = self
+                    .record_failures
+                    .entry(record.message.offset())
+                    .or_insert(0);
+                *count += 1;
+                *count
+            }
+            None => {
+                self.failing
+                    .as_ref()
+                    .filter(|f| f.index.is_none())
+                    .map_or(0, |f| f.failures)
+                    + 1
+            }
+        };
         if failures >= s.retry.attempts && index.is_none() && len > 1 {
             // The batch cannot say which record fails: apply its records
             // one per transaction, each with its own attempts.

@@ -34,6 +34,10 @@ const CREATE_EFFECTS: &str = "CREATE TABLE effects (
     event_key text NOT NULL,
     partition int NOT NULL,
     consumer text NOT NULL
+);
+CREATE TABLE commit_check (
+    id int,
+    CONSTRAINT commit_check_unique UNIQUE (id) DEFERRABLE INITIALLY DEFERRED
 )";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

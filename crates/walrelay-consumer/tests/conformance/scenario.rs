@@ -114,6 +114,10 @@ pub enum Step {
         prev_seq: Option<i64>,
         #[serde(default)]
         poison: bool,
+        #[serde(default)]
+        poison_at_commit: bool,
+        #[serde(default)]
+        fails: u32,
     },
     RestartRelay {
         source: String,
@@ -165,6 +169,12 @@ pub enum Step {
         duplicates: u64,
         gaps: u64,
         parked: u64,
+    },
+    ParkRow {
+        source: String,
+        partition: i32,
+        offset: i64,
+        seq: i64,
     },
     Redrive {
         handler: RedriveHandler,
@@ -223,11 +233,21 @@ pub struct Planned {
     pub prev: String,
     pub source: String,
     pub poison: bool,
+    /// The handler's statements for it succeed, its transaction's commit
+    /// fails (a deferred constraint).
+    pub at_commit: bool,
+    /// The handler fails on it this many times, then applies it.
+    pub fails: u32,
 }
 
 impl Planned {
     pub fn payload(&self) -> String {
-        let kind = if self.poison { "poison" } else { "event" };
+        let kind = match (self.poison, self.at_commit, self.fails) {
+            (true, _, _) => "poison".to_owned(),
+            (false, true, _) => "commit-poison".to_owned(),
+            (false, false, 0) => "event".to_owned(),
+            (false, false, n) => format!("flaky {n}"),
+        };
         format!("{kind} {}", self.key)
     }
 }
@@ -278,6 +298,8 @@ impl Ledger {
                     prev,
                     source: source.to_owned(),
                     poison,
+                    at_commit: false,
+                    fails: 0,
                 });
             }
             first = false;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context};
@@ -27,8 +27,40 @@ use crate::scenario::{
 use crate::support::{self, RunHandle};
 use crate::{Shared, AWAIT, CHILD_ENV, CREATE_EFFECTS};
 
+/// How often each flaky record (`flaky <n> <key>`) failed, per topic.
+static FLAKY: Mutex<BTreeMap<(String, String), u32>> = Mutex::new(BTreeMap::new());
+
+/// Fails on a flaky record until it has failed its `n` times.
+fn flaky(d: &Delivery<'_>) -> Result<(), String> {
+    let Some(rest) = d
+        .payload()
+        .and_then(|p| std::str::from_utf8(p).ok())
+        .and_then(|p| p.strip_prefix("flaky "))
+    else {
+        return Ok(());
+    };
+    let n: u32 = rest
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("a flaky payload without its count: {rest}"))?;
+    let key = d.meta.key.to_hex();
+    let mut seen = FLAKY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let failed = seen
+        .entry((d.position.topic.clone(), key.clone()))
+        .or_insert(0);
+    if *failed < n {
+        *failed += 1;
+        return Err(format!("flaky: failure {failed} of {n} of {key}"));
+    }
+    Ok(())
+}
+
 /// The handlers' side effect: one `effects` row per record, written by
-/// `consumer`; a batch with a poison record fails while `poison_fails`.
+/// `consumer`; while `poison_fails`, a batch with a poison record fails,
+/// and one with a commit-poison record fails at its commit.
 pub(crate) async fn apply(
     tx: &Transaction<'_>,
     batch: &[Delivery<'_>],
@@ -42,6 +74,18 @@ pub(crate) async fn apply(
             .find(|d| d.payload().is_some_and(|p| p.starts_with(b"poison")))
         {
             return Err(format!("poison: cannot apply {}", d.meta.key.to_hex()));
+        }
+        for d in batch {
+            flaky(d)?;
+        }
+        if batch
+            .iter()
+            .any(|d| d.payload().is_some_and(|p| p.starts_with(b"commit-poison")))
+        {
+            // Fine until the commit checks the deferred constraint.
+            tx.execute("INSERT INTO commit_check (id) VALUES (1), (1)", &[])
+                .await
+                .map_err(|e| e.to_string())?;
         }
     }
     if !delay.is_zero() {
@@ -152,10 +196,16 @@ impl World<'_> {
                 seqs: [from, to],
                 prev_seq,
                 poison,
+                poison_at_commit,
+                fails,
             } => {
-                let planned = self
-                    .ledger
-                    .plan(source, partitions, *from..=*to, *prev_seq, *poison);
+                let mut planned =
+                    self.ledger
+                        .plan(source, partitions, *from..=*to, *prev_seq, *poison);
+                for p in &mut planned {
+                    p.at_commit = *poison_at_commit;
+                    p.fails = *fails;
+                }
                 self.send(planned).await
             }
             Step::RestartRelay { source } => {
@@ -274,6 +324,31 @@ impl World<'_> {
                     (processed, duplicates, gaps, parked),
                     (got.processed, got.duplicates, got.gaps, got.parked)
                 );
+                Ok(())
+            }
+            Step::ParkRow {
+                source,
+                partition,
+                offset,
+                seq,
+            } => {
+                // As an earlier incarnation of the topic left it.
+                self.client
+                    .execute(
+                        "INSERT INTO walrelay_consumer_parked (consumer_group, topic, partition, \
+                         kafka_offset, idempotency_key, source, header_names, header_values, \
+                         error, attempts) \
+                         VALUES ($1, $2, $3, $4, $5, $6, '{}', '{}', 'an earlier incarnation', 1)",
+                        &[
+                            &self.group,
+                            &self.topic,
+                            partition,
+                            offset,
+                            &scenario::key(*partition, *seq),
+                            source,
+                        ],
+                    )
+                    .await?;
                 Ok(())
             }
             Step::Redrive {
@@ -558,7 +633,7 @@ impl World<'_> {
             .client
             .query(
                 "SELECT partition, idempotency_key, attempts FROM walrelay_consumer_parked \
-                 ORDER BY partition, kafka_offset",
+                 ORDER BY partition, kafka_offset, id",
                 &[],
             )
             .await?;

@@ -4,7 +4,8 @@
 //! [`PgCluster`] is one type; its methods live by concern: `config` writes
 //! the cluster (initdb, `walrelay.conf`, `pg_hba.conf`), `process` runs the
 //! server (`pg_ctl` start/stop/reload, ports, the log) and `connect` talks to
-//! it (connection strings, clients, blocking SQL). This file holds the type,
+//! it (connection strings, clients, blocking SQL), `backup` copies it (base
+//! backups, restores, standbys). This file holds the type,
 //! its creation, its accessors and its cleanup.
 
 use std::fmt;
@@ -16,6 +17,7 @@ use anyhow::Context;
 use crate::bin::PgBin;
 use crate::user::ServerUser;
 
+mod backup;
 mod config;
 mod connect;
 mod options;

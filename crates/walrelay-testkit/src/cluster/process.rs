@@ -113,7 +113,7 @@ impl PgCluster {
         cmd
     }
 
-    fn with_log(&self, err: anyhow::Error) -> anyhow::Error {
+    pub(super) fn with_log(&self, err: anyhow::Error) -> anyhow::Error {
         anyhow!(
             "{err:#}\n--- last lines of the server log {} ---\n{}",
             self.log.display(),

@@ -8,8 +8,9 @@ use bytes::Bytes;
 use rdkafka::config::ClientConfig;
 use tracing::{info, warn};
 
+use super::decide::Decision;
 use super::tail::{self, FenceError};
-use super::{Layout, TopicFence, Unfenced};
+use super::{Layout, TopicFence, TopicLayout, Unfenced};
 use crate::config::Config;
 use crate::key::EventKey;
 use crate::metrics::Metrics;
@@ -18,8 +19,15 @@ use crate::metrics::Metrics;
 #[derive(Debug)]
 pub struct TopicState {
     name: Arc<str>,
-    /// The `walrelay-layout` header value of every record to this topic.
-    pub layout: Bytes,
+    /// Per partition, the `walrelay-layout` header value of its records.
+    layouts: Vec<Bytes>,
+    /// Per partition, the key of the last record of this source in it
+    /// when the session opened the topic: the `walrelay-prev-key` of the
+    /// session's first record to it.
+    last_in_kafka: Vec<Option<EventKey>>,
+    /// Per partition, the highest key of this source found at its end
+    /// (trusted as a fence key or not).
+    pub tops: Vec<Option<EventKey>>,
     /// What need not be written again.
     pub fence: TopicFence,
     /// Per partition: records skipped in this session, and whether the
@@ -28,6 +36,25 @@ pub struct TopicState {
 }
 
 impl TopicState {
+    /// The `walrelay-layout` header value of a record to `partition`.
+    #[must_use]
+    pub fn layout(&self, partition: u32) -> Bytes {
+        self.layouts
+            .get(partition as usize)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The key of the last record of this source in `partition` when the
+    /// topic was opened.
+    #[must_use]
+    pub fn last_in_kafka(&self, partition: u32) -> Option<EventKey> {
+        self.last_in_kafka
+            .get(partition as usize)
+            .copied()
+            .flatten()
+    }
+
     /// Whether the record with `key` for `partition` is already in Kafka;
     /// counts it if so. The first record past a partition's fence key
     /// logs how many were skipped before it.
@@ -68,7 +95,8 @@ pub struct SessionFence {
     /// The tail reader's configuration; `None` with `relay.fence = false`.
     reader: Option<ClientConfig>,
     source: Bytes,
-    routing: u64,
+    /// For each topic's routing fingerprint.
+    config: Arc<Config>,
     timeout: Duration,
 }
 
@@ -78,7 +106,7 @@ impl SessionFence {
         SessionFence {
             reader: if config.relay.fence { reader } else { None },
             source: Bytes::copy_from_slice(source.as_bytes()),
-            routing: super::routing_fingerprint(config),
+            config: Arc::new(config.clone()),
             timeout: config.relay.fence_timeout,
         }
     }
@@ -92,12 +120,22 @@ impl SessionFence {
         partitions: u32,
         metrics: Option<&Metrics>,
     ) -> Result<TopicState, FenceError> {
-        let now = Layout {
+        let now = TopicLayout {
             partitions,
-            routing: self.routing,
+            routing: super::routing_fingerprint(&self.config, topic),
         };
-        let fence = match &self.reader {
-            None => TopicFence::Unfenced(Unfenced::Disabled),
+        let layouts = (0..partitions)
+            .map(|partition| {
+                Layout {
+                    partition,
+                    topic: now,
+                }
+                .header_value()
+            })
+            .collect();
+        let unread = || vec![None; partitions as usize];
+        let (fence, last_in_kafka, tops) = match &self.reader {
+            None => (TopicFence::Unfenced(Unfenced::Disabled), unread(), unread()),
             Some(reader) => {
                 let (reader, name, source, timeout) = (
                     reader.clone(),
@@ -113,31 +151,12 @@ impl SessionFence {
                     topic: topic.to_string(),
                     message: format!("the reading task failed: {e}"),
                 })??;
-                let fence = TopicFence::decide(&tails.partitions, now);
+                let Decision { fence, untrusted } = TopicFence::decide(&tails.partitions, now);
                 let records: u64 = tails.partitions.iter().map(|t| t.records_read).sum();
                 let elapsed_ms = u64::try_from(tails.elapsed.as_millis()).unwrap_or(u64::MAX);
-                match &fence {
-                    TopicFence::Fenced(keys) => {
-                        for (partition, key) in keys.iter().enumerate() {
-                            match key {
-                                Some(key) => {
-                                    info!(%topic, partition, fence_key = %key, "tail fence: records up to this key are in the partition and are not written again")
-                                }
-                                None => {
-                                    info!(%topic, partition, "tail fence: no record of this source at the end of the partition; nothing to skip")
-                                }
-                            }
-                        }
-                    }
-                    TopicFence::Unfenced(why) => {
-                        let (was, now) = match why {
-                            Unfenced::LayoutChanged { was, now, .. } => {
-                                (was.to_string(), now.to_string())
-                            }
-                            _ => ("none".to_owned(), now.to_string()),
-                        };
-                        warn!(%topic, layout_was = %was, layout_now = %now, "tail fence off for this topic in this session: {why}; a replay is written to it again (duplicates for readers without a high-water mark), and its new records fence the next session");
-                    }
+                log_fence(topic, &fence, now);
+                for (partition, why) in &untrusted {
+                    warn!(%topic, partition, "tail fence off for this partition in this session: {why}; its replay is written again (duplicates for readers without a high-water mark) rather than trusting a record walrelay may not have written there");
                 }
                 info!(
                     %topic,
@@ -145,19 +164,57 @@ impl SessionFence {
                     records_read = records,
                     elapsed_ms,
                     fenced = matches!(fence, TopicFence::Fenced(_)),
+                    untrusted = untrusted.len(),
                     "read the partition tails of the topic"
                 );
                 if let Some(m) = metrics {
                     m.fence_read(topic, records, matches!(fence, TopicFence::Unfenced(_)));
+                    for _ in &untrusted {
+                        m.fence_untrusted(topic);
+                    }
                 }
-                fence
+                let last = tails.partitions.iter().map(|t| t.last()).collect();
+                let tops = tails
+                    .partitions
+                    .iter()
+                    .map(|t| t.top().map(|r| r.key))
+                    .collect();
+                (fence, last, tops)
             }
         };
         Ok(TopicState {
             name: topic.clone(),
-            layout: now.header_value(),
+            layouts,
+            last_in_kafka,
+            tops,
             fence,
             skipped: vec![(0, false); partitions as usize],
         })
+    }
+}
+
+/// One line per partition of a fenced topic, or the WARN of an unfenced
+/// one.
+fn log_fence(topic: &str, fence: &TopicFence, now: TopicLayout) {
+    match fence {
+        TopicFence::Fenced(keys) => {
+            for (partition, key) in keys.iter().enumerate() {
+                match key {
+                    Some(key) => {
+                        info!(%topic, partition, fence_key = %key, "tail fence: records up to this key are in the partition and are not written again")
+                    }
+                    None => {
+                        info!(%topic, partition, "tail fence: no trusted record of this source at the end of the partition; nothing to skip")
+                    }
+                }
+            }
+        }
+        TopicFence::Unfenced(why) => {
+            let was = match why {
+                Unfenced::LayoutChanged { was, .. } => was.to_string(),
+                _ => "none".to_owned(),
+            };
+            warn!(%topic, layout_was = %was, layout_now = %now, "tail fence off for this topic in this session: {why}; a replay is written to it again (duplicates for readers without a high-water mark), and its new records fence the next session");
+        }
     }
 }

@@ -1,20 +1,27 @@
 //! Reading the tails of a topic's partitions for the fence (blocking I/O).
 //!
-//! All partitions of the topic are assigned at once, each at "one record
+//! All partitions of the topic are assigned at once, each at "two records
 //! before its end" (librdkafka's logical tail offset, resolved with one
 //! ListOffsets request per broker, not one per partition), and read up to
 //! the end of the partition: the fetch that reaches the end reports it
-//! (partition EOF). Starting one record before the high watermark is
-//! enough on a broker that reports it right, and on one that reports the
-//! start of the last batch instead (Tansu): the whole last batch is read
-//! either way, since the read goes on to the end rather than stopping at
-//! the high watermark.
+//! (partition EOF). Two records: the last one, and the one before it,
+//! which in a partition only this relay writes to is the last one's
+//! predecessor ([`decide`](super::decide) checks the chain). Starting
+//! before the high watermark is enough on a broker that reports it right,
+//! and on one that reports the start of the last batch instead (Tansu):
+//! the whole last batch is read either way, since the read goes on to the
+//! end rather than stopping at the high watermark.
 //!
 //! A partition whose tail holds no record of this relay's source (another
-//! source wrote last) is read again from [`LOOKBACK`] records before its
-//! end. Past that, the partition is simply not fenced: stopping short only
-//! ever costs duplicates, never a skipped event, because the fence key is
-//! always a key that is in the partition.
+//! source wrote last), or whose top record's predecessor was not read, is
+//! read again from [`LOOKBACK`] records before its end. Past that, the
+//! partition is simply not fenced: stopping short only ever costs
+//! duplicates, never a skipped event, because the fence key is always a
+//! key that is in the partition.
+//!
+//! The reader reads committed records only (`isolation.level` is pinned in
+//! `kafka_client.rs`), so an aborted transactional copy of a record is
+//! never taken for one of ours.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -26,7 +33,9 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::{Layout, PartitionTail};
+use walrelay_pgoutput::Lsn;
+
+use super::{Layout, OwnRecord, PartitionTail};
 use crate::key::EventKey;
 use crate::record::header;
 
@@ -66,6 +75,45 @@ pub enum FenceError {
     },
     #[error("reading the tail of topic \"{topic}\" for the tail fence failed: {message}")]
     Read { topic: String, message: String },
+    /// A key of this source in Kafka lies ahead of the server's WAL.
+    #[error(
+        "partition {partition} of topic \"{topic}\" already holds key {key} of source \"{source_id}\", \
+         assigned at WAL position {key_lsn}, but the server's WAL is only at {server_wal}: the database's \
+         WAL went back (it was restored from a base backup, recovered to an earlier point, or failed \
+         over to a standby that had not received that WAL), so new events would get keys at or below \
+         keys already published, and the tail fence and every high-water-mark consumer would skip them; \
+         walrelay stopped before writing to this topic and confirms nothing; fix: set relay.source_id \
+         to a new value (for example \"{source_id}@restored-1\") so that the restored database's events \
+         form a new key sequence, which consumers track on their own, and start walrelay again \
+         (docs/operations.md, \"Restoring the database or failing over\")",
+        key_lsn = Lsn(key.high())
+    )]
+    WalWentBack {
+        topic: String,
+        partition: u32,
+        key: EventKey,
+        server_wal: Lsn,
+        source_id: String,
+    },
+    /// The replay went past a fence key without reproducing its record.
+    #[error(
+        "partition {partition} of topic \"{topic}\" ends with key {key} of source \"{source_id}\", and \
+         {passed}: the same WAL always gives the same records, so the WAL this slot replays is not the \
+         WAL that record came from (the database was restored from a backup, recovered to an earlier \
+         point, or failed over to a server that had not received it), or something other than walrelay \
+         wrote that record there; walrelay stopped without confirming anything past the slot's position, \
+         so no event is lost; fix: after a restore or a failover, set relay.source_id to a new value \
+         (for example \"{source_id}@restored-1\") and start walrelay again; if the record was copied \
+         there, remove the copy's walrelay headers or set relay.fence = false for one run \
+         (docs/operations.md, \"Restoring the database or failing over\")"
+    )]
+    NotReproduced {
+        topic: String,
+        partition: u32,
+        key: EventKey,
+        passed: String,
+        source_id: String,
+    },
 }
 
 impl FenceError {
@@ -157,7 +205,7 @@ pub fn read(
     // only what lies below it.
     let mut first_offset: HashMap<u32, i64> = HashMap::new();
     let mut pending: Vec<u32> = (0..partitions).collect();
-    for depth in [1, LOOKBACK] {
+    for depth in [2, LOOKBACK] {
         if pending.is_empty() {
             break;
         }
@@ -192,8 +240,7 @@ pub fn read(
                     }
                     let lowest = first_offset.entry(p).or_insert(msg.offset());
                     *lowest = (*lowest).min(msg.offset());
-                    let (own, layout) = own_key(&msg, source);
-                    tails[p as usize].observe(own, layout);
+                    tails[p as usize].observe(own_record(&msg, source));
                 }
                 Some(Err(KafkaError::PartitionEOF(p))) => {
                     if let Ok(p) = u32::try_from(p) {
@@ -222,11 +269,11 @@ pub fn read(
                 None => {}
             }
         }
-        // Deeper only where this round found records but none of ours
-        // (an empty partition, or one read from its start, has no more).
+        // Deeper only where this round found records but none of ours, or
+        // not the top record's predecessor (an empty partition, or one
+        // read from its start, has no more).
         pending.retain(|p| {
-            let t = &tails[*p as usize];
-            t.own.is_none() && t.records_read > 0 && first_offset.get(p).is_some_and(|&o| o > 0)
+            tails[*p as usize].wants_more() && first_offset.get(p).is_some_and(|&o| o > 0)
         });
     }
     let elapsed = started.elapsed();
@@ -244,26 +291,31 @@ pub fn read(
     })
 }
 
-/// The record's key if it is one of `source`'s, with its layout.
-fn own_key<M: Message>(msg: &M, source: &[u8]) -> (Option<EventKey>, Option<Layout>) {
-    let Some(headers) = msg.headers() else {
-        return (None, None);
+/// The record, if it is one of `source`'s.
+fn own_record<M: Message>(msg: &M, source: &[u8]) -> Option<OwnRecord> {
+    let headers = msg.headers()?;
+    let hex = |value: &[u8]| {
+        std::str::from_utf8(value)
+            .ok()
+            .and_then(|t| EventKey::from_hex(t).ok())
     };
-    let (mut key, mut from, mut layout) = (None, false, None);
+    let (mut key, mut from, mut layout, mut prev) = (None, false, None, None);
     for h in headers.iter() {
         let value = h.value.unwrap_or_default();
         match h.key {
-            header::IDEMPOTENCY_KEY => {
-                key = std::str::from_utf8(value)
-                    .ok()
-                    .and_then(|t| EventKey::from_hex(t).ok());
-            }
+            header::IDEMPOTENCY_KEY => key = hex(value),
             header::SOURCE => from = value == source,
             header::LAYOUT => layout = Layout::parse(value),
+            header::PREV_KEY => prev = hex(value),
             _ => {}
         }
     }
-    (key.filter(|_| from), layout)
+    Some(OwnRecord {
+        offset: msg.offset(),
+        key: key.filter(|_| from)?,
+        prev,
+        layout,
+    })
 }
 
 fn is_denied(code: RDKafkaErrorCode) -> bool {

@@ -98,6 +98,7 @@ struct Inner {
     dead_letter_records: Family<DeadLetterLabels, Counter>,
     fence_skipped: Family<TopicLabels, Counter>,
     fence_unfenced: Family<TopicLabels, Counter>,
+    fence_untrusted: Family<TopicLabels, Counter>,
     fence_records_read: Counter,
     ready: Gauge,
     streaming: AtomicBool,
@@ -153,6 +154,7 @@ impl Metrics {
         }
         let fence_skipped = Family::<TopicLabels, Counter>::default();
         let fence_unfenced = Family::<TopicLabels, Counter>::default();
+        let fence_untrusted = Family::<TopicLabels, Counter>::default();
         let fence_records_read = Counter::default();
         let up = Gauge::<i64>::default();
         up.set(1);
@@ -233,6 +235,11 @@ impl Metrics {
             fence_unfenced.clone(),
         );
         registry.register(
+            "fence_untrusted_partitions",
+            "Sessions in which a partition was not fenced because its last record of this source did not provably belong to it (a copy: its layout names another partition, or its walrelay-prev-key names no record before it), per topic",
+            fence_untrusted.clone(),
+        );
+        registry.register(
             "fence_records_read",
             "Records the tail fence read from the ends of partitions",
             fence_records_read.clone(),
@@ -270,6 +277,7 @@ impl Metrics {
                 dead_letter_records,
                 fence_skipped,
                 fence_unfenced,
+                fence_untrusted,
                 fence_records_read,
                 ready,
                 streaming: AtomicBool::new(false),
@@ -313,6 +321,17 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// A partition of `topic` was left unfenced because its tail record
+    /// of this source did not provably belong to its sequence.
+    pub fn fence_untrusted(&self, topic: &str) {
+        self.inner
+            .fence_untrusted
+            .get_or_create(&TopicLabels {
+                topic: topic.to_owned(),
+            })
+            .inc();
     }
 
     /// A record committed at `commit_time` (PostgreSQL's clock) was

@@ -26,6 +26,9 @@ pub(super) struct Connected {
     pub source: String,
     /// The slot's confirmed position: where the stream starts.
     pub confirmed: Lsn,
+    /// The server's WAL position at the start (IDENTIFY_SYSTEM): no key
+    /// of this source in Kafka can be at or past it.
+    pub server_wal: Lsn,
     pub checks: Reports,
     /// When the start-up publication check began.
     pub checked_since: Instant,
@@ -127,6 +130,7 @@ pub(super) async fn connect(
         fence_reader,
         source,
         confirmed,
+        server_wal: system.xlogpos,
         checks,
         checked_since,
         vouched,

@@ -1,7 +1,8 @@
 //! Where a record goes: its partition, whether the partition already has
 //! it (the tail fence), and the two headers that depend on the partition
 //! (`walrelay-layout`, `walrelay-prev-key`). The one place on the way to
-//! the sink that knows a topic's partitions.
+//! the sink that knows a topic's partitions, and so the one that checks
+//! that the replay reproduces the fence ([`ReplayCheck`]).
 //!
 //! One map lookup per record: each topic's partition count, fence, last
 //! key sent per partition and metric counters live together, filled the
@@ -11,9 +12,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tracing::info;
 
 use crate::error::RelayError;
-use crate::fence::{SessionFence, TopicState};
+use crate::fence::{FenceError, ReplayCheck, SessionFence, TopicState};
 use crate::key::EventKey;
 use crate::metrics::{Metrics, TopicCounters};
 use crate::partition::{partition_for_key, partition_for_keyless};
@@ -46,15 +48,17 @@ pub enum Placed<'a> {
 /// The topics of one session.
 pub struct Placement {
     fence: SessionFence,
+    replay: ReplayCheck,
     topics: HashMap<Arc<str>, Destination>,
     layout_header: Arc<str>,
     prev_key_header: Arc<str>,
 }
 
 impl Placement {
-    pub fn new(fence: SessionFence) -> Placement {
+    pub fn new(fence: SessionFence, replay: ReplayCheck) -> Placement {
         Placement {
             fence,
+            replay,
             topics: HashMap::new(),
             layout_header: Arc::from(header::LAYOUT),
             prev_key_header: Arc::from(header::PREV_KEY),
@@ -73,6 +77,7 @@ impl Placement {
         if !self.topics.contains_key(&record.topic) {
             let partitions = sink.partitions(&record.topic).await?;
             let fence = self.fence.open(&record.topic, partitions, metrics).await?;
+            self.admit(&record.topic, &fence)?;
             self.topics.insert(
                 record.topic.clone(),
                 Destination {
@@ -91,6 +96,12 @@ impl Placement {
             Some(k) => partition_for_key(k, dest.partitions),
             None => partition_for_keyless(record.event_key, dest.partitions),
         };
+        let held = self.replay.holding();
+        self.replay
+            .record(&record.topic, partition, record.event_key)?;
+        if held && !self.replay.holding() {
+            info!(key = %record.event_key, "tail fence: the replay reproduced every fence key of this session; confirming again");
+        }
         if dest.fence.skip(partition, record.event_key) {
             if let Some(c) = &dest.counters {
                 c.fence_skipped();
@@ -98,11 +109,12 @@ impl Placement {
             return Ok(Placed::InKafka);
         }
         // The first record of this session to the partition follows the
-        // partition's fence key, if any: that is its predecessor in Kafka.
+        // last record of this source in it, if any: that is its
+        // predecessor in Kafka.
         let last = &mut dest.last_sent[partition as usize];
         let prev = last
             .replace(record.event_key)
-            .or_else(|| dest.fence.fence.key(partition));
+            .or_else(|| dest.fence.last_in_kafka(partition));
         let prev = match prev {
             Some(k) => {
                 let mut hex = [0u8; 32];
@@ -111,13 +123,43 @@ impl Placement {
             }
             None => Bytes::new(),
         };
-        record.insert_walrelay_header(self.layout_header.clone(), dest.fence.layout.clone());
+        record.insert_walrelay_header(self.layout_header.clone(), dest.fence.layout(partition));
         // With walrelay's own headers, before the application's.
         record.insert_walrelay_header(self.prev_key_header.clone(), prev);
         Ok(Placed::Send {
             partition,
             counters: dest.counters.as_ref(),
         })
+    }
+
+    /// A topic's tails were read: no key of ours may be ahead of the
+    /// server's WAL, and each fence key must come back in the replay.
+    fn admit(&mut self, topic: &Arc<str>, state: &TopicState) -> Result<(), FenceError> {
+        for (partition, top) in (0u32..).zip(&state.tops) {
+            if let Some(key) = top {
+                self.replay.check_not_ahead(topic, partition, *key)?;
+            }
+            if let Some(key) = state.fence.key(partition) {
+                let held = self.replay.holding();
+                self.replay.admit(topic, partition, key)?;
+                if !held && self.replay.holding() {
+                    info!(%topic, partition, fence_key = %key, "tail fence: confirming nothing until the replay reproduces this fence key (it lies after the slot's position)");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether nothing may be confirmed yet: a fence key of this session
+    /// has not come back in the replay.
+    pub fn holding(&self) -> bool {
+        self.replay.holding()
+    }
+
+    /// The stream got past `lsn` (a commit's end, or a keepalive between
+    /// transactions).
+    pub fn passed(&mut self, lsn: walrelay_pgoutput::Lsn) -> Result<(), FenceError> {
+        self.replay.passed(lsn)
     }
 
     /// One line per topic that had records skipped in this session.

@@ -29,7 +29,7 @@ use super::{Trace, TraceSender};
 use crate::checkpoint::CheckpointTracker;
 use crate::config::Config;
 use crate::error::RelayError;
-use crate::fence::SessionFence;
+use crate::fence::{ReplayCheck, SessionFence};
 use crate::key::EventKey;
 use crate::metrics::{Metrics, TopicCounters};
 use crate::monitor::{self, Outcome, Reports};
@@ -169,7 +169,10 @@ impl<'a> Session<'a> {
             stream: c.stream,
             sink: c.sink,
             events: EventStep::new(config, &c.source),
-            placement: Placement::new(SessionFence::new(config, c.fence_reader, &c.source)),
+            placement: Placement::new(
+                SessionFence::new(config, c.fence_reader, &c.source),
+                ReplayCheck::new(confirmed, c.server_wal, &c.source),
+            ),
             tracker: CheckpointTracker::with_confirmed(confirmed),
             trace,
             trace_keys: HashMap::new(),
@@ -336,6 +339,11 @@ impl<'a> Session<'a> {
                 self.tracker.in_flight_bytes(),
             );
         }
+        // Nothing while the replay has not reproduced the fence: what it
+        // skipped meanwhile must stay in the slot if the fence was wrong.
+        if self.placement.holding() {
+            return;
+        }
         // Never past the last clean publication check (see `vouched`).
         if let Some(lsn) = self.tracker.confirmable().map(|l| l.min(self.vouched)) {
             if lsn > self.confirmed {
@@ -390,8 +398,11 @@ impl<'a> Session<'a> {
                 if let Some(m) = self.metrics {
                     m.set_server_wal_end(k.wal_end);
                 }
-                self.tracker
-                    .keepalive(k.wal_end, self.events.in_transaction());
+                let in_transaction = self.events.in_transaction();
+                if !in_transaction {
+                    self.placement.passed(k.wal_end)?;
+                }
+                self.tracker.keepalive(k.wal_end, in_transaction);
                 return Ok(());
             }
             ReplicationMessage::XLogData(x) => x,
@@ -401,7 +412,10 @@ impl<'a> Session<'a> {
         }
         match self.events.step(x.wal_start, x.data)? {
             Step::Nothing => {}
-            Step::Committed { end_lsn } => self.tracker.commit(end_lsn),
+            Step::Committed { end_lsn } => {
+                self.placement.passed(end_lsn)?;
+                self.tracker.commit(end_lsn);
+            }
             Step::Send(event) => {
                 if let Some(d) = &event.dead_letter {
                     self.dead_lettered(d, &event.record);

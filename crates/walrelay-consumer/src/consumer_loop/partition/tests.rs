@@ -353,3 +353,58 @@ fn the_loop_holds_only_while_every_busy_partition_is_full_and_progressing() {
         "a stopped partition is paused already"
     );
 }
+
+#[test]
+fn attempts_are_counted_per_record_not_per_batch() {
+    // Record 2 fails four times and then goes through, while record 7
+    // fails once: record 7 has had one attempt, not five (issue 25, item 6).
+    let s = Settings {
+        max_batch_records: 10,
+        retry: RetryPolicy {
+            attempts: 5,
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(10),
+        },
+        on_poison: OnPoison::Park,
+        ..Settings::default()
+    };
+    let keys: Vec<Option<u64>> = (1..=10).map(Some).collect();
+    let mut p = partition(&keys);
+    let now = Instant::now();
+    let later = now + Duration::from_secs(1);
+    for _ in 0..4 {
+        assert!(p.handler_failed("record 2 failed".into(), Some(2), 10, &s, now) <= 4);
+    }
+    assert_eq!(
+        p.handler_failed("record 7 failed".into(), Some(7), 10, &s, now),
+        1
+    );
+    assert_eq!(
+        p.next_step(&s, later),
+        Step::Apply {
+            take: 10,
+            park: None
+        }
+    );
+    // Its own attempts still add up to the policy's.
+    for attempt in 2..=5 {
+        assert_eq!(
+            p.handler_failed("record 7 failed".into(), Some(7), 10, &s, now),
+            attempt
+        );
+    }
+    assert_eq!(
+        p.next_step(&s, later),
+        Step::Apply {
+            take: 8,
+            park: Some(Park {
+                error: "record 7 failed".into(),
+                attempts: 5
+            })
+        }
+    );
+    // Once the records before it are committed, their counts go with them.
+    p.take(7);
+    p.committed(7, later);
+    assert_eq!(p.record_failures, BTreeMap::from([(7, 5)]));
+}

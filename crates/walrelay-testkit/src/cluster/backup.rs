@@ -1,0 +1,105 @@
+//! Copies of a cluster: a base backup and its restore into the cluster's
+//! own data directory, and a streaming standby that can be promoted. Each
+//! keeps the system identifier; none keeps the replication slots (a base
+//! backup never holds them), which is what walrelay meets after a restore
+//! or a failover.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use anyhow::Context;
+
+use super::options::upsert;
+use super::process::run;
+use super::{PgCluster, State};
+
+impl PgCluster {
+    /// `pg_basebackup` of the running server into `into` (a directory that
+    /// must not exist yet), as the server's own user, WAL streamed along so
+    /// that the backup is consistent by itself. `standby` adds
+    /// `standby.signal` and `primary_conninfo` (`-R`).
+    fn pg_basebackup(&self, into: &Path, standby: bool) -> anyhow::Result<()> {
+        let mut cmd = self.command("pg_basebackup");
+        cmd.args([
+            "-h",
+            self.host(),
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "postgres",
+        ])
+        .arg("-D")
+        .arg(into)
+        .args(["-X", "stream", "-c", "fast", "--no-sync"]);
+        if standby {
+            cmd.arg("-R");
+        }
+        run(cmd, "pg_basebackup").map_err(|e| self.with_log(e))
+    }
+
+    /// A base backup of the running server into `into` (see
+    /// [`PgCluster::restore_base_backup`]).
+    pub fn base_backup(&self, into: &Path) -> anyhow::Result<()> {
+        self.pg_basebackup(into, false)
+    }
+
+    /// Restores a [`base_backup`](Self::base_backup): stops the server,
+    /// moves its data directory aside (to `data.before-restore`), puts the
+    /// backup in its place and starts it. The restored server recovers
+    /// from the backup's label, on the same timeline, with the same
+    /// configuration, port and system identifier, and without the
+    /// replication slots.
+    pub fn restore_base_backup(&self, backup: &Path) -> anyhow::Result<()> {
+        if self.is_running() {
+            self.stop_fast()?;
+        }
+        std::fs::rename(&self.data, self.data.with_extension("before-restore"))?;
+        std::fs::rename(backup, &self.data)?;
+        self.start_stopped()
+    }
+
+    /// A physical standby of this (running) cluster, streaming from it, in
+    /// a directory and on a port of its own, removed on drop like any
+    /// cluster.
+    pub fn standby(&self) -> anyhow::Result<PgCluster> {
+        let dir = tempfile::Builder::new()
+            .prefix("walrelay-pg-standby-")
+            .tempdir()
+            .context("creating the standby's directory")?
+            .keep();
+        let mut settings = self.state().settings.clone();
+        upsert(
+            &mut settings,
+            "unix_socket_directories",
+            &dir.to_string_lossy(),
+        );
+        let standby = PgCluster {
+            bin: self.bin.clone(),
+            user: self.user,
+            data: dir.join("data"),
+            log: dir.join("log"),
+            dir,
+            port: 0,
+            auth: self.auth.clone(),
+            state: Mutex::new(State {
+                settings,
+                hba_prepend: self.state().hba_prepend.clone(),
+                running: false,
+            }),
+        };
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&standby.dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        standby.user.chown(&standby.dir)?;
+        self.pg_basebackup(&standby.data, true)?;
+        standby.start_fresh()
+    }
+
+    /// `pg_ctl promote`, waiting until the server accepts writes.
+    pub fn promote(&self) -> anyhow::Result<()> {
+        let mut cmd = self.command("pg_ctl");
+        cmd.arg("promote").arg("-D").arg(&self.data).arg("-w");
+        run(cmd, "pg_ctl promote").map_err(|e| self.with_log(e))
+    }
+}

@@ -1,0 +1,309 @@
+//! The replay must reproduce the fence (pure).
+//!
+//! Skipping a record at or below a fence key is sound only if the WAL
+//! this session replays is the WAL the fence key's record came from. A
+//! database restored from a base backup, recovered to an earlier point,
+//! or failed over to a standby that had not received everything keeps its
+//! system identifier, and so the default source id, while its WAL goes
+//! back: new events then get keys at or below keys already in Kafka, and
+//! the fence (and every high-water-mark consumer) would skip them. Two
+//! checks catch it:
+//!
+//! - **A key ahead of the server.** Every key of this source in Kafka was
+//!   assigned from WAL the server had written, so its LSN (the high 64
+//!   bits: a commit record's start, or just below a non-transactional
+//!   message's end) is below the server's WAL position at the start of
+//!   this session. One that is not proves the WAL went back
+//!   ([`FenceError::WalWentBack`]), whatever else the tail says.
+//! - **A fence key the replay passes by.** The slot replays every
+//!   transaction whose commit record starts at or after its confirmed
+//!   position `start`, and the same WAL gives the same records. So every
+//!   fence key at or above `start` must come back, with the same key, in
+//!   the same topic and partition, before any larger key, commit or
+//!   keepalive position; a replay that goes past one without it did not
+//!   read the WAL it came from ([`FenceError::NotReproduced`]). Until every
+//!   such key has come back, nothing is confirmed ([`ReplayCheck::holding`]):
+//!   the records skipped meanwhile stay in the slot, so stopping loses
+//!   none of them.
+//!
+//! Fence keys below `start` need no proof: no replayed record is at or
+//! below them (every replayed key is at least `start << 64`), so they
+//! skip nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use walrelay_pgoutput::Lsn;
+
+use super::FenceError;
+use crate::key::EventKey;
+
+/// The proof obligations of one session's fence (see the module docs).
+#[derive(Debug)]
+pub struct ReplayCheck {
+    /// The slot's confirmed position: where the replay starts.
+    start: Lsn,
+    /// The server's WAL position when the session started.
+    server_wal: Lsn,
+    /// This session's source, for the errors' fix.
+    source: Arc<str>,
+    /// Fence keys at or above `start` not reproduced yet, with the topic
+    /// and partition they must come back in.
+    pending: BTreeMap<EventKey, (Arc<str>, u32)>,
+    /// The smallest key of `pending`, kept apart so that the check per
+    /// record is one comparison.
+    first: Option<EventKey>,
+    /// The highest key placed in this session.
+    last: Option<EventKey>,
+}
+
+impl ReplayCheck {
+    #[must_use]
+    pub fn new(start: Lsn, server_wal: Lsn, source: &str) -> ReplayCheck {
+        ReplayCheck {
+            start,
+            server_wal,
+            source: Arc::from(source),
+            pending: BTreeMap::new(),
+            first: None,
+            last: None,
+        }
+    }
+
+    /// Whether confirmation must wait: a fence key is not reproduced yet.
+    #[must_use]
+    pub fn holding(&self) -> bool {
+        self.first.is_some()
+    }
+
+    /// A key of this source found at the end of `partition` of `topic`
+    /// (trusted as a fence key or not): refused when it is ahead of the
+    /// server's WAL.
+    pub fn check_not_ahead(
+        &self,
+        topic: &str,
+        partition: u32,
+        key: EventKey,
+    ) -> Result<(), FenceError> {
+        if key.high() >= self.server_wal.0 {
+            return Err(FenceError::WalWentBack {
+                topic: topic.to_owned(),
+                partition,
+                key,
+                server_wal: self.server_wal,
+                source_id: self.source.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `key` fences `partition` of `topic`, opened for a record with key
+    /// `next` (not placed yet): it must be reproduced unless it lies
+    /// before the replay's start.
+    pub fn admit(
+        &mut self,
+        topic: &Arc<str>,
+        partition: u32,
+        key: EventKey,
+    ) -> Result<(), FenceError> {
+        self.check_not_ahead(topic, partition, key)?;
+        if key.high() < self.start.0 {
+            return Ok(());
+        }
+        // Its record would have been placed in this session already, in
+        // this topic, which would have opened it.
+        if self.last.is_some_and(|last| last >= key) {
+            return Err(self.not_reproduced(topic, partition, key, Passed::Key(self.last)));
+        }
+        self.pending.insert(key, (topic.clone(), partition));
+        self.first = self.pending.keys().next().copied();
+        Ok(())
+    }
+
+    /// A record with `key` is placed in `partition` of `topic` (whether
+    /// the fence skips it or not). Keys arrive strictly increasing.
+    pub fn record(&mut self, topic: &str, partition: u32, key: EventKey) -> Result<(), FenceError> {
+        self.last = Some(key);
+        let Some(first) = self.first else {
+            return Ok(());
+        };
+        if key < first {
+            return Ok(());
+        }
+        let (want_topic, want_partition) = self.pending.remove(&first).expect("first is pending");
+        if key > first || &*want_topic != topic || want_partition != partition {
+            return Err(self.not_reproduced(
+                &want_topic,
+                want_partition,
+                first,
+                if key > first {
+                    Passed::Key(Some(key))
+                } else {
+                    Passed::Elsewhere {
+                        topic: topic.to_owned(),
+                        partition,
+                    }
+                },
+            ));
+        }
+        self.first = self.pending.keys().next().copied();
+        Ok(())
+    }
+
+    /// The stream got past `lsn`: a commit record ending there, or a
+    /// keepalive between transactions. A pending fence key whose record
+    /// starts before it was not reproduced.
+    pub fn passed(&mut self, lsn: Lsn) -> Result<(), FenceError> {
+        match self.first {
+            Some(first) if first.high() < lsn.0 => {
+                let (topic, partition) = self.pending.remove(&first).expect("first is pending");
+                Err(self.not_reproduced(&topic, partition, first, Passed::Position(lsn)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn not_reproduced(
+        &self,
+        topic: &str,
+        partition: u32,
+        key: EventKey,
+        passed: Passed,
+    ) -> FenceError {
+        FenceError::NotReproduced {
+            topic: topic.to_owned(),
+            partition,
+            key,
+            passed: passed.to_string(),
+            source_id: self.source.to_string(),
+        }
+    }
+}
+
+/// How the replay went past a fence key.
+enum Passed {
+    Key(Option<EventKey>),
+    Elsewhere { topic: String, partition: u32 },
+    Position(Lsn),
+}
+
+impl std::fmt::Display for Passed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Passed::Key(Some(k)) => write!(f, "the replay reached key {k} without it"),
+            Passed::Key(None) => f.write_str("the replay went past it"),
+            Passed::Elsewhere { topic, partition } => write!(
+                f,
+                "the replay put that key in partition {partition} of topic \"{topic}\" instead"
+            ),
+            Passed::Position(lsn) => write!(f, "the replay reached WAL position {lsn} without it"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const START: u64 = 0x100;
+    const SERVER: u64 = 0x900;
+
+    fn key(high: u64, low: u64) -> EventKey {
+        EventKey::new(high, low)
+    }
+
+    fn check() -> ReplayCheck {
+        ReplayCheck::new(Lsn(START), Lsn(SERVER), "sys/db/slot")
+    }
+
+    fn topic(name: &str) -> Arc<str> {
+        Arc::from(name)
+    }
+
+    #[test]
+    fn a_reproduced_fence_releases_the_hold() {
+        let mut c = check();
+        let t = topic("orders");
+        c.admit(&t, 0, key(0x200, 0x210)).unwrap();
+        c.admit(&t, 1, key(0x300, 0x310)).unwrap();
+        assert!(c.holding());
+        c.record("orders", 0, key(0x150, 0x151)).unwrap();
+        c.passed(Lsn(0x160)).unwrap();
+        c.record("orders", 0, key(0x200, 0x210)).unwrap();
+        assert!(c.holding(), "partition 1's key is still to come");
+        c.record("orders", 0, key(0x200, 0x220)).unwrap();
+        c.passed(Lsn(0x260)).unwrap();
+        c.record("orders", 1, key(0x300, 0x310)).unwrap();
+        assert!(!c.holding());
+        c.record("orders", 1, key(0x400, 0x401)).unwrap();
+        c.passed(Lsn(0x800)).unwrap();
+    }
+
+    #[test]
+    fn a_fence_key_before_the_start_needs_no_proof() {
+        let mut c = check();
+        c.admit(&topic("orders"), 0, key(0xff, 0xff)).unwrap();
+        assert!(!c.holding());
+    }
+
+    #[test]
+    fn a_key_ahead_of_the_server_means_the_wal_went_back() {
+        let mut c = check();
+        let err = c.admit(&topic("orders"), 2, key(SERVER, 1)).unwrap_err();
+        assert!(matches!(err, FenceError::WalWentBack { partition: 2, .. }));
+        let text = err.to_string();
+        assert!(
+            text.contains("relay.source_id") && text.contains("sys/db/slot"),
+            "{text}"
+        );
+        assert!(c.check_not_ahead("orders", 0, key(SERVER - 1, 9)).is_ok());
+    }
+
+    #[test]
+    fn a_larger_key_before_the_fence_key_stops_the_replay() {
+        // A restore: new WAL gives other keys than those in Kafka.
+        let mut c = check();
+        let t = topic("orders");
+        c.admit(&t, 0, key(0x200, 0x210)).unwrap();
+        c.record("orders", 0, key(0x180, 0x181)).unwrap();
+        let err = c.record("orders", 3, key(0x200, 0x211)).unwrap_err();
+        assert!(
+            matches!(err, FenceError::NotReproduced { partition: 0, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("reached key"), "{err}");
+    }
+
+    #[test]
+    fn the_same_key_elsewhere_is_not_a_reproduction() {
+        let mut c = check();
+        c.admit(&topic("orders"), 0, key(0x200, 0x210)).unwrap();
+        let err = c.record("orders", 1, key(0x200, 0x210)).unwrap_err();
+        assert!(err.to_string().contains("partition 1"), "{err}");
+    }
+
+    #[test]
+    fn a_commit_or_keepalive_past_the_fence_key_stops_the_replay() {
+        let mut c = check();
+        c.admit(&topic("orders"), 0, key(0x200, 0x210)).unwrap();
+        // The fence key's own commit record starts at 0x200 and ends
+        // after it; a commit ending at 0x200 is an earlier one.
+        c.passed(Lsn(0x200)).unwrap();
+        let err = c.passed(Lsn(0x240)).unwrap_err();
+        assert!(matches!(err, FenceError::NotReproduced { .. }));
+    }
+
+    #[test]
+    fn a_topic_opened_late_with_a_fence_key_already_passed_stops_the_replay() {
+        let mut c = check();
+        c.record("payments", 0, key(0x300, 0x301)).unwrap();
+        let err = c.admit(&topic("orders"), 0, key(0x200, 0x210)).unwrap_err();
+        assert!(matches!(err, FenceError::NotReproduced { .. }));
+        // Opened by its own fence key's record: fine.
+        let mut c = check();
+        c.record("payments", 0, key(0x100, 0x101)).unwrap();
+        c.admit(&topic("orders"), 0, key(0x200, 0x210)).unwrap();
+        c.record("orders", 0, key(0x200, 0x210)).unwrap();
+        assert!(!c.holding());
+    }
+}

@@ -1,0 +1,304 @@
+//! A database whose WAL went back under walrelay: a base backup restored
+//! into a fresh data directory, the same with WAL written past the old
+//! keys before walrelay runs again (what a point-in-time recovery to an
+//! earlier LSN looks like to the relay), and a failover to a physical
+//! standby that had not received the last WAL walrelay published. The restored server keeps its system identifier, so the default
+//! source id, while its WAL positions go back: new events would get keys
+//! at or below keys already in Kafka, and the tail fence and every
+//! high-water-mark consumer would skip them. walrelay must stop with an
+//! error that names the fix, confirm nothing meanwhile, and after the fix
+//! (a new `relay.source_id`) deliver every new event so that a
+//! high-water-mark consumer applies it.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use support::{apply_high_water_marks, key_of, spawn_relay, Env, WAIT};
+use walrelay_pgoutput::Lsn;
+use walrelay_testkit::{await_condition, read_until_quiet, ConsumedRecord};
+
+const TOPIC: &str = "orders";
+
+fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["--route", "orders=orders", "--log", "info"];
+    a.extend_from_slice(extra);
+    a
+}
+
+/// `n` raw `orders` messages with ids `<tag>-<i>`, 10 per transaction.
+async fn emit(env: &Env, tag: &str, n: usize) -> Result<Vec<String>> {
+    for start in (0..n).step_by(10) {
+        let end = (start + 10).min(n);
+        env.client
+            .batch_execute(&format!(
+                "BEGIN;
+                 SELECT pg_logical_emit_message(true, 'orders', jsonb_build_object('id', '{tag}-' || g)::text)
+                   FROM generate_series({start}, {last}) g;
+                 COMMIT;",
+                last = end - 1
+            ))
+            .await?;
+    }
+    Ok((0..n).map(|i| format!("{tag}-{i}")).collect())
+}
+
+/// Moves the WAL position on by about `segments` × 16 MB (a row and a
+/// segment switch each), as a busy database would.
+async fn write_wal(env: &Env, segments: usize) -> Result<()> {
+    for _ in 0..segments {
+        env.client
+            .batch_execute("INSERT INTO busy (v) VALUES ('x'); SELECT pg_switch_wal();")
+            .await?;
+    }
+    Ok(())
+}
+
+fn event_id(r: &ConsumedRecord) -> String {
+    let value: serde_json::Value =
+        serde_json::from_slice(r.value.as_deref().unwrap_or_default()).unwrap_or_default();
+    value["id"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Puts the backup in place of the cluster's data directory and starts it
+/// (see [`walrelay_testkit::PgCluster::restore_base_backup`]).
+async fn restore(env: &mut Env, backup: &Path) -> Result<()> {
+    env.cluster.restore_base_backup(backup)?;
+    env.client = env.cluster.client().await?;
+    Ok(())
+}
+
+/// Waits for the relay to exit by itself.
+fn wait_exit(relay: &mut Child, log: &Path) -> Result<ExitStatus> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(status) = relay.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() >= deadline {
+            relay.kill()?;
+            bail!(
+                "the relay kept running: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs the relay until the slot confirmed the current WAL position, then
+/// stops it with SIGTERM.
+async fn relay_to_the_end(env: &Env, bootstrap: &str, log: &Path, extra: &[&str]) -> Result<()> {
+    let end = env.current_wal_lsn().await?;
+    let mut relay = spawn_relay(env, bootstrap, log, &args(extra))?;
+    await_condition(WAIT, Duration::from_millis(50), || async {
+        Ok(env.confirmed_flush_lsn("walrelay").await? >= end)
+    })
+    .await
+    .with_context(|| std::fs::read_to_string(log).unwrap_or_default())?;
+    ensure!(Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()?
+        .success());
+    let exit = relay.wait()?;
+    ensure!(exit.success(), "graceful stop exits 0, got {exit:?}");
+    Ok(())
+}
+
+/// The relay refuses to go on under the old source: it exits non-zero with
+/// `expect` in its log, and the slot confirmed nothing.
+fn expect_refusal(relay: &mut Child, log: &Path, expect: &[&str]) -> Result<String> {
+    let status = wait_exit(relay, log)?;
+    let text = std::fs::read_to_string(log)?;
+    ensure!(
+        !status.success(),
+        "the relay must stop with an error: {text}"
+    );
+    for e in expect {
+        ensure!(text.contains(e), "the log says {e:?}: {text}");
+    }
+    Ok(text)
+}
+
+/// After the fix: every new event is in Kafka exactly once under the new
+/// source, and a high-water-mark consumer applies each of them.
+async fn check_delivered(bootstrap: &str, source: &str, ids: &[String]) -> Result<()> {
+    let records = read_until_quiet(bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
+    let new: Vec<ConsumedRecord> = records
+        .iter()
+        .filter(|r| r.header_str("walrelay-source") == Some(source))
+        .cloned()
+        .collect();
+    let mut got: Vec<String> = new.iter().map(event_id).collect();
+    got.sort();
+    let mut want = ids.to_vec();
+    want.sort();
+    ensure!(
+        got == want,
+        "under source {source}: {} records for {} new events",
+        got.len(),
+        want.len()
+    );
+    let (fresh, duplicates) = apply_high_water_marks(&new)?;
+    let applied: usize = fresh.values().map(Vec::len).sum();
+    ensure!(
+        applied == ids.len() && duplicates == 0,
+        "a high-water-mark consumer applied {applied} of {} ({duplicates} duplicates)",
+        ids.len()
+    );
+    Ok(())
+}
+
+/// Relays `before` events written after a base backup and ~112 MB of WAL,
+/// then restores the backup. Returns the highest key's LSN in Kafka.
+async fn relay_then_restore(env: &mut Env, bootstrap: &str, log: &Path) -> Result<Lsn> {
+    let dir = env.cluster.dir().to_owned();
+    let backup = dir.join("backup");
+    env.cluster.base_backup(&backup)?;
+    write_wal(env, 7).await?;
+    let before = emit(env, "before", 300).await?;
+    relay_to_the_end(env, bootstrap, log, &[]).await?;
+    let records = read_until_quiet(bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
+    ensure!(records.len() == before.len(), "{} records", records.len());
+    let highest = records.iter().map(key_of).max().context("records")?;
+    restore(env, &backup).await?;
+    Ok(Lsn(highest.high()))
+}
+
+/// What an operator does after the WAL went back: `walrelay setup` (a new
+/// slot), events, `walrelay run` (after `wal_segments` × 16 MB more WAL).
+/// The relay must refuse with `expect` in its log and confirm nothing;
+/// then, under the new source `new_source`, every new event is delivered
+/// and applied once.
+async fn refused_then_delivered_under(
+    env: &Env,
+    bootstrap: &str,
+    log: &Path,
+    wal_segments: usize,
+    expect: &[&str],
+    new_source: &str,
+) -> Result<()> {
+    walrelay::setup::setup(&env.config(bootstrap)).await?;
+    let start = env.confirmed_flush_lsn("walrelay").await?;
+    let after = emit(env, "after", 100).await?;
+    write_wal(env, wal_segments).await?;
+    let mut relay = spawn_relay(env, bootstrap, log, &args(&[]))?;
+    let mut all = vec!["set relay.source_id to a new value"];
+    all.extend_from_slice(expect);
+    expect_refusal(&mut relay, log, &all)?;
+    ensure!(
+        env.confirmed_flush_lsn("walrelay").await? == start,
+        "nothing is confirmed under a sequence that went back: what the relay skipped stays in the slot"
+    );
+    relay_to_the_end(env, bootstrap, log, &["--source-id", new_source]).await?;
+    check_delivered(bootstrap, new_source, &after).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_base_backup_stops_the_relay_and_a_new_source_delivers_every_new_event(
+) -> Result<()> {
+    let mut env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let config = env.config(&bootstrap);
+    walrelay::setup::setup(&config).await?;
+    let log = env.cluster.dir().join("relay.log");
+    let highest = relay_then_restore(&mut env, &bootstrap, &log).await?;
+    let now = env.current_wal_lsn().await?;
+    ensure!(now < highest, "the WAL went back: {now} < {highest}");
+
+    refused_then_delivered_under(
+        &env,
+        &bootstrap,
+        &log,
+        0,
+        &["the database's WAL went back"],
+        "restored-1",
+    )
+    .await?;
+    // Nothing was published under the old source after the restore.
+    let all = read_until_quiet(&bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
+    ensure!(all.len() == 300 + 100, "{} records", all.len());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_that_does_not_reproduce_the_fence_stops_the_relay_and_loses_nothing() -> Result<()>
+{
+    let mut env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    // One partition: every new event would fall under the fence key.
+    env.broker
+        .as_ref()
+        .expect("a broker")
+        .create_topic(TOPIC, 1)?;
+    let config = env.config(&bootstrap);
+    walrelay::setup::setup(&config).await?;
+    let log = env.cluster.dir().join("relay.log");
+    relay_then_restore(&mut env, &bootstrap, &log).await?;
+
+    // The slot is created right after the restore and events are written,
+    // but walrelay runs only once the server's WAL has passed the old
+    // keys: nothing is ahead of the server any more, yet the new events'
+    // keys are below the fence key.
+    refused_then_delivered_under(
+        &env,
+        &bootstrap,
+        &log,
+        9,
+        &["the replay reached"],
+        "restored-1",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_standby_behind_the_published_wal_stops_the_relay_and_loses_nothing(
+) -> Result<()> {
+    let mut env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let config = env.config(&bootstrap);
+    walrelay::setup::setup(&config).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let standby = env.cluster.standby()?;
+    ensure!(standby.port() != env.cluster.port());
+
+    // The standby has everything up to here, then stops receiving: the
+    // primary writes ~112 MB of WAL and 300 events that walrelay relays.
+    let caught_up = env.current_wal_lsn().await?;
+    let standby_client = standby.client().await?;
+    await_condition(WAIT, Duration::from_millis(50), || async {
+        let row = standby_client
+            .query_one("SELECT pg_last_wal_replay_lsn()::text", &[])
+            .await?;
+        let replayed: Lsn = row.get::<_, String>(0).parse()?;
+        Ok(replayed >= caught_up)
+    })
+    .await?;
+    drop(standby_client);
+    standby.stop_fast()?;
+    write_wal(&env, 7).await?;
+    let before = emit(&env, "before", 300).await?;
+    relay_to_the_end(&env, &bootstrap, &log, &[]).await?;
+    let records = read_until_quiet(&bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
+    ensure!(records.len() == before.len(), "{} records", records.len());
+
+    // The primary is lost; the standby is promoted and takes its place.
+    env.cluster.stop_immediate()?;
+    standby.start_stopped()?;
+    standby.promote()?;
+    env.cluster = standby;
+    env.client = env.cluster.client().await?;
+    refused_then_delivered_under(
+        &env,
+        &bootstrap,
+        &log,
+        0,
+        &["the database's WAL went back"],
+        "promoted-1",
+    )
+    .await
+}
