@@ -18,7 +18,8 @@
 #
 # Another Kafka line (e.g. 3.9.x) by hand: WALRELAY_KAFKA_VERSION=<v>, with
 # WALRELAY_KAFKA_JARS_SHA256=<hash> (a first run without it fails and names
-# the hash it found). WALRELAY_KAFKA_HOME points the tests at any
+# the hash it found). A 3.x broker, whose tarball logs through reload4j,
+# logs through the same log4j2 binding and configuration. WALRELAY_KAFKA_HOME points the tests at any
 # directory laid out as above.
 set -euo pipefail
 
@@ -69,6 +70,19 @@ if complete; then
     exit 0
 fi
 
+# Java 17 runs the broker, Maven resolves its jars: from Debian when
+# missing (as install-deps.sh installs the build's packages).
+packages=()
+command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || packages+=(maven)
+if [ "${#packages[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing ${packages[*]} from Debian"
+    sudo_cmd=()
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq >&2
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${packages[@]}" >&2
+fi
 command -v java >/dev/null 2>&1 || die "java not found: Kafka ${VERSION} needs Java 17 or newer"
 command -v mvn >/dev/null 2>&1 || die "mvn not found: Maven resolves Kafka's jars from Maven Central"
 command -v sha256sum >/dev/null 2>&1 || die "sha256sum not found (coreutils)"
@@ -88,8 +102,9 @@ if [ -z "${LOG4J_VERSION}" ]; then
         die "mvn could not resolve org.apache.kafka:kafka_2.13:${VERSION}:
 $(tail -n 30 "${stage}/mvn.log")"
     LOG4J_VERSION="$(sed -n 's/.*org\.apache\.logging\.log4j:log4j-core:jar:\([^:]*\):.*/\1/p' "${stage}/deps.txt" | head -n1)"
-    [ -n "${LOG4J_VERSION}" ] ||
-        die "kafka_2.13:${VERSION} brings no log4j-core (a 3.x line logs through reload4j: not supported by this script's log4j2 config)"
+    # Kafka's own log4j-core wins over the binding's (declared first); a 3.x
+    # line has none, and the binding's at the pinned version stays.
+    [ -n "${LOG4J_VERSION}" ] || die "no log4j-core in the dependencies of kafka_2.13:${VERSION}"
 fi
 
 log "resolving org.apache.kafka:kafka_2.13:${VERSION} (log4j ${LOG4J_VERSION}) from Maven Central"

@@ -1,7 +1,8 @@
 //! The system under test and its surroundings: a source PostgreSQL (the
 //! one faults hit), a service PostgreSQL for the consumer's side effects
 //! (never crashed: its `synchronous_commit=off` is safe only without
-//! crashes), a Tansu broker behind a [`Proxy`], the `walrelay` binary and
+//! crashes), a broker (Tansu, or Apache Kafka with WALRELAY_BROKER=kafka)
+//! behind a [`Proxy`], the `walrelay` binary and
 //! the harness's own consumer process.
 
 use std::path::{Path, PathBuf};
@@ -11,7 +12,9 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use tokio::process::{Child, Command};
-use walrelay_testkit::{outbox_table, ClusterOptions, OutboxKeys, PgCluster, TansuBroker};
+use walrelay_testkit::{
+    outbox_table, BrokerKind, ClusterOptions, OutboxKeys, PgCluster, TestBroker,
+};
 
 use crate::proxy::Proxy;
 
@@ -43,7 +46,7 @@ fn source_schema() -> String {
 pub struct Services {
     pub source: Arc<PgCluster>,
     pub service: PgCluster,
-    pub broker: TansuBroker,
+    pub broker: TestBroker,
     pub proxy: Proxy,
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -76,8 +79,9 @@ impl Services {
         let proxy = Proxy::bind().await?;
         let advertised = proxy.addr().to_string();
         let upstream = proxy.upstream_setter();
+        let kind = BrokerKind::from_env()?;
         let broker = tokio::task::spawn_blocking(move || {
-            TansuBroker::start_advertising(&advertised, |port| {
+            TestBroker::start_advertising(kind, &advertised, move |port| {
                 upstream.set(([127, 0, 0, 1], port).into())
             })
         })

@@ -101,3 +101,112 @@ fn broker_kinds_parse() {
     let err = "redpanda".parse::<BrokerKind>().unwrap_err().to_string();
     assert!(err.contains("WALRELAY_BROKER"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_form_one_cluster_with_replicated_topics() -> anyhow::Result<()> {
+    let began = Instant::now();
+    let kafka = tokio::task::spawn_blocking(|| {
+        KafkaCluster::start(KafkaOptions {
+            nodes: 3,
+            ..Default::default()
+        })
+    })
+    .await??;
+    println!("three Apache Kafka nodes ready in {:?}", began.elapsed());
+    let bootstrap = kafka.bootstrap_servers();
+    assert_eq!(bootstrap.split(',').count(), 3);
+    assert_eq!(kafka.replication_factor(), 3);
+    kafka.create_topic("replicated", 3)?;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()?;
+    let md = consumer.fetch_metadata(Some("replicated"), Duration::from_secs(10))?;
+    assert_eq!(md.brokers().len(), 3);
+    for p in md.topics()[0].partitions() {
+        assert_eq!(p.replicas().len(), 3, "{:?}", p.replicas());
+        assert_eq!(p.isr().len(), 3, "{:?}", p.isr());
+    }
+    let p = producer(&bootstrap)?;
+    p.send(
+        FutureRecord::to("replicated").key("k").payload("v"),
+        Duration::from_secs(20),
+    )
+    .await
+    .map_err(|(e, _)| e)?;
+    assert_eq!(
+        read_topics(&bootstrap, &["replicated"], 1, TIMEOUT)
+            .await?
+            .len(),
+        1
+    );
+    // A node killed and restarted comes back with its data.
+    let mut kafka = kafka;
+    tokio::task::block_in_place(|| kafka.restart_node(2))?;
+    assert!(kafka.restart_node(4).is_err());
+    assert_eq!(
+        read_topics(&bootstrap, &["replicated"], 1, TIMEOUT)
+            .await?
+            .len(),
+        1
+    );
+    Ok(())
+}
+
+/// Set in the environment of the child process
+/// [`a_node_still_pooled_when_the_process_exits_is_killed_with_it`] starts.
+const EXIT_CHILD_ENV: &str = "WALRELAY_TESTKIT_EXIT_CHILD";
+
+/// In the child: leases a node, hands it back to the pool, prints its
+/// JVM's pid and directory, and exits at once (statics are never dropped).
+#[test]
+fn exit_child() {
+    if std::env::var_os(EXIT_CHILD_ENV).is_none() {
+        return;
+    }
+    let lease = SharedKafka::lease().expect("a Kafka node");
+    let node = &lease.nodes()[0];
+    println!(
+        "CHILD pid={} dir={}",
+        node.pid().expect("running"),
+        node.dir().display()
+    );
+    drop(lease);
+    std::process::exit(0);
+}
+
+#[test]
+fn a_node_still_pooled_when_the_process_exits_is_killed_with_it() -> anyhow::Result<()> {
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["--exact", "exit_child", "--nocapture", "--test-threads=1"])
+        .env(EXIT_CHILD_ENV, "1")
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("CHILD ").map(|(_, rest)| rest))
+        .ok_or_else(|| anyhow::anyhow!("no CHILD line: {stdout}"))?;
+    let pid = line
+        .split(' ')
+        .find_map(|w| w.strip_prefix("pid="))
+        .unwrap_or_default();
+    let dir = line
+        .split(' ')
+        .find_map(|w| w.strip_prefix("dir="))
+        .unwrap_or_default()
+        .to_owned();
+    let proc_path = std::path::PathBuf::from(format!("/proc/{pid}"));
+    // The watchdog acts on the closed pipe: wait for it, not for a time.
+    let deadline = Instant::now() + TIMEOUT;
+    while (proc_path.exists() || std::path::Path::new(&dir).exists()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !proc_path.exists(),
+        "the JVM {pid} outlived its test process"
+    );
+    assert!(
+        !std::path::Path::new(&dir).exists(),
+        "{dir} was left behind"
+    );
+    Ok(())
+}

@@ -1,7 +1,9 @@
 //! walrelay end to end on throwaway servers (the README's first command,
 //! `scripts/demo.sh`):
 //!
-//! 1. starts a throwaway PostgreSQL (wal_level=logical) and a Tansu broker;
+//! 1. starts a throwaway PostgreSQL (wal_level=logical) and a broker:
+//!    Tansu, or Apache Kafka with `WALRELAY_BROKER=kafka`
+//!    (`scripts/demo.sh --kafka`);
 //! 2. creates an outbox table and runs `walrelay setup` and `walrelay run`
 //!    (the real binary, `WALRELAY_BIN` or `target/debug/walrelay`);
 //! 3. emits a few thousand events from SQL: walrelay.emit helpers, raw
@@ -16,8 +18,8 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use walrelay_testkit::{
-    await_condition, db, outbox_table, read_until_quiet, ClusterOptions, OutboxKeys, PgCluster,
-    TansuBroker,
+    await_condition, db, outbox_table, read_until_quiet, BrokerKind, ClusterOptions, OutboxKeys,
+    PgCluster, TestBroker,
 };
 
 fn walrelay_bin() -> PathBuf {
@@ -36,15 +38,19 @@ async fn main() -> Result<()> {
         "{} not found: build it first (cargo build -p walrelay)",
         bin.display()
     );
-    println!("== starting a throwaway PostgreSQL and a Tansu broker");
+    let kind = BrokerKind::from_env()?;
+    println!("== starting a throwaway PostgreSQL and {kind}");
     let cluster = tokio::task::spawn_blocking(|| PgCluster::start(ClusterOptions::default()))
         .await?
         .context("starting PostgreSQL (scripts/install-postgres.sh installs it)")?;
-    let broker = tokio::task::spawn_blocking(TansuBroker::start)
+    let broker = tokio::task::spawn_blocking(move || TestBroker::start_own(kind))
         .await?
-        .context("starting Tansu (scripts/install-tansu.sh installs it)")?;
+        .with_context(|| match kind {
+            BrokerKind::Kafka => "starting Apache Kafka (scripts/install-kafka.sh installs it)",
+            BrokerKind::Tansu => "starting Tansu (scripts/install-tansu.sh installs it)",
+        })?;
     println!(
-        "   {} on port {}, Tansu at {}",
+        "   {} on port {}, {kind} at {}",
         cluster.version(),
         cluster.port(),
         broker.bootstrap_servers()
@@ -217,7 +223,7 @@ table = "public.outbox"
         "walrelay exited with {status}: {}",
         std::fs::read_to_string(&log_path)?
     );
-    println!("   walrelay exited 0; stopping PostgreSQL and Tansu");
+    println!("   walrelay exited 0; stopping PostgreSQL and {kind}");
     drop(broker);
     drop(cluster);
     Ok(())

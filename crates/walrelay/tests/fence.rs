@@ -250,6 +250,7 @@ async fn a_replay_after_kill_9_writes_nothing_twice_past_other_sources_and_empty
     // Keyless messages go to one partition per transaction: with three
     // transactions, most of the eight partitions stay empty.
     env.broker.as_ref().unwrap().create_topic("orders", 8)?;
+    env.create_topics(&[OUTBOX_TOPIC])?;
     walrelay::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
@@ -311,6 +312,7 @@ async fn a_replay_after_kill_9_writes_nothing_twice_past_other_sources_and_empty
 async fn with_the_fence_off_a_replay_writes_its_duplicates_again() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
+    env.create_topics(&["orders", OUTBOX_TOPIC])?;
     walrelay::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
@@ -338,6 +340,7 @@ async fn with_the_fence_off_a_replay_writes_its_duplicates_again() -> Result<()>
 async fn two_sources_in_one_topic_each_fence_on_their_own_keys() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
+    env.create_topics(&["orders", OUTBOX_TOPIC])?;
     let mut b_config = env.config(&bootstrap);
     b_config.postgres.slot = "other".into();
     walrelay::setup::setup(&env.config(&bootstrap)).await?;
@@ -635,10 +638,11 @@ async fn twenty_kill_9_during_a_mixed_workload_leave_every_event_exactly_once_on
 ) -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
+    let topics = ["orders", "events", OUTBOX_TOPIC];
+    env.create_topics(&topics)?;
     walrelay::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
-    let topics = ["orders", "events", OUTBOX_TOPIC];
 
     // The workload runs on its own connection for the whole test.
     let client = env.cluster.client().await?;

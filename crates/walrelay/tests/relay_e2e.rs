@@ -65,9 +65,8 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
         "{again:?}"
     );
 
-    // Four partitions per topic, so that the partitioning rule is checked
-    // below: Tansu auto-creates topics with four, Apache Kafka with one
-    // (num.partitions).
+    // Four partitions per topic on either broker, so that the partitioning
+    // rule is checked below.
     let topics = [
         "payments",
         "orders",
@@ -75,9 +74,7 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
         "outbox.event.customer",
         "bulk",
     ];
-    for topic in topics {
-        env.broker().create_topic(topic, 4)?;
-    }
+    env.create_topics(&topics)?;
 
     let relay = start_relay(config.clone());
     let c = &env.client;
@@ -214,7 +211,7 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
             Some(n) => *n,
             None => {
                 let n = partition_count(&bootstrap, &r.topic)? as u32;
-                assert_eq!(n, 4, "{}", r.topic);
+                assert_eq!(n, support::PARTITIONS as u32, "{}", r.topic);
                 partitions.insert(r.topic.clone(), n);
                 n
             }

@@ -77,7 +77,10 @@ pub struct TestBroker {
 
 #[derive(Debug)]
 enum Backend {
+    /// A node shared with the binary's other tests, one at a time.
     Kafka(SharedKafka),
+    /// A cluster of this test's own (e.g. one that advertises a proxy).
+    KafkaOwn(KafkaCluster),
     Tansu(TansuBroker),
 }
 
@@ -96,10 +99,50 @@ impl TestBroker {
         Ok(TestBroker { backend })
     }
 
+    /// A broker of `kind` of the caller's own, never shared (e.g. for the
+    /// demo, which prints what it does and removes it at the end).
+    pub fn start_own(kind: BrokerKind) -> anyhow::Result<TestBroker> {
+        let backend = match kind {
+            BrokerKind::Kafka => Backend::KafkaOwn(KafkaCluster::start(KafkaOptions::default())?),
+            BrokerKind::Tansu => Backend::Tansu(TansuBroker::start()?),
+        };
+        Ok(TestBroker { backend })
+    }
+
+    /// A broker of `kind` of this test's own that tells clients (in its
+    /// metadata) to connect to `advertised` (`HOST:PORT`) instead of its
+    /// listener: a fault-injecting TCP proxy in front of it. `on_port` gets
+    /// the broker's own port before it is checked for readiness (and again
+    /// if a start is retried on other ports), so the proxy can forward to
+    /// it by then.
+    pub fn start_advertising(
+        kind: BrokerKind,
+        advertised: &str,
+        on_port: impl Fn(u16) + Send + Sync + 'static,
+    ) -> anyhow::Result<TestBroker> {
+        let backend = match kind {
+            BrokerKind::Kafka => {
+                let advertised = advertised.to_owned();
+                let advertise: kafka::Advertise = std::sync::Arc::new(move |_, port| {
+                    on_port(port);
+                    advertised.clone()
+                });
+                Backend::KafkaOwn(KafkaCluster::start(KafkaOptions {
+                    nodes: 1,
+                    advertise: Some(advertise),
+                })?)
+            }
+            BrokerKind::Tansu => {
+                Backend::Tansu(TansuBroker::start_advertising(advertised, on_port)?)
+            }
+        };
+        Ok(TestBroker { backend })
+    }
+
     /// Which broker this is.
     pub fn kind(&self) -> BrokerKind {
         match self.backend {
-            Backend::Kafka(_) => BrokerKind::Kafka,
+            Backend::Kafka(_) | Backend::KafkaOwn(_) => BrokerKind::Kafka,
             Backend::Tansu(_) => BrokerKind::Tansu,
         }
     }
@@ -108,6 +151,7 @@ impl TestBroker {
     pub fn bootstrap_servers(&self) -> String {
         match &self.backend {
             Backend::Kafka(k) => k.bootstrap_servers(),
+            Backend::KafkaOwn(k) => k.bootstrap_servers(),
             Backend::Tansu(t) => t.bootstrap_servers(),
         }
     }
@@ -117,6 +161,7 @@ impl TestBroker {
     pub fn create_topic(&self, name: &str, partitions: i32) -> anyhow::Result<()> {
         match &self.backend {
             Backend::Kafka(k) => k.create_topic(name, partitions),
+            Backend::KafkaOwn(k) => k.create_topic(name, partitions),
             Backend::Tansu(t) => t.create_topic(name, partitions),
         }
     }
@@ -128,9 +173,9 @@ impl TestBroker {
 
     /// Raises a topic's partition count to `total`. Tansu cannot: an error.
     pub fn add_partitions(&self, name: &str, total: i32) -> anyhow::Result<()> {
-        match &self.backend {
-            Backend::Kafka(k) => k.add_partitions(name, total),
-            Backend::Tansu(_) => bail!("Tansu cannot add partitions to a topic ({name:?})"),
+        match self.as_kafka() {
+            Some(k) => k.add_partitions(name, total),
+            None => bail!("Tansu cannot add partitions to a topic ({name:?})"),
         }
     }
 
@@ -150,6 +195,7 @@ impl TestBroker {
     pub fn log_tail(&self, n: usize) -> String {
         match &self.backend {
             Backend::Kafka(k) => k.lease_log_tail(n),
+            Backend::KafkaOwn(k) => k.log_tail(n),
             Backend::Tansu(t) => t.log_tail(n),
         }
     }
@@ -158,7 +204,7 @@ impl TestBroker {
     pub fn as_tansu(&self) -> Option<&TansuBroker> {
         match &self.backend {
             Backend::Tansu(t) => Some(t),
-            Backend::Kafka(_) => None,
+            Backend::Kafka(_) | Backend::KafkaOwn(_) => None,
         }
     }
 
@@ -166,7 +212,7 @@ impl TestBroker {
     pub fn as_tansu_mut(&mut self) -> Option<&mut TansuBroker> {
         match &mut self.backend {
             Backend::Tansu(t) => Some(t),
-            Backend::Kafka(_) => None,
+            Backend::Kafka(_) | Backend::KafkaOwn(_) => None,
         }
     }
 
@@ -174,6 +220,7 @@ impl TestBroker {
     pub fn as_kafka(&self) -> Option<&KafkaCluster> {
         match &self.backend {
             Backend::Kafka(k) => Some(k),
+            Backend::KafkaOwn(k) => Some(k),
             Backend::Tansu(_) => None,
         }
     }

@@ -22,6 +22,9 @@ pub type FreshKeys = BTreeMap<(String, i32), Vec<EventKey>>;
 
 pub const WAIT: Duration = Duration::from_secs(90);
 
+/// The partition count of [`Env::create_topics`]: what Tansu auto-creates.
+pub const PARTITIONS: i32 = 4;
+
 /// The outbox (keys optional: some tests write rows the relay must refuse)
 /// and a table outside every publication.
 pub fn schema() -> String {
@@ -53,6 +56,16 @@ impl Env {
     /// The broker.
     pub fn broker(&self) -> &TestBroker {
         self.broker.as_ref().expect("started with a broker")
+    }
+
+    /// Creates `topics` with [`PARTITIONS`] partitions each, before the
+    /// relay auto-creates them: Tansu would give them four, Apache Kafka
+    /// one (`num.partitions`), and a test should see one layout on both.
+    pub fn create_topics(&self, topics: &[&str]) -> Result<()> {
+        for topic in topics {
+            self.broker().create_topic(topic, PARTITIONS)?;
+        }
+        Ok(())
     }
 
     pub async fn postgres_only(opts: ClusterOptions) -> Result<Env> {

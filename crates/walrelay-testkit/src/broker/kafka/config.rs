@@ -16,8 +16,14 @@ pub struct NodePorts {
 
 /// `server.properties` for node `node_id` of a cluster whose nodes listen
 /// on `all` (node ids 1..=all.len(), every node a voter), with its data in
-/// `data_dir`.
-pub(crate) fn server_properties(node_id: usize, all: &[NodePorts], data_dir: &Path) -> String {
+/// `data_dir`. Clients are told to connect to `advertised` (`HOST:PORT`),
+/// by default the node's own broker listener.
+pub(crate) fn server_properties(
+    node_id: usize,
+    all: &[NodePorts],
+    data_dir: &Path,
+    advertised: Option<&str>,
+) -> String {
     let me = all[node_id - 1];
     let voters: Vec<String> = all
         .iter()
@@ -38,10 +44,11 @@ pub(crate) fn server_properties(node_id: usize, all: &[NodePorts], data_dir: &Pa
             me.broker, me.controller
         ),
     );
-    set(
-        "advertised.listeners",
-        &format!("PLAINTEXT://{HOST}:{}", me.broker),
-    );
+    let advertised = match advertised {
+        Some(a) => a.to_owned(),
+        None => format!("{HOST}:{}", me.broker),
+    };
+    set("advertised.listeners", &format!("PLAINTEXT://{advertised}"));
     set("controller.listener.names", "CONTROLLER");
     set("inter.broker.listener.name", "PLAINTEXT");
     set(
@@ -74,7 +81,7 @@ mod tests {
             broker: 9092,
             controller: 9093,
         }];
-        let text = server_properties(1, &ports, Path::new("/tmp/d"));
+        let text = server_properties(1, &ports, Path::new("/tmp/d"), None);
         for line in [
             "node.id=1",
             "controller.quorum.voters=1@127.0.0.1:9093",
@@ -97,12 +104,13 @@ mod tests {
                 controller: 9001 + 2 * i,
             })
             .collect();
-        let text = server_properties(2, &ports, Path::new("/d"));
+        let text = server_properties(2, &ports, Path::new("/d"), Some("127.0.0.1:7000"));
         assert!(text.contains(
             "controller.quorum.voters=1@127.0.0.1:9001,2@127.0.0.1:9003,3@127.0.0.1:9005"
         ));
         assert!(text.contains("node.id=2\n"));
-        assert!(text.contains("advertised.listeners=PLAINTEXT://127.0.0.1:9002\n"));
+        assert!(text.contains("advertised.listeners=PLAINTEXT://127.0.0.1:7000\n"));
+        assert!(text.contains("listeners=PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9003\n"));
         assert!(!text.contains("replication.factor"), "{text}");
     }
 }

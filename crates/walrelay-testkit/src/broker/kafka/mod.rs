@@ -16,15 +16,18 @@
 //! storage survives a restart of a node.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use crate::broker::util::{free_port, keep_broker};
+use crate::broker::util::keep_broker;
 use crate::cluster::HOST;
 use crate::kafka::client_config;
+use cluster_id::random_cluster_id;
 
+mod cluster_id;
 mod config;
 mod home;
 mod node;
@@ -40,18 +43,51 @@ const PORT_ATTEMPTS: usize = 4;
 /// How long the JVMs may take until every node answers metadata requests.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// Given a node's id and its broker port, the `HOST:PORT` it advertises to
+/// clients (e.g. a fault-injecting proxy that this call points at the
+/// port). Called before the node starts, and again with new ports if a
+/// start is retried.
+pub type Advertise = Arc<dyn Fn(usize, u16) -> String + Send + Sync>;
+
 /// What to start.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct KafkaOptions {
     /// Combined broker-controller nodes, every one a voter (1 or 3).
     pub nodes: usize,
+    /// What each node advertises; by default its own broker listener.
+    pub advertise: Option<Advertise>,
 }
 
 impl Default for KafkaOptions {
     fn default() -> Self {
-        KafkaOptions { nodes: 1 }
+        KafkaOptions {
+            nodes: 1,
+            advertise: None,
+        }
     }
 }
+
+impl std::fmt::Debug for KafkaOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaOptions")
+            .field("nodes", &self.nodes)
+            .field("advertise", &self.advertise.is_some())
+            .finish()
+    }
+}
+
+/// Another process answers on a port this cluster chose: start again on
+/// other ports.
+#[derive(Debug)]
+struct PortTaken(String);
+
+impl std::fmt::Display for PortTaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} belongs to another process", self.0)
+    }
+}
+
+impl std::error::Error for PortTaken {}
 
 /// A running Apache Kafka cluster of combined KRaft nodes.
 #[derive(Debug)]
@@ -90,7 +126,7 @@ impl KafkaCluster {
                 nodes: Vec::new(),
                 started_in: Duration::ZERO,
             };
-            match cluster.boot(opts.nodes) {
+            match cluster.boot(&opts) {
                 Ok(()) => {
                     cluster.started_in = began.elapsed();
                     tracing::info!(
@@ -103,7 +139,7 @@ impl KafkaCluster {
                 }
                 // A node exited while starting: most likely a port that
                 // another process took meanwhile; try other ports.
-                Err(e) if cluster.any_exited() => {
+                Err(e) if cluster.any_exited() || e.downcast_ref::<PortTaken>().is_some() => {
                     tracing::debug!("kafka: a node exited while starting, retrying: {e:#}");
                     last_error = Some(e);
                 }
@@ -117,16 +153,29 @@ impl KafkaCluster {
             )))
     }
 
-    fn boot(&mut self, n: usize) -> anyhow::Result<()> {
-        let mut ports = Vec::with_capacity(n);
-        for _ in 0..n {
-            ports.push(NodePorts {
-                broker: free_port()?,
-                controller: free_port()?,
-            });
+    fn boot(&mut self, opts: &KafkaOptions) -> anyhow::Result<()> {
+        let n = opts.nodes;
+        // Held until all are chosen, so that they differ.
+        let listeners = (0..2 * n)
+            .map(|_| std::net::TcpListener::bind((HOST, 0)))
+            .collect::<Result<Vec<_>, _>>()
+            .context("binding 127.0.0.1:0 to find ports")?;
+        let mut chosen = Vec::with_capacity(2 * n);
+        for l in &listeners {
+            chosen.push(l.local_addr()?.port());
         }
+        drop(listeners);
+        let ports: Vec<NodePorts> = chosen
+            .chunks(2)
+            .map(|p| NodePorts {
+                broker: p[0],
+                controller: p[1],
+            })
+            .collect();
         for id in 1..=n {
-            let node = KafkaNode::new(id, &ports, self.dir.join(format!("node-{id}")))?;
+            let advertised = opts.advertise.as_ref().map(|f| f(id, ports[id - 1].broker));
+            let dir = self.dir.join(format!("node-{id}"));
+            let node = KafkaNode::new(id, &ports, dir, advertised.as_deref())?;
             self.nodes.push(node);
         }
         // Format in parallel: each is a JVM start of its own.
@@ -157,6 +206,13 @@ impl KafkaCluster {
             .any(|n| matches!(n.exit_status(), Ok(Some(_))))
     }
 
+    /// Whether every node's JVM runs.
+    pub fn all_running(&mut self) -> bool {
+        self.nodes
+            .iter_mut()
+            .all(|n| matches!(n.exit_status(), Ok(None)))
+    }
+
     /// Every node answers a metadata request that lists all the nodes, and
     /// the cluster id is this cluster's.
     fn wait_ready(&mut self) -> anyhow::Result<()> {
@@ -177,7 +233,10 @@ impl KafkaCluster {
                     Ok(md) if md.brokers().len() == self.nodes.len() => {
                         match client.client().fetch_cluster_id(timeout) {
                             Some(id) if id == self.cluster_id => break,
-                            Some(id) => bail!("another cluster ({id:?}) answers on {addr}"),
+                            Some(id) => {
+                                return Err(anyhow!(PortTaken(addr))
+                                    .context(format!("another cluster ({id:?}) answers")))
+                            }
                             None => last_error = anyhow!("no cluster id from {addr}"),
                         }
                     }
@@ -212,6 +271,35 @@ impl KafkaCluster {
     /// The nodes, by id (node `i` at index `i - 1`).
     pub fn nodes(&self) -> &[KafkaNode] {
         &self.nodes
+    }
+
+    /// Kills node `id` (SIGKILL); its data stays for
+    /// [`KafkaCluster::restart_node`].
+    pub fn kill_node(&mut self, id: usize) -> anyhow::Result<()> {
+        self.node_mut(id)?.kill()
+    }
+
+    /// Kills node `id` if it runs and starts it again on the same ports
+    /// with its data; waits until every node answers metadata requests
+    /// listing them all.
+    pub fn restart_node(&mut self, id: usize) -> anyhow::Result<()> {
+        let home = self.home.clone();
+        let node = self.node_mut(id)?;
+        node.kill()?;
+        node.spawn(&home)?;
+        self.wait_ready().map_err(|e| {
+            e.context(format!(
+                "node {id} did not come back; logs:\n{}",
+                self.log_tail(30)
+            ))
+        })
+    }
+
+    fn node_mut(&mut self, id: usize) -> anyhow::Result<&mut KafkaNode> {
+        let n = self.nodes.len();
+        id.checked_sub(1)
+            .and_then(|i| self.nodes.get_mut(i))
+            .ok_or_else(|| anyhow!("no node {id} in a cluster of {n}"))
     }
 
     /// The cluster's directory (a `node-<id>` directory per node).
@@ -287,52 +375,5 @@ impl Drop for KafkaCluster {
         } else if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             tracing::warn!("removing {}: {e}", self.dir.display());
         }
-    }
-}
-
-/// A random cluster id: 16 random bytes in URL-safe base64 without
-/// padding (22 characters), the form `kafka-storage random-uuid` prints.
-fn random_cluster_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut bytes = [0u8; 16];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_usize(i);
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos(),
-        );
-        h.write_u32(std::process::id());
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    let bits: u128 = u128::from_be_bytes(bytes);
-    let mut out = Vec::with_capacity(22);
-    // 22 sextets cover 132 bits: the 128 bits, then 4 zero bits.
-    for i in 0..22 {
-        let shift = 128i32 - 6 * (i + 1);
-        let sextet = if shift >= 0 {
-            (bits >> shift) & 0x3f
-        } else {
-            (bits << (-shift)) & 0x3f
-        };
-        out.push(ALPHABET[sextet as usize]);
-    }
-    String::from_utf8(out).expect("base64 alphabet is ASCII")
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn cluster_ids_are_22_url_safe_characters_and_differ() {
-        let a = super::random_cluster_id();
-        let b = super::random_cluster_id();
-        assert_eq!(a.len(), 22);
-        assert!(a
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
-        assert_ne!(a, b);
     }
 }

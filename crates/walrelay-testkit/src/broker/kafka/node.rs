@@ -43,13 +43,19 @@ struct Process {
 }
 
 impl KafkaNode {
-    /// Writes `server.properties` for node `id` of `all` into `dir`.
-    pub(crate) fn new(id: usize, all: &[NodePorts], dir: PathBuf) -> anyhow::Result<KafkaNode> {
+    /// Writes `server.properties` for node `id` of `all` into `dir`
+    /// (advertising `advertised` instead of its own listener, if given).
+    pub(crate) fn new(
+        id: usize,
+        all: &[NodePorts],
+        dir: PathBuf,
+        advertised: Option<&str>,
+    ) -> anyhow::Result<KafkaNode> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let data = dir.join("data");
         std::fs::write(
             dir.join("server.properties"),
-            server_properties(id, all, &data),
+            server_properties(id, all, &data, advertised),
         )?;
         Ok(KafkaNode {
             id,

@@ -34,7 +34,11 @@ pub struct SharedKafka {
 impl SharedKafka {
     /// An idle pooled node, or a new one. Blocking.
     pub fn lease() -> anyhow::Result<SharedKafka> {
-        let pooled = IDLE.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let pooled = {
+            let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+            // A node that died while idle is dropped (and cleaned up).
+            std::iter::from_fn(|| idle.pop()).find_map(|mut c| c.all_running().then_some(c))
+        };
         let cluster = match pooled {
             Some(cluster) => cluster,
             None => KafkaCluster::start(KafkaOptions::default())?,
