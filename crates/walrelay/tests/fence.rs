@@ -766,6 +766,26 @@ async fn copy_record(
     Ok(delivery.offset)
 }
 
+/// A second broker (a Tansu of its own: the shared Kafka node is leased
+/// to one test at a time) for a mirror, topic `orders` with `partitions`
+/// partitions on both, and two slots: `walrelay` for the relay, `other`
+/// for a second relay of the same WAL into the mirror.
+async fn with_a_mirror(env: &Env, partitions: i32) -> Result<walrelay_testkit::TestBroker> {
+    let bootstrap = env.bootstrap();
+    let mirror = tokio::task::spawn_blocking(|| {
+        walrelay_testkit::TestBroker::start_kind(walrelay_testkit::BrokerKind::Tansu)
+    })
+    .await??;
+    for broker in [env.broker(), &mirror] {
+        broker.create_topic("orders", partitions)?;
+    }
+    let mut other = env.config(&bootstrap);
+    other.postgres.slot = "other".into();
+    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::setup::setup(&other).await?;
+    Ok(mirror)
+}
+
 /// Records of this source copied to a partition's tail (a re-drive, a
 /// mirror, a forwarded record) carry its headers and a key far above the
 /// partition's own: trusted as fence keys, they would make the replay skip
@@ -779,20 +799,8 @@ async fn copy_record(
 async fn a_copied_record_at_a_partition_tail_never_makes_the_replay_skip() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
-    // A Tansu of its own: the shared Kafka node is leased to one test at
-    // a time.
-    let mirror = tokio::task::spawn_blocking(|| {
-        walrelay_testkit::TestBroker::start_kind(walrelay_testkit::BrokerKind::Tansu)
-    })
-    .await??;
+    let mirror = with_a_mirror(&env, 3).await?;
     let mirror_bootstrap = mirror.bootstrap_servers();
-    for broker in [env.broker(), &mirror] {
-        broker.create_topic("orders", 3)?;
-    }
-    let mut other = env.config(&bootstrap);
-    other.postgres.slot = "other".into();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
-    walrelay::setup::setup(&other).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     let main = ["--source-id", "one-source"];
@@ -859,18 +867,8 @@ async fn a_copied_record_at_a_partition_tail_never_makes_the_replay_skip() -> Re
 async fn an_aborted_transactional_copy_never_becomes_a_fence_key() -> Result<()> {
     let env = Env::start_on(walrelay_testkit::BrokerKind::Kafka).await?;
     let bootstrap = env.bootstrap();
-    let mirror = tokio::task::spawn_blocking(|| {
-        walrelay_testkit::TestBroker::start_kind(walrelay_testkit::BrokerKind::Tansu)
-    })
-    .await??;
+    let mirror = with_a_mirror(&env, 1).await?;
     let mirror_bootstrap = mirror.bootstrap_servers();
-    for broker in [env.broker(), &mirror] {
-        broker.create_topic("orders", 1)?;
-    }
-    let mut other = env.config(&bootstrap);
-    other.postgres.slot = "other".into();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
-    walrelay::setup::setup(&other).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     let main = [
