@@ -2,6 +2,10 @@
 
 /// A random cluster id: 16 random bytes in URL-safe base64 without
 /// padding (22 characters), the form `kafka-storage random-uuid` prints.
+/// Its top bit is cleared, so it never starts with `-` (or `_`): the
+/// storage tool's argument parser takes an id starting with `-` for an
+/// option ("argument --cluster-id/-t: expected one argument"), which is why
+/// Kafka's own `Uuid.randomUuid` never hands one out.
 pub(crate) fn random_cluster_id() -> String {
     use std::hash::{BuildHasher, Hasher};
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -18,7 +22,7 @@ pub(crate) fn random_cluster_id() -> String {
         h.write_u32(std::process::id());
         chunk.copy_from_slice(&h.finish().to_le_bytes());
     }
-    let bits: u128 = u128::from_be_bytes(bytes);
+    let bits: u128 = u128::from_be_bytes(bytes) & !(1u128 << 127);
     let mut out = Vec::with_capacity(22);
     // 22 sextets cover 132 bits: the 128 bits, then 4 zero bits.
     for i in 0..22 {
@@ -44,5 +48,9 @@ mod tests {
             .bytes()
             .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
         assert_ne!(a, b);
+        for _ in 0..1000 {
+            let id = super::random_cluster_id();
+            assert!(id.as_bytes()[0].is_ascii_alphabetic(), "{id}");
+        }
     }
 }
