@@ -738,6 +738,18 @@ async fn twenty_kill_9_during_a_mixed_workload_leave_every_event_exactly_once_on
     Ok(())
 }
 
+/// Every header of `r`, as a copy of it carries them.
+fn headers_of(r: &ConsumedRecord) -> OwnedHeaders {
+    r.headers
+        .iter()
+        .fold(OwnedHeaders::new(), |headers, (k, v)| {
+            headers.insert(Header {
+                key: k,
+                value: Some(v.as_slice()),
+            })
+        })
+}
+
 /// Copies `r` (value and every header, as a re-drive or a mirror would)
 /// into `partition` of `topic` on `bootstrap`; returns its offset.
 async fn copy_record(
@@ -746,13 +758,7 @@ async fn copy_record(
     topic: &str,
     partition: i32,
 ) -> Result<i64> {
-    let mut headers = OwnedHeaders::new();
-    for (k, v) in &r.headers {
-        headers = headers.insert(Header {
-            key: k,
-            value: Some(v.as_slice()),
-        });
-    }
+    let headers = headers_of(r);
     let delivery = producer(bootstrap)?
         .send(
             FutureRecord::<(), [u8]>::to(topic)
@@ -905,13 +911,7 @@ async fn an_aborted_transactional_copy_never_becomes_a_fence_key() -> Result<()>
     transactional.init_transactions(timeout)?;
     transactional.begin_transaction()?;
     for r in &mirrored {
-        let mut headers = OwnedHeaders::new();
-        for (k, v) in &r.headers {
-            headers = headers.insert(Header {
-                key: k,
-                value: Some(v.as_slice()),
-            });
-        }
+        let headers = headers_of(r);
         transactional
             .send(
                 rdkafka::producer::BaseRecord::<(), [u8]>::to("orders")
