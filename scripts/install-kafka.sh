@@ -26,6 +26,13 @@ set -euo pipefail
 PINNED_VERSION="4.1.1"
 PINNED_LOG4J_VERSION="2.24.3"
 PINNED_JARS_SHA256="3a34e90b2c305fced2b81eb1d737a8f6b0e1fc5831f4ef1a0f8a89c07bd1badd"
+# The newest line whose high watermark still passes records while the
+# in-sync set is below min.insync.replicas (Kafka 3.7.0 made it wait:
+# KAFKA-15583). The tail fence's durability test (tests/fence_durability.rs)
+# reproduces on it what the fence's rule guards against:
+# `scripts/install-kafka.sh 3.6.2`.
+OLD_LINE_VERSION="3.6.2"
+OLD_LINE_JARS_SHA256="d8b02e52fddb480a6b39f35c18659769d395b301b597699d3ecd9f9a6e166872"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
@@ -34,10 +41,13 @@ POM="${SCRIPT_DIR}/kafka/pom.xml"
 LOG4J_CONFIG="${SCRIPT_DIR}/kafka/log4j2.properties"
 MAVEN_REPO="${TOOLS_DIR}/maven-repo"
 
-VERSION="${WALRELAY_KAFKA_VERSION:-${PINNED_VERSION}}"
+VERSION="${1:-${WALRELAY_KAFKA_VERSION:-${PINNED_VERSION}}}"
 if [ "${VERSION}" = "${PINNED_VERSION}" ]; then
     EXPECTED_SHA256="${WALRELAY_KAFKA_JARS_SHA256:-${PINNED_JARS_SHA256}}"
     LOG4J_VERSION="${PINNED_LOG4J_VERSION}"
+elif [ "${VERSION}" = "${OLD_LINE_VERSION}" ]; then
+    EXPECTED_SHA256="${WALRELAY_KAFKA_JARS_SHA256:-${OLD_LINE_JARS_SHA256}}"
+    LOG4J_VERSION=""
 else
     EXPECTED_SHA256="${WALRELAY_KAFKA_JARS_SHA256:-}"
     LOG4J_VERSION=""

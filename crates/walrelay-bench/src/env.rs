@@ -49,11 +49,6 @@ impl BenchEnv {
         })
     }
 
-    /// Which broker the bench runs on.
-    pub fn broker_kind(&self) -> BrokerKind {
-        self.kind
-    }
-
     pub fn bootstrap(&self) -> String {
         self.broker
             .as_ref()

@@ -8,6 +8,7 @@
 //! | [`KafkaClient::Probe`] (`/readyz`) | the producer's, under the client id `<client.id>-probe` |
 //! | [`KafkaClient::Verify`] (`walrelay verify`) | reader defaults, the user's properties, then what makes it a read-only reader |
 //! | [`KafkaClient::Fence`] (`walrelay run`) | the reader's, under the client id `<client.id>-fence`, reporting partition ends, committed records only |
+//! | [`KafkaClient::Admin`] (`walrelay run`) | the user's properties under the client id `<client.id>-admin`, without idempotence or transactions: reads the topics' durability settings for the fence |
 //!
 //! In each of them secret references (`env:NAME`, `file:/path`) are
 //! resolved ([`crate::secrets`]) and TLS/SASL settings are checked, each
@@ -40,6 +41,9 @@ pub enum KafkaClient {
     /// The tail fence's group-less reader of partition tails
     /// ([`crate::fence::tail`]).
     Fence,
+    /// The fence's admin client, which only describes topic configurations
+    /// ([`crate::fence::settings`]).
+    Admin,
 }
 
 /// The producer's configuration, from the Kafka settings.
@@ -82,6 +86,19 @@ pub fn properties(
             props.insert("isolation.level".to_owned(), "read_committed".to_owned());
             Ok(props)
         }
+        KafkaClient::Admin => {
+            let mut props = user_properties(kafka)?;
+            // An admin client is a producer handle to librdkafka: with
+            // these it would ask for a producer id it never uses.
+            for producer_only in ["enable.idempotence", "transactional.id"] {
+                props.remove(producer_only);
+            }
+            let id = props
+                .remove("client.id")
+                .unwrap_or_else(|| "walrelay".to_owned());
+            props.insert("client.id".to_owned(), format!("{id}-admin"));
+            Ok(props)
+        }
     }
 }
 
@@ -99,13 +116,25 @@ const VERIFY_DEFAULTS: &[(&str, &str)] = &[
     ("socket.connection.setup.timeout.ms", "10000"),
 ];
 
-fn verify_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, SinkError> {
-    let user =
+/// The user's properties, secrets resolved and TLS/SASL checked, with the
+/// bootstrap servers.
+fn user_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, SinkError> {
+    let mut user =
         crate::secrets::resolve_properties(&kafka.properties).map_err(|e| SinkError::Config {
             property: e.property().to_owned(),
             reason: e.detail(),
         })?;
     check_security(&user)?;
+    user.remove("metadata.broker.list");
+    user.insert(
+        "bootstrap.servers".to_owned(),
+        kafka.bootstrap_servers.clone(),
+    );
+    Ok(user)
+}
+
+fn verify_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, SinkError> {
+    let user = user_properties(kafka)?;
     let mut props: BTreeMap<String, String> = VERIFY_DEFAULTS
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -121,11 +150,6 @@ fn verify_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, Si
     ] {
         props.insert(k.to_owned(), v.to_owned());
     }
-    props.remove("metadata.broker.list");
-    props.insert(
-        "bootstrap.servers".to_owned(),
-        kafka.bootstrap_servers.clone(),
-    );
     Ok(props)
 }
 

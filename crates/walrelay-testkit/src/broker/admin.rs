@@ -39,10 +39,24 @@ pub(crate) fn create_topic(
     partitions: i32,
     replication: i32,
 ) -> anyhow::Result<()> {
+    create_topic_with(bootstrap, name, partitions, replication, &[])
+}
+
+/// [`create_topic`] with topic configurations (`min.insync.replicas`...).
+pub(crate) fn create_topic_with(
+    bootstrap: &str,
+    name: &str,
+    partitions: i32,
+    replication: i32,
+    configs: &[(&str, &str)],
+) -> anyhow::Result<()> {
     if partitions < 1 {
         bail!("topic {name:?}: partitions must be at least 1, not {partitions}");
     }
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(replication));
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(replication));
+    for (key, value) in configs {
+        topic = topic.set(key, value);
+    }
     let results = block_on(admin(bootstrap)?.create_topics([&topic], &options()))
         .with_context(|| format!("creating topic {name:?}"))?;
     for result in results {

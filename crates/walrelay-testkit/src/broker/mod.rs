@@ -130,6 +130,7 @@ impl TestBroker {
                 Backend::KafkaOwn(KafkaCluster::start(KafkaOptions {
                     nodes: 1,
                     advertise: Some(advertise),
+                    ..KafkaOptions::default()
                 })?)
             }
             BrokerKind::Tansu => {

@@ -95,6 +95,9 @@ pub enum Unfenced {
     /// A partition's last own record has no layout header this walrelay
     /// reads (written by an older walrelay).
     LayoutUnknown { partition: u32 },
+    /// A record the fence reads may not have been acknowledged
+    /// ([`super::durability`]).
+    NotProvenAcked(super::durability::NotProvenAcked),
 }
 
 impl fmt::Display for Unfenced {
@@ -115,6 +118,7 @@ impl fmt::Display for Unfenced {
                 f,
                 "partition {partition}'s last record carries no layout header this walrelay reads (written by an older walrelay)"
             ),
+            Unfenced::NotProvenAcked(why) => why.fmt(f),
         }
     }
 }

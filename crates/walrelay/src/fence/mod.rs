@@ -75,9 +75,12 @@
 //! `relay.fence = false` (which also reads no tail, so it cannot detect a
 //! WAL that went back).
 
+pub mod api_versions;
 pub mod decide;
+pub mod durability;
 pub mod replay;
 pub mod session;
+pub mod settings;
 pub mod tail;
 
 pub use decide::{OwnRecord, PartitionTail, TopicFence, Unfenced, Untrusted};

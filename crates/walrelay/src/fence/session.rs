@@ -9,6 +9,7 @@ use rdkafka::config::ClientConfig;
 use tracing::{info, warn};
 
 use super::decide::Decision;
+use super::durability::{self, StrictMinIsr};
 use super::tail::{self, FenceError};
 use super::{Layout, TopicFence, TopicLayout, Unfenced};
 use crate::config::Config;
@@ -94,6 +95,13 @@ impl TopicState {
 pub struct SessionFence {
     /// The tail reader's configuration; `None` with `relay.fence = false`.
     reader: Option<ClientConfig>,
+    /// The admin client's configuration, for the topics' durability
+    /// settings ([`super::settings`]).
+    admin: Option<ClientConfig>,
+    /// Whether the brokers hold the high watermark under min ISR, asked
+    /// once per session, when a replicated topic first needs it
+    /// ([`super::api_versions`]).
+    strict_min_isr: tokio::sync::OnceCell<StrictMinIsr>,
     source: Bytes,
     /// For each topic's routing fingerprint.
     config: Arc<Config>,
@@ -102,9 +110,16 @@ pub struct SessionFence {
 
 impl SessionFence {
     /// For a session whose records carry `source` in `walrelay-source`.
-    pub fn new(config: &Config, reader: Option<ClientConfig>, source: &str) -> SessionFence {
+    pub fn new(
+        config: &Config,
+        reader: Option<ClientConfig>,
+        admin: Option<ClientConfig>,
+        source: &str,
+    ) -> SessionFence {
         SessionFence {
             reader: if config.relay.fence { reader } else { None },
+            admin,
+            strict_min_isr: tokio::sync::OnceCell::new(),
             source: Bytes::copy_from_slice(source.as_bytes()),
             config: Arc::new(config.clone()),
             timeout: config.relay.fence_timeout,
@@ -151,7 +166,15 @@ impl SessionFence {
                     topic: topic.to_string(),
                     message: format!("the reading task failed: {e}"),
                 })??;
-                let Decision { fence, untrusted } = TopicFence::decide(&tails.partitions, now);
+                let Decision {
+                    mut fence,
+                    untrusted,
+                } = TopicFence::decide(&tails.partitions, now);
+                if let TopicFence::Fenced(_) = fence {
+                    if let Err(why) = self.durable(topic, tails.replication_factor).await {
+                        fence = TopicFence::Unfenced(Unfenced::NotProvenAcked(why));
+                    }
+                }
                 let records: u64 = tails.partitions.iter().map(|t| t.records_read).sum();
                 let elapsed_ms = u64::try_from(tails.elapsed.as_millis()).unwrap_or(u64::MAX);
                 log_fence(topic, &fence, now);
@@ -193,6 +216,68 @@ impl SessionFence {
     }
 }
 
+impl SessionFence {
+    async fn ask_strict_min_isr(&self) -> StrictMinIsr {
+        let kafka = &self.config.kafka;
+        let protocol = kafka
+            .properties
+            .get("security.protocol")
+            .map_or("plaintext", String::as_str);
+        let (strict, why) =
+            super::api_versions::strict_min_isr(&kafka.bootstrap_servers, protocol, self.timeout)
+                .await;
+        match why {
+            None => info!(strict_min_isr = %strict, "whether the Kafka brokers hold the high watermark while a partition is under min.insync.replicas"),
+            Some(why) => warn!("could not learn whether the Kafka brokers hold the high watermark while a partition is under min.insync.replicas ({why}): treated as not, so replicated topics with min.insync.replicas >= 2 are not fenced"),
+        }
+        strict
+    }
+
+    /// The fence's durability rule for `topic` ([`durability`]): reads the
+    /// topic's settings and logs, once per topic and session, settings
+    /// under which Kafka itself may lose acknowledged records.
+    async fn durable(
+        &self,
+        topic: &str,
+        replication_factor: u32,
+    ) -> Result<(), durability::NotProvenAcked> {
+        let settings = match &self.admin {
+            // A single replica needs no settings (and no admin client).
+            _ if replication_factor <= 1 => durability::TopicSettings {
+                replication_factor,
+                min_insync_replicas: Err("not read: one replica".to_owned()),
+                unclean_leader_election: None,
+                strict_min_isr: StrictMinIsr::Unknown,
+            },
+            Some(admin) => {
+                let strict = *self
+                    .strict_min_isr
+                    .get_or_init(|| self.ask_strict_min_isr())
+                    .await;
+                super::settings::read(admin, topic, replication_factor, strict, self.timeout).await
+            }
+            None => durability::TopicSettings {
+                replication_factor,
+                min_insync_replicas: Err("no admin client configured".to_owned()),
+                unclean_leader_election: None,
+                strict_min_isr: StrictMinIsr::Unknown,
+            },
+        };
+        for risk in durability::acknowledged_may_be_lost(&settings) {
+            warn!(%topic, "Kafka may lose records of this topic it acknowledged: {risk} (docs/operations.md, \"Kafka settings for the relay's topics\")");
+        }
+        info!(
+            %topic,
+            replication_factor,
+            min_insync_replicas = ?settings.min_insync_replicas,
+            unclean_leader_election = ?settings.unclean_leader_election,
+            strict_min_isr = %settings.strict_min_isr,
+            "the topic's durability settings"
+        );
+        durability::readable_implies_acked(&settings)
+    }
+}
+
 /// One line per partition of a fenced topic, or the WARN of an unfenced
 /// one.
 fn log_fence(topic: &str, fence: &TopicFence, now: TopicLayout) {
@@ -208,6 +293,9 @@ fn log_fence(topic: &str, fence: &TopicFence, now: TopicLayout) {
                     }
                 }
             }
+        }
+        TopicFence::Unfenced(why @ Unfenced::NotProvenAcked(_)) => {
+            warn!(%topic, "tail fence off for this topic: {why}; a replay is written to it again (duplicates for readers without a high-water mark) rather than skipping a record Kafka may not keep");
         }
         TopicFence::Unfenced(why) => {
             let was = match why {

@@ -160,6 +160,9 @@ pub struct TopicTails {
     pub partitions: Vec<PartitionTail>,
     /// How long the read took.
     pub elapsed: Duration,
+    /// The largest replica count among the topic's partitions, from the
+    /// metadata the read fetched first (for [`super::durability`]).
+    pub replication_factor: u32,
 }
 
 /// Reads the tails of `partitions` partitions of `topic` and keeps, per
@@ -180,26 +183,18 @@ pub fn read(
     // Leaders first: a tail offset assigned before they are known is
     // resolved only on librdkafka's next offset-query retry, half a second
     // later (measured: 40 ms instead of 530 ms for a read on Tansu).
-    if let Err(e) = consumer.fetch_metadata(Some(topic), timeout) {
-        if let Some(code) = e.rdkafka_error_code().filter(|c| is_denied(*c)) {
-            return Err(FenceError::Denied {
-                topic: topic.to_owned(),
-                code,
-            });
-        }
-        if Instant::now() >= deadline {
-            return Err(FenceError::Timeout {
-                topic: topic.to_owned(),
-                partitions: (0..partitions).collect(),
-                timeout,
-                last_error: Some(format!("fetching the topic's metadata: {e}")),
-            });
-        }
-        return Err(FenceError::Read {
-            topic: topic.to_owned(),
-            message: format!("fetching the topic's metadata: {e}"),
-        });
-    }
+    let metadata = match consumer.fetch_metadata(Some(topic), timeout) {
+        Ok(metadata) => metadata,
+        Err(e) => return Err(metadata_error(e, topic, partitions, timeout, deadline)),
+    };
+    let replication_factor = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions())
+        .map(|p| u32::try_from(p.replicas().len()).unwrap_or(u32::MAX))
+        .max()
+        .unwrap_or(1);
     let mut tails = vec![PartitionTail::default(); partitions as usize];
     // Per partition, the lowest offset read so far: a deeper round counts
     // only what lies below it.
@@ -288,7 +283,36 @@ pub fn read(
     Ok(TopicTails {
         partitions: tails,
         elapsed,
+        replication_factor,
     })
+}
+
+/// The fence's error for a failed metadata request of `topic`.
+fn metadata_error(
+    e: rdkafka::error::KafkaError,
+    topic: &str,
+    partitions: u32,
+    timeout: Duration,
+    deadline: Instant,
+) -> FenceError {
+    if let Some(code) = e.rdkafka_error_code().filter(|c| is_denied(*c)) {
+        return FenceError::Denied {
+            topic: topic.to_owned(),
+            code,
+        };
+    }
+    if Instant::now() >= deadline {
+        return FenceError::Timeout {
+            topic: topic.to_owned(),
+            partitions: (0..partitions).collect(),
+            timeout,
+            last_error: Some(format!("fetching the topic's metadata: {e}")),
+        };
+    }
+    FenceError::Read {
+        topic: topic.to_owned(),
+        message: format!("fetching the topic's metadata: {e}"),
+    }
 }
 
 /// The record, if it is one of `source`'s.

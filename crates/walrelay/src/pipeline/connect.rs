@@ -22,6 +22,8 @@ pub(super) struct Connected {
     pub sink: KafkaSink,
     /// The tail fence's reader configuration (`None` with the fence off).
     pub fence_reader: Option<ClientConfig>,
+    /// For the fence's reading of the topics' durability settings.
+    pub fence_admin: Option<ClientConfig>,
     /// The `walrelay-source` of this session's records.
     pub source: String,
     /// The slot's confirmed position: where the stream starts.
@@ -115,6 +117,14 @@ pub(super) async fn connect(
     } else {
         None
     };
+    let fence_admin = if config.relay.fence {
+        Some(crate::kafka_client::client_config(
+            &config.kafka,
+            crate::kafka_client::KafkaClient::Admin,
+        )?)
+    } else {
+        None
+    };
     let options = StreamOptions {
         status_interval: config.postgres.status_interval,
         initial_flush: confirmed,
@@ -128,6 +138,7 @@ pub(super) async fn connect(
         stream,
         sink,
         fence_reader,
+        fence_admin,
         source,
         confirmed,
         server_wal: system.xlogpos,

@@ -170,7 +170,7 @@ impl<'a> Session<'a> {
             sink: c.sink,
             events: EventStep::new(config, &c.source),
             placement: Placement::new(
-                SessionFence::new(config, c.fence_reader, &c.source),
+                SessionFence::new(config, c.fence_reader, c.fence_admin, &c.source),
                 ReplayCheck::new(confirmed, c.server_wal, &c.source),
             ),
             tracker: CheckpointTracker::with_confirmed(confirmed),

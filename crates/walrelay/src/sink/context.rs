@@ -192,6 +192,17 @@ impl SinkContext {
                 "{code}: not acknowledged within message.timeout.ms (brokers unreachable or too \
                  slow)"
             ),
+            (
+                RDKafkaErrorCode::NotEnoughReplicas
+                | RDKafkaErrorCode::NotEnoughReplicasAfterAppend,
+                None,
+            ) => format!(
+                "{code}: the partition has fewer in-sync replicas than its min.insync.replicas, so \
+                 Kafka does not acknowledge; nothing past this record is confirmed to PostgreSQL \
+                 and walrelay retries with backoff until the replicas are back in sync (find them \
+                 with kafka-topics --describe --under-min-isr-partitions; restart or repair the \
+                 brokers that left the in-sync set)"
+            ),
             _ => code.to_string(),
         }
     }

@@ -58,6 +58,20 @@ impl KafkaHome {
         )
     }
 
+    /// The install of another `version` that `scripts/install-kafka.sh
+    /// <version>` made under `target/tools` (e.g. the 3.6 line, whose high
+    /// watermark still passes records under min ISR).
+    pub fn version(version: &str) -> anyhow::Result<KafkaHome> {
+        let dir = workspace_root().join(format!("target/tools/kafka-{version}"));
+        if Self::looks_installed(&dir) {
+            return Ok(KafkaHome { dir });
+        }
+        bail!(
+            "Apache Kafka {version} is not installed at {}: run scripts/install-kafka.sh {version}",
+            dir.display()
+        )
+    }
+
     /// Where `scripts/install-kafka.sh` installs the pinned version.
     pub fn installed_path() -> PathBuf {
         workspace_root().join(format!("target/tools/kafka-{KAFKA_VERSION}"))

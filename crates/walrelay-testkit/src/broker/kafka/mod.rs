@@ -56,6 +56,14 @@ pub struct KafkaOptions {
     pub nodes: usize,
     /// What each node advertises; by default its own broker listener.
     pub advertise: Option<Advertise>,
+    /// Feature levels the storage is formatted with (`--feature
+    /// name=level`), e.g. `eligible.leader.replicas.version=0` for a
+    /// cluster without Eligible Leader Replicas; by default the release's.
+    pub features: Vec<(String, u16)>,
+    /// Broker settings added to every node's `server.properties` (they win
+    /// over the defaults), e.g. a shorter `broker.session.timeout.ms` so a
+    /// killed broker leaves the in-sync sets sooner.
+    pub server_properties: Vec<(String, String)>,
 }
 
 impl Default for KafkaOptions {
@@ -63,6 +71,8 @@ impl Default for KafkaOptions {
         KafkaOptions {
             nodes: 1,
             advertise: None,
+            features: Vec::new(),
+            server_properties: Vec::new(),
         }
     }
 }
@@ -72,6 +82,8 @@ impl std::fmt::Debug for KafkaOptions {
         f.debug_struct("KafkaOptions")
             .field("nodes", &self.nodes)
             .field("advertise", &self.advertise.is_some())
+            .field("features", &self.features)
+            .field("server_properties", &self.server_properties)
             .finish()
     }
 }
@@ -176,6 +188,14 @@ impl KafkaCluster {
             let advertised = opts.advertise.as_ref().map(|f| f(id, ports[id - 1].broker));
             let dir = self.dir.join(format!("node-{id}"));
             let node = KafkaNode::new(id, &ports, dir, advertised.as_deref())?;
+            if !opts.server_properties.is_empty() {
+                let path = node.dir().join("server.properties");
+                let mut text = std::fs::read_to_string(&path)?;
+                for (key, value) in &opts.server_properties {
+                    text.push_str(&format!("{key}={value}\n"));
+                }
+                std::fs::write(&path, text)?;
+            }
             self.nodes.push(node);
         }
         // Format in parallel: each is a JVM start of its own.
@@ -183,7 +203,7 @@ impl KafkaCluster {
             let handles: Vec<_> = self
                 .nodes
                 .iter()
-                .map(|node| s.spawn(|| node.format(&self.home, &self.cluster_id)))
+                .map(|node| s.spawn(|| node.format(&self.home, &self.cluster_id, &opts.features)))
                 .collect();
             handles
                 .into_iter()
@@ -273,6 +293,53 @@ impl KafkaCluster {
         &self.nodes
     }
 
+    /// The leader (node id) and in-sync replicas of `topic`'s partition
+    /// `partition`, as the metadata of a running node says.
+    pub fn partition_state(&self, topic: &str, partition: i32) -> anyhow::Result<(i32, Vec<i32>)> {
+        let client: BaseConsumer = client_config(&self.bootstrap_servers())
+            .create()
+            .context("creating a Kafka client")?;
+        let md = client
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .with_context(|| format!("metadata of {topic}"))?;
+        let p = md
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic)
+            .flat_map(|t| t.partitions())
+            .find(|p| p.id() == partition)
+            .ok_or_else(|| anyhow!("no partition {partition} of {topic} in the metadata"))?;
+        let mut isr = p.isr().to_vec();
+        isr.sort_unstable();
+        Ok((p.leader(), isr))
+    }
+
+    /// Waits until `check` holds for the partition's (leader, in-sync
+    /// replicas), up to `timeout`; returns the state that satisfied it.
+    pub fn await_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(i32, &[i32]) -> bool,
+    ) -> anyhow::Result<(i32, Vec<i32>)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let last = match self.partition_state(topic, partition) {
+                Ok((leader, isr)) if check(leader, &isr) => return Ok((leader, isr)),
+                Ok(state) => format!("{state:?}"),
+                Err(e) => format!("{e:#}"),
+            };
+            if Instant::now() >= deadline {
+                bail!(
+                    "{topic}/{partition}: {what} not seen within {timeout:?} (last (leader, isr): {last})"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Kills node `id` (SIGKILL); its data stays for
     /// [`KafkaCluster::restart_node`].
     pub fn kill_node(&mut self, id: usize) -> anyhow::Result<()> {
@@ -326,6 +393,24 @@ impl KafkaCluster {
             name,
             partitions,
             self.replication_factor(),
+        )
+    }
+
+    /// [`KafkaCluster::create_topic`] with `replication` replicas and
+    /// topic configurations, e.g. `("min.insync.replicas", "3")`.
+    pub fn create_topic_with(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication: i32,
+        configs: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        crate::broker::admin::create_topic_with(
+            &self.bootstrap_servers(),
+            name,
+            partitions,
+            replication,
+            configs,
         )
     }
 

@@ -103,12 +103,20 @@ impl KafkaNode {
 
     /// `kafka.tools.StorageTool format` of the node's data directory for
     /// `cluster_id` (with the static voters of its configuration).
-    pub(crate) fn format(&self, home: &KafkaHome, cluster_id: &str) -> anyhow::Result<()> {
-        let out = home
-            .java("256m")?
-            .arg("kafka.tools.StorageTool")
+    pub(crate) fn format(
+        &self,
+        home: &KafkaHome,
+        cluster_id: &str,
+        features: &[(String, u16)],
+    ) -> anyhow::Result<()> {
+        let mut cmd = home.java("256m")?;
+        cmd.arg("kafka.tools.StorageTool")
             .args(["format", "--ignore-formatted", "-t", cluster_id, "-c"])
-            .arg(self.dir.join("server.properties"))
+            .arg(self.dir.join("server.properties"));
+        for (name, level) in features {
+            cmd.arg("--feature").arg(format!("{name}={level}"));
+        }
+        let out = cmd
             .stdin(Stdio::null())
             .output()
             .context("running kafka.tools.StorageTool (is Java 17 installed?)")?;
