@@ -27,11 +27,16 @@ use crate::cluster::HOST;
 use crate::kafka::client_config;
 use cluster_id::random_cluster_id;
 
+mod acl;
 mod cluster_id;
 mod config;
 mod home;
 mod node;
+mod security;
 mod shared;
+
+pub use acl::{AclOperation, AclResource};
+pub use security::{KafkaSecurity, ScramUser, SCRAM_MECHANISM};
 
 pub use config::NodePorts;
 pub use home::{KafkaHome, KAFKA_HOME_ENV, KAFKA_VERSION};
@@ -56,6 +61,9 @@ pub struct KafkaOptions {
     pub nodes: usize,
     /// What each node advertises; by default its own broker listener.
     pub advertise: Option<Advertise>,
+    /// A SASL_SSL listener, SCRAM users and the authorizer
+    /// ([`KafkaSecurity`]); none by default.
+    pub security: Option<KafkaSecurity>,
 }
 
 impl Default for KafkaOptions {
@@ -63,6 +71,7 @@ impl Default for KafkaOptions {
         KafkaOptions {
             nodes: 1,
             advertise: None,
+            security: None,
         }
     }
 }
@@ -72,6 +81,7 @@ impl std::fmt::Debug for KafkaOptions {
         f.debug_struct("KafkaOptions")
             .field("nodes", &self.nodes)
             .field("advertise", &self.advertise.is_some())
+            .field("security", &self.security)
             .finish()
     }
 }
@@ -97,6 +107,7 @@ pub struct KafkaCluster {
     cluster_id: String,
     nodes: Vec<KafkaNode>,
     started_in: Duration,
+    security: Option<KafkaSecurity>,
 }
 
 impl KafkaCluster {
@@ -125,6 +136,7 @@ impl KafkaCluster {
                 cluster_id: random_cluster_id(),
                 nodes: Vec::new(),
                 started_in: Duration::ZERO,
+                security: opts.security.clone(),
             };
             match cluster.boot(&opts) {
                 Ok(()) => {
@@ -155,27 +167,35 @@ impl KafkaCluster {
 
     fn boot(&mut self, opts: &KafkaOptions) -> anyhow::Result<()> {
         let n = opts.nodes;
+        let per_node = if opts.security.is_some() { 3 } else { 2 };
         // Held until all are chosen, so that they differ.
-        let listeners = (0..2 * n)
+        let listeners = (0..per_node * n)
             .map(|_| std::net::TcpListener::bind((HOST, 0)))
             .collect::<Result<Vec<_>, _>>()
             .context("binding 127.0.0.1:0 to find ports")?;
-        let mut chosen = Vec::with_capacity(2 * n);
+        let mut chosen = Vec::with_capacity(per_node * n);
         for l in &listeners {
             chosen.push(l.local_addr()?.port());
         }
         drop(listeners);
         let ports: Vec<NodePorts> = chosen
-            .chunks(2)
+            .chunks(per_node)
             .map(|p| NodePorts {
                 broker: p[0],
                 controller: p[1],
+                secure: p.get(2).copied(),
             })
             .collect();
         for id in 1..=n {
             let advertised = opts.advertise.as_ref().map(|f| f(id, ports[id - 1].broker));
             let dir = self.dir.join(format!("node-{id}"));
-            let node = KafkaNode::new(id, &ports, dir, advertised.as_deref())?;
+            let node = KafkaNode::new(
+                id,
+                &ports,
+                dir,
+                advertised.as_deref(),
+                opts.security.as_ref(),
+            )?;
             self.nodes.push(node);
         }
         // Format in parallel: each is a JVM start of its own.
@@ -183,7 +203,9 @@ impl KafkaCluster {
             let handles: Vec<_> = self
                 .nodes
                 .iter()
-                .map(|node| s.spawn(|| node.format(&self.home, &self.cluster_id)))
+                .map(|node| {
+                    s.spawn(|| node.format(&self.home, &self.cluster_id, self.security.as_ref()))
+                })
                 .collect();
             handles
                 .into_iter()
@@ -266,6 +288,56 @@ impl KafkaCluster {
             .map(|n| format!("{HOST}:{}", n.port()))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Every node's SASL_SSL listener, comma-separated, for clients'
+    /// `bootstrap.servers` on a secured cluster.
+    pub fn secure_bootstrap_servers(&self) -> anyhow::Result<String> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                n.secure_port()
+                    .map(|p| format!("{HOST}:{p}"))
+                    .ok_or_else(|| anyhow!("the cluster was started without security"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map(|v| v.join(","))
+    }
+
+    /// The CA certificate (PEM) clients of a secured cluster trust.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.security.as_ref().map(|s| s.ca_pem.as_str())
+    }
+
+    /// Allows `principal` (`User:name`) `operations` on `resource`; returns
+    /// once the broker enforces it.
+    pub fn grant(
+        &self,
+        principal: &str,
+        resource: &AclResource,
+        operations: &[AclOperation],
+    ) -> anyhow::Result<()> {
+        acl::grant(&self.bootstrap_servers(), principal, resource, operations)
+    }
+
+    /// Takes back what [`KafkaCluster::grant`] allowed; returns once the
+    /// broker enforces it.
+    pub fn revoke(
+        &self,
+        principal: &str,
+        resource: &AclResource,
+        operations: &[AclOperation],
+    ) -> anyhow::Result<()> {
+        acl::revoke(&self.bootstrap_servers(), principal, resource, operations)
+    }
+
+    /// The operations allowed to `principal` on `resource`.
+    pub fn allowed(
+        &self,
+        principal: &str,
+        resource: &AclResource,
+    ) -> anyhow::Result<Vec<AclOperation>> {
+        acl::allowed(&self.bootstrap_servers(), principal, resource)
     }
 
     /// The nodes, by id (node `i` at index `i - 1`).
