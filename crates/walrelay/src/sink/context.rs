@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use walrelay_pg::log_limit::KeyedLogLimit;
 
 use super::error::{is_too_large, SinkError};
+use crate::kafka_acl;
 
 /// The outcome of one [`KafkaSink::send`](super::KafkaSink::send).
 #[derive(Debug)]
@@ -163,7 +164,7 @@ impl ProducerContext for SinkContext {
                         + message.payload().map_or(0, <[u8]>::len)
                         + header_bytes,
                     code,
-                    message: self.describe(code),
+                    message: self.describe(code, message.topic()),
                 })
             }
             Err((error, message)) => {
@@ -172,7 +173,7 @@ impl ProducerContext for SinkContext {
                     topic: message.topic().to_owned(),
                     partition: message.partition(),
                     code,
-                    message: self.describe(code),
+                    message: self.describe(code, message.topic()),
                 })
             }
         };
@@ -183,11 +184,34 @@ impl ProducerContext for SinkContext {
     }
 }
 
+/// A producer's authorization error for a record of `topic`: writing
+/// needs Write on the topic (which implies Describe); an idempotent
+/// producer on a broker before Kafka 2.8 also needs IdempotentWrite on the
+/// cluster (CLUSTER_AUTHORIZATION_FAILED, from InitProducerId).
+pub(super) fn denied_to_producer(code: RDKafkaErrorCode, topic: &str) -> String {
+    let (refused, needed) = if code == RDKafkaErrorCode::ClusterAuthorizationFailed {
+        (
+            "IdempotentWrite on the cluster".to_owned(),
+            vec![kafka_acl::Acl {
+                operation: "IdempotentWrite",
+                resource: kafka_acl::Resource::Cluster,
+            }],
+        )
+    } else {
+        (
+            format!("Write on topic \"{topic}\""),
+            vec![kafka_acl::Acl::topic("Write", topic)],
+        )
+    };
+    kafka_acl::denied(code, &refused, &needed).unwrap_or_else(|| code.to_string())
+}
+
 impl SinkContext {
-    fn describe(&self, code: RDKafkaErrorCode) -> String {
+    fn describe(&self, code: RDKafkaErrorCode, topic: &str) -> String {
         let fatal = self.fatal.lock().unwrap_or_else(PoisonError::into_inner);
         match (code, fatal.as_deref()) {
             (_, Some(reason)) => format!("{code}; the producer stopped: {reason}"),
+            (code, None) if kafka_acl::is_denied(code) => denied_to_producer(code, topic),
             (RDKafkaErrorCode::MessageTimedOut, None) => format!(
                 "{code}: not acknowledged within message.timeout.ms (brokers unreachable or too \
                  slow)"

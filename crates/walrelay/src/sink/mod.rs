@@ -327,10 +327,17 @@ fn partition_count(producer: &Inner, topic: &str, timeout: Duration) -> Result<u
             // Missing, or being auto-created: ask again.
             TopicMetadata::NotYet { why } => why,
             TopicMetadata::Failed(code) => {
+                // Metadata of a topic needs Describe, which Write implies.
+                let message = crate::kafka_acl::denied(
+                    code,
+                    &format!("Describe on topic \"{topic}\""),
+                    &[crate::kafka_acl::Acl::topic("Write", topic)],
+                )
+                .unwrap_or_else(|| code.to_string());
                 return Err(SinkError::Metadata {
                     topic: topic.to_owned(),
                     code: Some(code),
-                    message: code.to_string(),
+                    message,
                 });
             }
         };
