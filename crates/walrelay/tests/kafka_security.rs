@@ -591,23 +591,31 @@ async fn a_relay_missing_an_acl_names_it_confirms_nothing_and_resumes_once_grant
     emit(&env, "a", 3).await?;
     let end = env.current_wal_lsn().await?;
 
-    // Each case: the ACLs the relay has, what the refusal names.
+    // Each case: the ACLs the relay has, what the refusal names. Without
+    // Write on any topic the idempotent producer is refused its producer
+    // id (InitProducerId) before it writes anything.
     let write = format!("Write on topic \"{topic}\"");
     let read = format!("Read on topic \"{topic}\"");
     let describe = format!("Describe on topic \"{topic}\"");
-    for (name, granted, refused) in [
-        ("no-acl", &[][..], &describe),
-        ("read-only", &[READ][..], &write),
-        ("write-only", &[WRITE][..], &read),
+    for (name, granted, refused, code) in [
+        ("no-acl", &[][..], &describe, "TOPIC_AUTHORIZATION_FAILED"),
+        (
+            "read-only",
+            &[READ][..],
+            &write,
+            "CLUSTER_AUTHORIZATION_FAILED",
+        ),
+        (
+            "write-only",
+            &[WRITE][..],
+            &read,
+            "TOPIC_AUTHORIZATION_FAILED",
+        ),
     ] {
         node.grant(RELAY, &topic_acl, granted)?;
         let relay = start_relay(&env, node, topic, dir.path(), name)?;
         let log_check = await_condition(WAIT, POLL, || async {
-            Ok(names_acl(
-                &relay.log(),
-                refused,
-                "TOPIC_AUTHORIZATION_FAILED",
-            ))
+            Ok(names_acl(&relay.log(), refused, code))
         })
         .await;
         log_check.with_context(|| format!("{name}: the log names {refused}:\n{}", relay.log()))?;
@@ -634,7 +642,8 @@ async fn a_relay_missing_an_acl_names_it_confirms_nothing_and_resumes_once_grant
             "{name}: {log}"
         );
         assert_no_password("relay's log", &log);
-        node.revoke(RELAY, &topic_acl, granted)?;
+        let held = node.kafka.allowed(&format!("User:{RELAY}"), &topic_acl)?;
+        node.revoke(RELAY, &topic_acl, &held)?;
     }
     let records = read_topics(&node.admin(), &[topic], 3, WAIT).await?;
     assert_eq!(records.len(), 3);

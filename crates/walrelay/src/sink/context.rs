@@ -185,25 +185,24 @@ impl ProducerContext for SinkContext {
 }
 
 /// A producer's authorization error for a record of `topic`: writing
-/// needs Write on the topic (which implies Describe); an idempotent
-/// producer on a broker before Kafka 2.8 also needs IdempotentWrite on the
-/// cluster (CLUSTER_AUTHORIZATION_FAILED, from InitProducerId).
+/// needs Write on the topic (which implies Describe). The idempotent
+/// producer's first request, InitProducerId, is allowed with Write on any
+/// topic (Kafka 2.8 and later; IdempotentWrite on the cluster before): a
+/// principal without Write anywhere is refused it with
+/// CLUSTER_AUTHORIZATION_FAILED, measured on Kafka 4.1, which stops the
+/// producer (a fatal error).
 pub(super) fn denied_to_producer(code: RDKafkaErrorCode, topic: &str) -> String {
-    let (refused, needed) = if code == RDKafkaErrorCode::ClusterAuthorizationFailed {
-        (
-            "IdempotentWrite on the cluster".to_owned(),
-            vec![kafka_acl::Acl {
-                operation: "IdempotentWrite",
-                resource: kafka_acl::Resource::Cluster,
-            }],
+    let refused = if code == RDKafkaErrorCode::ClusterAuthorizationFailed {
+        format!(
+            "Write on topic \"{topic}\" (the idempotent producer's InitProducerId request, \
+             which Kafka allows with Write on any topic, or IdempotentWrite on the cluster \
+             before Kafka 2.8)"
         )
     } else {
-        (
-            format!("Write on topic \"{topic}\""),
-            vec![kafka_acl::Acl::topic("Write", topic)],
-        )
+        format!("Write on topic \"{topic}\"")
     };
-    kafka_acl::denied(code, &refused, &needed).unwrap_or_else(|| code.to_string())
+    kafka_acl::denied(code, &refused, &[kafka_acl::Acl::topic("Write", topic)])
+        .unwrap_or_else(|| code.to_string())
 }
 
 impl SinkContext {
