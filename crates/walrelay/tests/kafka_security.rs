@@ -679,6 +679,13 @@ async fn verify_and_the_consumers_name_a_missing_acl_a_wrong_ca_and_a_wrong_pass
     let text = describe(&out);
     assert_ne!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("certificate verify failed"), "{text}");
+    assert!(
+        text.contains("walrelay verify: fetching metadata")
+            && text.contains("the TLS handshake with the broker failed")
+            && text.contains("ssl.ca.location names the CA"),
+        "the final error says why: {text}"
+    );
+    eprintln!("walrelay verify with a wrong CA: {text}");
     assert_no_password("verify output", &text);
     // A wrong password (the auditor's flags with the consumer's file).
     std::fs::write(node.dir.path().join("impostor.password"), CONSUMER_PASSWORD)?;
@@ -696,9 +703,11 @@ async fn verify_and_the_consumers_name_a_missing_acl_a_wrong_ca_and_a_wrong_pass
     let text = describe(&out);
     assert_ne!(out.status.code(), Some(0), "{text}");
     assert!(
-        text.contains("SASL_AUTHENTICATION_FAILED") || text.contains("Authentication failed"),
+        text.contains("Kafka refused the login (SASL_AUTHENTICATION_FAILED)")
+            && text.contains("sasl.password"),
         "{text}"
     );
+    eprintln!("walrelay verify with a wrong password: {text}");
     assert_no_password("verify output", &text);
 
     // The consumers: first without Read on their groups, then without

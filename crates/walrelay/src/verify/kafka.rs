@@ -65,6 +65,24 @@ fn denied(code: rdkafka::types::RDKafkaErrorCode, topic: &str) -> Option<String>
     )
 }
 
+/// Why the client cannot talk to the brokers, if librdkafka reported a
+/// failed TLS handshake or login among its queued errors (it reports
+/// them through the consumer's queue, not the metadata request's error).
+fn transport_refusal(consumer: &BaseConsumer) -> Option<String> {
+    (0..64).find_map(|_| match consumer.poll(Duration::ZERO)? {
+        Err(e) => match e.rdkafka_error_code()? {
+            RDKafkaErrorCode::SSL => Some(
+                "the TLS handshake with the broker failed (see librdkafka's error above): check \
+                 that ssl.ca.location names the CA that signed the brokers' certificates \
+                 (docs/security.md)"
+                    .to_owned(),
+            ),
+            code => crate::kafka_acl::denied(code, "a metadata request", &[]),
+        },
+        Ok(_) => None,
+    })
+}
+
 /// Which partitions to read, from where.
 fn plan(
     consumer: &BaseConsumer,
@@ -74,9 +92,23 @@ fn plan(
 ) -> anyhow::Result<BTreeMap<(String, i32), Offset>> {
     let md = consumer
         .fetch_metadata(None, timeout)
+        .map_err(|e| match transport_refusal(consumer) {
+            Some(why) => anyhow::anyhow!("{e}; {why}"),
+            None => anyhow::anyhow!(e),
+        })
         .with_context(|| format!("fetching metadata from {bootstrap}"))?;
     let partitions_of = |topic: &str| -> anyhow::Result<Vec<i32>> {
-        match topic_metadata(&md, topic) {
+        let mut found = topic_metadata(&md, topic);
+        if matches!(found, TopicMetadata::NotYet { .. }) {
+            // Metadata of all topics leaves out those the principal may
+            // not describe; asked by name, Kafka says so.
+            if let Ok(named) = consumer.fetch_metadata(Some(topic), timeout) {
+                if let TopicMetadata::Failed(code) = topic_metadata(&named, topic) {
+                    found = TopicMetadata::Failed(code);
+                }
+            }
+        }
+        match found {
             TopicMetadata::Partitions(ids) => Ok(ids),
             TopicMetadata::NotYet { why } => bail!(
                 "topic {topic:?} does not exist on {bootstrap}, or has no partitions yet ({why})"
