@@ -44,10 +44,14 @@ use walrelay_testkit::{
 use AclOperation::{Read as READ, Write as WRITE};
 
 const RELAY: &str = "relay";
+/// A relay principal of the missing-ACL test alone: what it is refused
+/// depends on its ACLs on other topics too.
+const GUARDED: &str = "guarded-relay";
 const AUDITOR: &str = "auditor";
 const CONSUMER: &str = "consumer";
 /// Passwords that must never show in a log.
 const RELAY_PASSWORD: &str = "relay-scram-pw-2b7e151628aed2a6";
+const GUARDED_PASSWORD: &str = "guarded-scram-pw-3243f6a8885a308d";
 const AUDITOR_PASSWORD: &str = "auditor-scram-pw-abf7158809cf4f3c";
 const CONSUMER_PASSWORD: &str = "consumer-scram-pw-762e7160f38b4da5";
 const POLL: Duration = Duration::from_millis(50);
@@ -65,6 +69,7 @@ impl Node {
             &ca,
             vec![
                 ScramUser::new(RELAY, RELAY_PASSWORD),
+                ScramUser::new(GUARDED, GUARDED_PASSWORD),
                 ScramUser::new(AUDITOR, AUDITOR_PASSWORD),
                 ScramUser::new(CONSUMER, CONSUMER_PASSWORD),
             ],
@@ -78,6 +83,7 @@ impl Node {
         TestCa::new("walrelay test Kafka CA")?.write_cert(&dir.path().join("wrong-ca.pem"))?;
         for (user, password) in [
             (RELAY, RELAY_PASSWORD),
+            (GUARDED, GUARDED_PASSWORD),
             (AUDITOR, AUDITOR_PASSWORD),
             (CONSUMER, CONSUMER_PASSWORD),
         ] {
@@ -173,7 +179,14 @@ fn free_addr() -> Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
-fn start_relay(env: &Env, node: &Node, topic: &str, dir: &Path, name: &str) -> Result<Relay> {
+fn start_relay(
+    env: &Env,
+    node: &Node,
+    user: &str,
+    topic: &str,
+    dir: &Path,
+    name: &str,
+) -> Result<Relay> {
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(&config, "[relay]\nmax_backoff = \"1s\"\n")?;
     let log = dir.join(format!("{name}.log"));
@@ -190,7 +203,7 @@ fn start_relay(env: &Env, node: &Node, topic: &str, dir: &Path, name: &str) -> R
         "--log".into(),
         "info".into(),
     ];
-    args.extend(node.walrelay_flags(RELAY, &node.ca()));
+    args.extend(node.walrelay_flags(user, &node.ca()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let child = support::spawn_relay(env, &node.secure(), &log, &args)?;
     Ok(Relay {
@@ -466,7 +479,12 @@ fn sigterm(child: &mut Child) -> Result<std::process::ExitStatus> {
 }
 
 fn assert_no_password(what: &str, text: &str) {
-    for password in [RELAY_PASSWORD, AUDITOR_PASSWORD, CONSUMER_PASSWORD] {
+    for password in [
+        RELAY_PASSWORD,
+        GUARDED_PASSWORD,
+        AUDITOR_PASSWORD,
+        CONSUMER_PASSWORD,
+    ] {
         assert!(
             !text.contains(password),
             "a password in the {what}:\n{text}"
@@ -504,7 +522,7 @@ async fn the_relay_verify_and_both_consumers_work_with_only_their_acls() -> Resu
     let dir = tempfile::tempdir()?;
     emit(&env, "a", 10).await?;
     let end = env.current_wal_lsn().await?;
-    let relay = start_relay(&env, node, topic, dir.path(), "relay")?;
+    let relay = start_relay(&env, node, RELAY, topic, dir.path(), "relay")?;
     await_confirmed(&env, &relay, end).await?;
     relay.await_readyz(200, "ready").await?;
     let records = read_topics(&node.admin(), &[topic], 10, WAIT).await?;
@@ -513,7 +531,7 @@ async fn the_relay_verify_and_both_consumers_work_with_only_their_acls() -> Resu
     let relay_log = relay.stop()?;
     emit(&env, "b", 5).await?;
     let end = env.current_wal_lsn().await?;
-    let relay = start_relay(&env, node, topic, dir.path(), "relay")?;
+    let relay = start_relay(&env, node, RELAY, topic, dir.path(), "relay")?;
     await_confirmed(&env, &relay, end).await?;
     relay.await_readyz(200, "ready").await?;
     let relay_log = relay_log + &relay.stop()?;
@@ -591,29 +609,50 @@ async fn a_relay_missing_an_acl_names_it_confirms_nothing_and_resumes_once_grant
     emit(&env, "a", 3).await?;
     let end = env.current_wal_lsn().await?;
 
-    // Each case: the ACLs the relay has, what the refusal names. Without
-    // Write on any topic the idempotent producer is refused its producer
-    // id (InitProducerId) before it writes anything.
+    // Each case: the ACLs the relay has on its topic, whether it may write
+    // to another topic, what the refusal names. Without Write on any topic
+    // the idempotent producer is refused its producer id (InitProducerId)
+    // before it writes anything; with Write elsewhere it gets an id and
+    // its records are refused.
+    let elsewhere = AclResource::topic("guarded-elsewhere");
     let write = format!("Write on topic \"{topic}\"");
     let read = format!("Read on topic \"{topic}\"");
     let describe = format!("Describe on topic \"{topic}\"");
-    for (name, granted, refused, code) in [
-        ("no-acl", &[][..], &describe, "TOPIC_AUTHORIZATION_FAILED"),
+    for (name, granted, write_elsewhere, refused, code) in [
+        (
+            "no-acl",
+            &[][..],
+            false,
+            &describe,
+            "TOPIC_AUTHORIZATION_FAILED",
+        ),
         (
             "read-only",
             &[READ][..],
+            false,
             &write,
             "CLUSTER_AUTHORIZATION_FAILED",
         ),
         (
+            "read-write-elsewhere",
+            &[READ][..],
+            true,
+            &write,
+            "TOPIC_AUTHORIZATION_FAILED",
+        ),
+        (
             "write-only",
             &[WRITE][..],
+            false,
             &read,
             "TOPIC_AUTHORIZATION_FAILED",
         ),
     ] {
-        node.grant(RELAY, &topic_acl, granted)?;
-        let relay = start_relay(&env, node, topic, dir.path(), name)?;
+        node.grant(GUARDED, &topic_acl, granted)?;
+        if write_elsewhere {
+            node.grant(GUARDED, &elsewhere, &[WRITE])?;
+        }
+        let relay = start_relay(&env, node, GUARDED, topic, dir.path(), name)?;
         let log_check = await_condition(WAIT, POLL, || async {
             Ok(names_acl(&relay.log(), refused, code))
         })
@@ -630,7 +669,7 @@ async fn a_relay_missing_an_acl_names_it_confirms_nothing_and_resumes_once_grant
         );
         let log = if name == "write-only" {
             // Granted while the relay retries: it resumes by itself.
-            node.grant(RELAY, &topic_acl, &[READ])?;
+            node.grant(GUARDED, &topic_acl, &[READ])?;
             await_confirmed(&env, &relay, end).await?;
             relay.await_readyz(200, "ready").await?;
             relay.stop()?
@@ -642,8 +681,10 @@ async fn a_relay_missing_an_acl_names_it_confirms_nothing_and_resumes_once_grant
             "{name}: {log}"
         );
         assert_no_password("relay's log", &log);
-        let held = node.kafka.allowed(&format!("User:{RELAY}"), &topic_acl)?;
-        node.revoke(RELAY, &topic_acl, &held)?;
+        for resource in [&topic_acl, &elsewhere] {
+            let held = node.kafka.allowed(&format!("User:{GUARDED}"), resource)?;
+            node.revoke(GUARDED, resource, &held)?;
+        }
     }
     let records = read_topics(&node.admin(), &[topic], 3, WAIT).await?;
     assert_eq!(records.len(), 3);
