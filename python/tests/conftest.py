@@ -1,15 +1,15 @@
-"""Throwaway PostgreSQL clusters and Tansu brokers for the tests, started
-the way the Rust test kit (crates/walrelay-testkit) starts them: ``initdb``
-into a fresh temporary directory as the server user (``postgres`` when
-running as root), ``pg_ctl start`` on a free port of 127.0.0.1, and Tansu
-with in-memory storage; both removed at the end of the session.
+"""Throwaway PostgreSQL clusters and brokers for the tests, started the way
+the Rust test kit (crates/walrelay-testkit) starts them: ``initdb`` into a
+fresh temporary directory as the server user (``postgres`` when running as
+root), ``pg_ctl start`` on a free port of 127.0.0.1, and a broker
+(brokers.py: Tansu with in-memory storage, or Apache Kafka with
+``WALRELAY_BROKER=kafka``); both removed at the end of the session.
 
 Each test gets a fresh database and fresh topics, so tests share one
 server and one broker without seeing each other's rows or records.
 
 Binaries: ``$WALRELAY_PG_BIN`` or /usr/lib/postgresql/15/bin (else the
-newest /usr/lib/postgresql/*/bin); ``$WALRELAY_TANSU_BIN`` or
-<repo>/target/tools/bin/tansu (scripts/install-tansu.sh).
+newest /usr/lib/postgresql/*/bin); the brokers' in brokers.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Any
 import psycopg
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+
+from brokers import Broker, start_broker
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -183,104 +184,24 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
         yield c
 
 
-# -- Tansu --------------------------------------------------------------
-
-
-def tansu_bin() -> Path:
-    env = os.environ.get("WALRELAY_TANSU_BIN")
-    path = Path(env) if env else REPO / "target" / "tools" / "bin" / "tansu"
-    if not path.is_file():
-        raise RuntimeError(
-            f"the Tansu broker binary is not at {path}: run scripts/install-tansu.sh (or set WALRELAY_TANSU_BIN)"
-        )
-    return path
-
-
-class Tansu:
-    """A Tansu broker with in-memory storage on a free port."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="walrelay-py-tansu-"))
-        self.log = self.dir / "tansu.log"
-        for _ in range(8):
-            self.port = free_port()
-            url = f"tcp://{HOST}:{self.port}"
-            with open(self.log, "ab") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        str(tansu_bin()),
-                        "broker",
-                        "--cluster-id",
-                        f"walrelay-py-{os.getpid()}",
-                        "--listener-url",
-                        url,
-                        "--advertised-listener-url",
-                        url,
-                        "--storage-engine",
-                        "memory://tansu/",
-                    ],
-                    cwd=self.dir,
-                    env={**os.environ, "RUST_LOG": "warn"},
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                )
-            if self._wait_ready():
-                return
-        raise RuntimeError(f"tansu did not start; log {self.log}:\n{self._log_tail()}")
-
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + 10
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False  # lost the port race, most likely
-            try:
-                admin.list_topics(timeout=1)
-                return True
-            except Exception:
-                time.sleep(0.05)
-        self.proc.kill()
-        self.proc.wait()
-        return False
-
-    def _log_tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    def create_topic(self, name: str, partitions: int) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for future in admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=5).values():
-            future.result(timeout=10)
-        await_condition(
-            f"topic {name} with {partitions} partitions",
-            lambda: len(getattr(admin.list_topics(timeout=5).topics.get(name), "partitions", {})) == partitions,
-            timeout=10,
-        )
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+# -- The broker ---------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
-def tansu() -> Iterator[Tansu]:
-    broker = Tansu()
+def broker() -> Iterator[Broker]:
+    """Tansu, or Apache Kafka with ``WALRELAY_BROKER=kafka`` (brokers.py)."""
+    started = start_broker()
     try:
-        yield broker
+        yield started
     finally:
-        broker.stop()
+        started.stop()
 
 
 @pytest.fixture
-def topic(tansu: Tansu) -> str:
+def topic(broker: Broker) -> str:
     """A fresh topic with two partitions."""
     name = f"orders-{uuid.uuid4().hex[:8]}"
-    tansu.create_topic(name, 2)
+    broker.create_topic(name, 2)
     return name
 
 

@@ -1,4 +1,4 @@
-"""The asyncio consumer loop end to end (Tansu + PostgreSQL), running as a
+"""The asyncio consumer loop end to end (a broker + PostgreSQL), running as a
 task of an event loop that must stay responsive."""
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ async def await_async(what, check, timeout=60.0):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def new_loop(tansu, topic, dsn, group, name, settings=None) -> AsyncConsumerLoop:
+def new_loop(broker, topic, dsn, group, name, settings=None) -> AsyncConsumerLoop:
     return AsyncConsumerLoop(
-        kafka(tansu.bootstrap, group),
+        kafka(broker.bootstrap, group),
         [topic],
         dsn + f" application_name=walrelay-test-{name}",
         settings,
@@ -53,8 +53,8 @@ def new_loop(tansu, topic, dsn, group, name, settings=None) -> AsyncConsumerLoop
     )
 
 
-def test_the_async_loop_applies_once_and_keeps_the_event_loop_running(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_the_async_loop_applies_once_and_keeps_the_event_loop_running(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 21) for p in (0, 1)])
     relay.restart()
     relay.send([(p, s) for s in range(16, 26) for p in (0, 1)])  # a replay, then new ones
@@ -70,7 +70,7 @@ def test_the_async_loop_applies_once_and_keeps_the_event_loop_running(tansu, top
                 await asyncio.sleep(0.01)
 
         t = asyncio.create_task(ticker())
-        loop = new_loop(tansu, topic, env, "aio", "a")
+        loop = new_loop(broker, topic, env, "aio", "a")
         run = asyncio.create_task(loop.run_batches(insert("a")))
         started = time.monotonic()
         c = loop.counters
@@ -95,7 +95,7 @@ def test_the_async_loop_applies_once_and_keeps_the_event_loop_running(tansu, top
     relay.send([(0, 26)])
 
     async def again():
-        loop = new_loop(tansu, topic, env, "aio", "b")
+        loop = new_loop(broker, topic, env, "aio", "b")
         run = asyncio.create_task(loop.run(lambda conn, d: insert("b")(conn, [d])))
         await await_async("the new record", lambda: count(env, EFFECTS) == 51)
         loop.stop()
@@ -105,8 +105,8 @@ def test_the_async_loop_applies_once_and_keeps_the_event_loop_running(tansu, top
     asyncio.run(again())
 
 
-def test_the_async_loop_parks_a_poison_record_and_survives_a_lost_connection(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_the_async_loop_parks_a_poison_record_and_survives_a_lost_connection(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     poison = key(1, 3)
 
     async def handler(conn, d):
@@ -116,7 +116,7 @@ def test_the_async_loop_parks_a_poison_record_and_survives_a_lost_connection(tan
 
     async def main():
         settings = Settings(retry=RetryPolicy(attempts=2, base=0.01, cap=0.05), on_poison=OnPoison.PARK)
-        loop = new_loop(tansu, topic, env, "aio-park", "victim", settings)
+        loop = new_loop(broker, topic, env, "aio-park", "victim", settings)
         run = asyncio.create_task(loop.run(handler))
         relay.send([(1, s) for s in range(1, 6)])
         await await_async("all but the poison record", lambda: count(env, EFFECTS) == 4)
@@ -139,8 +139,8 @@ def test_the_async_loop_parks_a_poison_record_and_survives_a_lost_connection(tan
     exactly_once(env)
 
 
-def test_the_async_loop_applies_partitions_concurrently_each_on_its_own_connection(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_the_async_loop_applies_partitions_concurrently_each_on_its_own_connection(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 6) for p in (0, 1)])
     pids: dict[int, set[int]] = {}
 
@@ -160,7 +160,7 @@ def test_the_async_loop_applies_partitions_concurrently_each_on_its_own_connecti
             await insert("a")(conn, batch)
 
         settings = Settings(retry=RetryPolicy(attempts=20, base=0.01, cap=0.05), pool_size=4)
-        loop = new_loop(tansu, topic, env, "aio-parallel", "a", settings)
+        loop = new_loop(broker, topic, env, "aio-parallel", "a", settings)
         run = asyncio.create_task(loop.run_batches(handler))
         await await_async("both partitions applied", lambda: count(env, EFFECTS) == 10)
         loop.stop()
@@ -172,8 +172,8 @@ def test_the_async_loop_applies_partitions_concurrently_each_on_its_own_connecti
     assert pids[0] and pids[1] and not pids[0] & pids[1], pids
 
 
-def test_a_slow_partition_holds_up_only_itself_in_the_async_loop(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_a_slow_partition_holds_up_only_itself_in_the_async_loop(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(0, 1), (1, 1)])
 
     def on_partition(p):
@@ -189,7 +189,7 @@ def test_a_slow_partition_holds_up_only_itself_in_the_async_loop(tansu, topic, e
                 await asyncio.wait_for(release.wait(), 60)
             await insert("a")(conn, batch)
 
-        loop = new_loop(tansu, topic, env, "aio-slow", "a")
+        loop = new_loop(broker, topic, env, "aio-slow", "a")
         run = asyncio.create_task(loop.run_batches(handler))
         try:
             await asyncio.wait_for(blocked.wait(), 60)
@@ -207,10 +207,10 @@ def test_a_slow_partition_holds_up_only_itself_in_the_async_loop(tansu, topic, e
     exactly_once(env)
 
 
-def test_a_revocation_abandons_a_stuck_batch_in_the_async_loop(tansu, topic, env, caplog):
+def test_a_revocation_abandons_a_stuck_batch_in_the_async_loop(broker, topic, env, caplog):
     # Issue 25, item 9, asyncio flavour: the revocation callback waits for
     # the revoked partitions' stragglers at most Settings.revoke_wait.
-    relay = Relay(tansu.bootstrap, topic)
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(0, 1), (1, 1)])
     p1 = "SELECT count(*) FROM effects WHERE partition = 1"
     holder = psycopg.connect(env, autocommit=True)
@@ -223,8 +223,8 @@ def test_a_revocation_abandons_a_stuck_batch_in_the_async_loop(tansu, topic, env
 
     async def main():
         settings = Settings(revoke_wait=0.5)
-        a = new_loop(tansu, topic, env, "aio-stuck", "a", settings)
-        b = new_loop(tansu, topic, env, "aio-stuck", "b", settings)
+        a = new_loop(broker, topic, env, "aio-stuck", "a", settings)
+        b = new_loop(broker, topic, env, "aio-stuck", "b", settings)
         run_a = asyncio.create_task(a.run_batches(stuck_on_partition_0))
         run_b = None
         try:

@@ -1,8 +1,8 @@
 """The consumer conformance suite, Python side: every scenario of
 ``conformance/scenarios.json`` (the file the Rust crate's
 ``crates/walrelay-consumer/tests/conformance`` runs too) against a real
-PostgreSQL and Tansu, one test per scenario, each in its own database,
-topic and consumer group.
+PostgreSQL and a broker (Tansu, or Apache Kafka with WALRELAY_BROKER=kafka),
+one test per scenario, each in its own database, topic and consumer group.
 
 conformance/README.md describes the actions and the checks; both runners
 implement exactly those and refuse anything else (unknown actions, unknown
@@ -29,7 +29,8 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from conftest import REPO, Tansu, count
+from brokers import Broker
+from conftest import REPO, count
 from walrelay_consumer import (
     AsyncConsumerLoop,
     ConsumerLoop,
@@ -240,18 +241,18 @@ async def apply_async(conn: psycopg.AsyncConnection[Any], batch: list[Any], cons
 class World:
     """One scenario's database, topic, relays and consumers."""
 
-    def __init__(self, scenario: dict[str, Any], tansu: Tansu, dsn: str, flavour: str) -> None:
+    def __init__(self, scenario: dict[str, Any], broker: Broker, dsn: str, flavour: str) -> None:
         assert flavour in ("blocking", "asyncio"), flavour
         self.flavour = flavour
         self.defaults = FILE["defaults"]
-        self.tansu = tansu
+        self.broker = broker
         self.dsn = dsn
         # Topics and groups are broker-wide: unique per test run.
         suffix = uuid.uuid4().hex[:8]
         self.group = f"{scenario['name']}-{suffix}"
         self.topic = f"conformance-{scenario['name']}-{suffix}"
         self.expected_parked: list[dict[str, Any]] = scenario["expect"]["parked"]
-        tansu.create_topic(self.topic, self.defaults["partitions"])
+        broker.create_topic(self.topic, self.defaults["partitions"])
         with psycopg.connect(dsn, autocommit=True) as c:
             migrate(c)
             c.execute("CREATE TABLE effects (event_key text NOT NULL, partition int NOT NULL, consumer text NOT NULL)")
@@ -260,7 +261,7 @@ class World:
                 "CONSTRAINT commit_check_unique UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)"
             )
         self.producer = Producer(
-            {"bootstrap.servers": tansu.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 2}
+            {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 2}
         )
         self.ledger = Ledger()
         self.consumers: dict[str, Running] = {}
@@ -315,7 +316,7 @@ class World:
         loop_class = AsyncConsumerLoop if self.flavour == "asyncio" else ConsumerLoop
         loop = loop_class(
             {
-                "bootstrap.servers": self.tansu.bootstrap,
+                "bootstrap.servers": self.broker.bootstrap,
                 "group.id": self.group,
                 "session.timeout.ms": 6000,
                 "heartbeat.interval.ms": 1000,
@@ -354,7 +355,7 @@ class World:
         assert name not in self.processes, f"consumer process {name} is already running"
         self.processes[name] = subprocess.Popen(
             [
-                *(sys.executable, str(HERE / "consumer_process.py"), self.tansu.bootstrap, self.topic, self.dsn),
+                *(sys.executable, str(HERE / "consumer_process.py"), self.broker.bootstrap, self.topic, self.dsn),
                 *(self.group, name, str(commit_interval_ms / 1000)),
             ],
             stdout=subprocess.PIPE,
@@ -541,11 +542,11 @@ def test_the_file_is_one_this_runner_understands() -> None:
 
 @pytest.mark.parametrize("flavour", ["blocking", "asyncio"])
 @pytest.mark.parametrize("scenario", FILE["scenarios"], ids=[s["name"] for s in FILE["scenarios"]])
-def test_scenario(scenario: dict[str, Any], flavour: str, tansu: Tansu, dsn: str) -> None:
+def test_scenario(scenario: dict[str, Any], flavour: str, broker: Broker, dsn: str) -> None:
     """Every scenario with the blocking loop and with the asyncio loop (the
     ``start`` action's consumers; ``start_process`` always runs the
     blocking one)."""
-    world = World(scenario, tansu, dsn, flavour)
+    world = World(scenario, broker, dsn, flavour)
     try:
         for i, step in enumerate(scenario["steps"], 1):
             try:

@@ -1,4 +1,4 @@
-"""The blocking consumer loop end to end: a real Tansu broker, a real
+"""The blocking consumer loop end to end: a real broker, a real
 PostgreSQL, records produced with walrelay headers."""
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ class Running:
         return self.error
 
 
-def start(tansu, topic, dsn, group, name, batches=True, settings=None, handler=None, registry=None) -> Running:
+def start(broker, topic, dsn, group, name, batches=True, settings=None, handler=None, registry=None) -> Running:
     loop = ConsumerLoop(
-        kafka(tansu.bootstrap, group),
+        kafka(broker.bootstrap, group),
         [topic],
         dsn + f" application_name=walrelay-test-{name}",
         settings,
@@ -115,20 +115,20 @@ def marks(dsn: str, group: str, topic: str) -> dict[tuple[int, str], str]:
 
 
 @pytest.mark.parametrize("batches", [True, False], ids=["batch", "per-record"])
-def test_every_event_is_applied_once_across_replays_and_two_sources(tansu, topic, env, batches):
-    relay = Relay(tansu.bootstrap, topic)
+def test_every_event_is_applied_once_across_replays_and_two_sources(broker, topic, env, batches):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 31) for p in (0, 1)])
     # The relay restarts and replays 21..=30, then goes on to 40.
     relay.restart()
     relay.send([(p, s) for s in range(21, 41) for p in (0, 1)])
     # A second source on partition 0 whose keys are far lower: not comparable.
-    other = Relay(tansu.bootstrap, topic, source="9999/other/walrelay")
+    other = Relay(broker.bootstrap, topic, source="9999/other/walrelay")
     other.send([(0, s) for s in range(-200, -195)])
     total = sum(len(v) for v in relay.produced.values()) + 5
     distinct = relay.distinct() + 5
 
     registry = CollectorRegistry()
-    r = start(tansu, topic, env, "billing", "a", batches, registry=registry)
+    r = start(broker, topic, env, "billing", "a", batches, registry=registry)
     c = r.loop.counters
     await_condition("all records seen", lambda: c.processed + c.duplicates >= total)
     assert r.stop() is None
@@ -153,17 +153,17 @@ def test_every_event_is_applied_once_across_replays_and_two_sources(tansu, topic
 
     # A second run of the same group resumes after the committed offsets.
     relay.send([(0, 41), (1, 41)])
-    r = start(tansu, topic, env, "billing", "a2", batches)
+    r = start(broker, topic, env, "billing", "a2", batches)
     c = r.loop.counters
     await_condition("the two new records", lambda: count(env, EFFECTS) == distinct + 2)
     assert r.stop() is None
     assert (c.processed, c.duplicates, c.errors) == (2, 0, 0)
 
 
-def test_a_gap_is_counted_and_the_record_still_applied(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_a_gap_is_counted_and_the_record_still_applied(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(0, 1), (0, 2)])
-    r = start(tansu, topic, env, "g", "a")
+    r = start(broker, topic, env, "g", "a")
     await_condition("two applied", lambda: count(env, EFFECTS) == 2)
     # Record 3 never reaches the consumer (say, retention deleted it):
     # the relay sent 3 then 4, the consumer sees 4 with prev-key 3.
@@ -174,21 +174,21 @@ def test_a_gap_is_counted_and_the_record_still_applied(tansu, topic, env):
     assert r.stop() is None
 
 
-def run_process(tansu, topic, dsn, group, name, commit_interval) -> subprocess.Popen[str]:
+def run_process(broker, topic, dsn, group, name, commit_interval) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(HERE / "consumer_process.py"), tansu.bootstrap, topic, dsn, group, name, str(commit_interval)],
+        [sys.executable, str(HERE / "consumer_process.py"), broker.bootstrap, topic, dsn, group, name, str(commit_interval)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
 
 
-def test_killed_between_the_database_commit_and_the_offset_commit(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_killed_between_the_database_commit_and_the_offset_commit(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 21) for p in (0, 1)])
     # Offsets are committed only every hour: everything is applied, no
     # offset is committed, then the process is killed.
-    proc = run_process(tansu, topic, env, "crashy", "a", 3600)
+    proc = run_process(broker, topic, env, "crashy", "a", 3600)
     try:
         await_condition("all applied by the process", lambda: count(env, EFFECTS) == 40)
     finally:
@@ -196,7 +196,7 @@ def test_killed_between_the_database_commit_and_the_offset_commit(tansu, topic, 
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGKILL, out
     # Its successor reads everything again; the marks drop all of it.
-    r = start(tansu, topic, env, "crashy", "b")
+    r = start(broker, topic, env, "crashy", "b")
     c = r.loop.counters
     await_condition("all redelivered", lambda: c.duplicates >= 40)
     assert r.stop() is None
@@ -205,10 +205,10 @@ def test_killed_between_the_database_commit_and_the_offset_commit(tansu, topic, 
     exactly_once(env)
 
 
-def test_sigterm_stops_cleanly_and_commits_the_offsets(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_sigterm_stops_cleanly_and_commits_the_offsets(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 11) for p in (0, 1)])
-    proc = run_process(tansu, topic, env, "polite", "a", 3600)
+    proc = run_process(broker, topic, env, "polite", "a", 3600)
     try:
         await_condition("all applied by the process", lambda: count(env, EFFECTS) == 20)
         proc.send_signal(signal.SIGTERM)
@@ -221,7 +221,7 @@ def test_sigterm_stops_cleanly_and_commits_the_offsets(tansu, topic, env):
     # The offsets were committed at the stop: the successor sees only what
     # is new.
     relay.send([(0, 11)])
-    r = start(tansu, topic, env, "polite", "b")
+    r = start(broker, topic, env, "polite", "b")
     await_condition("the new record", lambda: count(env, EFFECTS) == 21)
     assert r.stop() is None
     assert (r.loop.counters.processed, r.loop.counters.duplicates) == (1, 0)
@@ -239,12 +239,12 @@ def poison_handler(poison: str, name: str):
 FAST_RETRY = RetryPolicy(attempts=3, base=0.01, cap=0.05)
 
 
-def test_a_poison_record_is_parked_then_redriven(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_a_poison_record_is_parked_then_redriven(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 11) for p in (0, 1)])
     poison = key(0, 5)
     settings = Settings(retry=FAST_RETRY, on_poison=OnPoison.PARK)
-    r = start(tansu, topic, env, "parky", "a", batches=False, settings=settings, handler=poison_handler(poison, "a"))
+    r = start(broker, topic, env, "parky", "a", batches=False, settings=settings, handler=poison_handler(poison, "a"))
     await_condition("all but the poison record applied", lambda: count(env, EFFECTS) == 19)
     await_condition("the poison record parked", lambda: r.loop.counters.parked == 1)
     assert r.stop() is None
@@ -261,14 +261,14 @@ def test_a_poison_record_is_parked_then_redriven(tansu, topic, env):
     exactly_once(env)
 
 
-def test_a_poison_record_stops_its_partition_only(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_a_poison_record_stops_its_partition_only(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 11) for p in (0, 1)])
     poison = key(0, 5)
     settings = Settings(retry=FAST_RETRY, on_poison=OnPoison.STOP)
     registry = CollectorRegistry()
     r = start(
-        tansu,
+        broker,
         topic,
         env,
         "stoppy",
@@ -294,15 +294,15 @@ def test_a_poison_record_stops_its_partition_only(tansu, topic, env):
     assert count(env, "SELECT count(*) FROM effects WHERE partition = 0") == 4
     # Nothing past the poison record was committed: a fixed service applies
     # it and the rest.
-    r = start(tansu, topic, env, "stoppy", "b")
+    r = start(broker, topic, env, "stoppy", "b")
     await_condition("the rest of partition 0", lambda: count(env, EFFECTS) == 20)
     assert r.stop() is None
     assert r.loop.counters.processed == 6
     exactly_once(env)
 
 
-def test_a_batch_handler_failure_finds_the_poison_record(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_a_batch_handler_failure_finds_the_poison_record(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     poison = key(1, 3)
 
     def handler(conn, batch):
@@ -311,7 +311,7 @@ def test_a_batch_handler_failure_finds_the_poison_record(tansu, topic, env):
         insert("a")(conn, batch)
 
     r = start(
-        tansu, topic, env, "finder", "a", settings=Settings(retry=FAST_RETRY, on_poison=OnPoison.PARK), handler=handler
+        broker, topic, env, "finder", "a", settings=Settings(retry=FAST_RETRY, on_poison=OnPoison.PARK), handler=handler
     )
     relay.send([(1, s) for s in range(1, 8)])
     await_condition("all but the poison record", lambda: count(env, EFFECTS) == 6)
@@ -321,12 +321,12 @@ def test_a_batch_handler_failure_finds_the_poison_record(tansu, topic, env):
         assert c.execute("SELECT idempotency_key FROM walrelay_consumer_parked").fetchall() == [(poison,)]
 
 
-def test_a_record_without_headers_is_parked_alone(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_a_record_without_headers_is_parked_alone(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(0, 1)])
     relay.send_raw(0, b"not from walrelay")
     relay.send([(0, 2)])
-    r = start(tansu, topic, env, "raw", "a", settings=Settings(on_poison=OnPoison.PARK))
+    r = start(broker, topic, env, "raw", "a", settings=Settings(on_poison=OnPoison.PARK))
     await_condition("both walrelay records", lambda: count(env, EFFECTS) == 2)
     await_condition("the raw record parked", lambda: r.loop.counters.parked == 1)
     assert r.stop() is None
@@ -336,10 +336,10 @@ def test_a_record_without_headers_is_parked_alone(tansu, topic, env):
     assert "idempotency-key" in rows[0][3]
 
 
-def test_a_lost_database_connection_is_reconnected(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_a_lost_database_connection_is_reconnected(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(0, 1)])
-    r = start(tansu, topic, env, "reconnect", "victim")
+    r = start(broker, topic, env, "reconnect", "victim")
     await_condition("the first record", lambda: count(env, EFFECTS) == 1)
     killed = count(
         env,
@@ -374,12 +374,12 @@ def meet_the_other_partition(name: str, pids: dict[int, set[int]]):
     return handler
 
 
-def test_partitions_apply_at_the_same_time_each_on_its_own_connection(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_partitions_apply_at_the_same_time_each_on_its_own_connection(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 6) for p in (0, 1)])
     pids: dict[int, set[int]] = {}
     settings = Settings(retry=RetryPolicy(attempts=20, base=0.01, cap=0.05), pool_size=4)
-    r = start(tansu, topic, env, "parallel", "a", settings=settings, handler=meet_the_other_partition("a", pids))
+    r = start(broker, topic, env, "parallel", "a", settings=settings, handler=meet_the_other_partition("a", pids))
     await_condition("both partitions applied", lambda: count(env, EFFECTS) == 10)
     assert r.stop() is None
     exactly_once(env)
@@ -388,8 +388,8 @@ def test_partitions_apply_at_the_same_time_each_on_its_own_connection(tansu, top
     assert r.loop.counters.processed == 10
 
 
-def test_a_slow_partition_holds_up_only_itself(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_a_slow_partition_holds_up_only_itself(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(0, 1), (1, 1)])
     blocked = threading.Event()
     release = threading.Event()
@@ -400,7 +400,7 @@ def test_a_slow_partition_holds_up_only_itself(tansu, topic, env):
             assert release.wait(60), "never released"
         insert("a")(conn, batch)
 
-    r = start(tansu, topic, env, "slow", "a", handler=handler)
+    r = start(broker, topic, env, "slow", "a", handler=handler)
     try:
         await_condition("partition 0's batch in its handler", blocked.is_set)
         # Partition 1 goes on, batch after batch, while 0's batch is stuck
@@ -416,8 +416,8 @@ def test_a_slow_partition_holds_up_only_itself(tansu, topic, env):
     exactly_once(env)
 
 
-def test_a_pool_of_one_applies_the_partitions_one_after_the_other(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_a_pool_of_one_applies_the_partitions_one_after_the_other(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 4) for p in (0, 1)])
     threads: set[str] = set()
 
@@ -425,15 +425,15 @@ def test_a_pool_of_one_applies_the_partitions_one_after_the_other(tansu, topic, 
         threads.add(threading.current_thread().name)
         insert("a")(conn, batch)
 
-    r = start(tansu, topic, env, "serial", "a", settings=Settings(pool_size=1), handler=handler)
+    r = start(broker, topic, env, "serial", "a", settings=Settings(pool_size=1), handler=handler)
     await_condition("both partitions applied", lambda: count(env, EFFECTS) == 6)
     assert r.stop() is None
     # Every batch ran on the loop's own thread.
     assert threads == {r.thread.name}, threads
 
 
-def test_two_members_racing_over_rebalances_apply_each_event_once(tansu, topic, env):
-    relay = Relay(tansu.bootstrap, topic)
+def test_two_members_racing_over_rebalances_apply_each_event_once(broker, topic, env):
+    relay = Relay(broker.bootstrap, topic)
     seq = 0
 
     def step() -> None:
@@ -444,10 +444,10 @@ def test_two_members_racing_over_rebalances_apply_each_event_once(tansu, topic, 
         relay.restart()
         relay.send([(p, s) for s in range(seq - 2, seq + 1) for p in (0, 1)])
 
-    a = start(tansu, topic, env, "ledger", "a")
+    a = start(broker, topic, env, "ledger", "a")
     step()
     await_condition("A applies the first step", lambda: count(env, EFFECTS) == 20)
-    b = start(tansu, topic, env, "ledger", "b")
+    b = start(broker, topic, env, "ledger", "b")
     # B joins: a rebalance while records keep coming.
     for _ in range(200):
         step()
@@ -475,15 +475,15 @@ def test_configuration_that_would_skip_events_is_refused():
     ConsumerLoop({"bootstrap.servers": "x", "group.id": "g", "enable.auto.commit": False}, ["t"], "dbname=x")
 
 
-def test_the_example_service_applies_records_and_stops_on_sigterm(tansu, topic, dsn):
-    relay = Relay(tansu.bootstrap, topic)
+def test_the_example_service_applies_records_and_stops_on_sigterm(broker, topic, dsn):
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 6) for p in (0, 1)])
     relay.restart()
     relay.send([(0, 5)])  # a replay
     example = HERE.parent / "examples" / "consumer.py"
     proc = subprocess.Popen(
         [
-            *(sys.executable, str(example), "--bootstrap", tansu.bootstrap, "--topic", topic, "--dsn", dsn),
+            *(sys.executable, str(example), "--bootstrap", broker.bootstrap, "--topic", topic, "--dsn", dsn),
             *("--group", "ex", "--kafka", "session.timeout.ms=6000", "--kafka", "heartbeat.interval.ms=1000"),
         ],
         stdout=subprocess.PIPE,
@@ -508,12 +508,12 @@ def test_the_example_service_applies_records_and_stops_on_sigterm(tansu, topic, 
     assert "stopped: 10 applied" in out, out
 
 
-def test_a_revocation_abandons_a_batch_the_database_does_not_finish(tansu, topic, env, caplog):
+def test_a_revocation_abandons_a_batch_the_database_does_not_finish(broker, topic, env, caplog):
     # Issue 25, item 9: the revocation callback waited for the revoked
     # partitions' batches without a bound, so a database that stops
     # answering one batch stalled the whole rebalance (until the member was
     # evicted). Partition 0's batch waits on a lock the test holds.
-    relay = Relay(tansu.bootstrap, topic)
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(0, 1), (1, 1)])
     p1 = "SELECT count(*) FROM effects WHERE partition = 1"
     holder = psycopg.connect(env, autocommit=True)
@@ -525,7 +525,7 @@ def test_a_revocation_abandons_a_batch_the_database_does_not_finish(tansu, topic
         insert("a")(conn, batch)
 
     settings = Settings(revoke_wait=0.5)
-    a = start(tansu, topic, env, "stuck", "a", settings=settings, handler=stuck_on_partition_0)
+    a = start(broker, topic, env, "stuck", "a", settings=settings, handler=stuck_on_partition_0)
     b = None
     try:
         await_condition("partition 1 applied", lambda: count(env, p1) == 1)
@@ -538,7 +538,7 @@ def test_a_revocation_abandons_a_batch_the_database_does_not_finish(tansu, topic
             )
             == 1,
         )
-        b = start(tansu, topic, env, "stuck", "b", settings=settings)
+        b = start(broker, topic, env, "stuck", "b", settings=settings)
         # B's joining revokes A's partitions: A stops waiting for the stuck
         # batch and the rebalance goes on, so partition 1's records are
         # applied again while partition 0's batch still waits.
@@ -564,18 +564,18 @@ def test_a_revocation_abandons_a_batch_the_database_does_not_finish(tansu, topic
     exactly_once(env)
 
 
-def test_an_assignment_does_not_wait_for_a_database_that_does_not_answer(tansu, topic, env, caplog):
+def test_an_assignment_does_not_wait_for_a_database_that_does_not_answer(broker, topic, env, caplog):
     # Issue 25, item 9: the assignment callback loaded the marks (a cache)
     # with no timeout; a table the test keeps locked stands for a database
     # that does not answer. The callback gives up after
     # Settings.rebalance_db_timeout and says so; the records are applied
     # once the database answers again.
-    relay = Relay(tansu.bootstrap, topic)
+    relay = Relay(broker.bootstrap, topic)
     relay.send([(0, 1)])
     holder = psycopg.connect(env)
     holder.execute("LOCK TABLE walrelay_consumer_hwm IN ACCESS EXCLUSIVE MODE")
     try:
-        a = start(tansu, topic, env, "unanswered", "a", settings=Settings(rebalance_db_timeout=0.5))
+        a = start(broker, topic, env, "unanswered", "a", settings=Settings(rebalance_db_timeout=0.5))
         await_condition(
             "the assignment gave up loading the marks",
             lambda: "loading the high-water marks of the assigned partitions" in caplog.text,

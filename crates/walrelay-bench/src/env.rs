@@ -1,27 +1,35 @@
-//! The bench's own PostgreSQL cluster and Tansu broker, and the SQL it
-//! needs around them (slots, positions, the database's CPU).
+//! The bench's own PostgreSQL cluster and broker (Apache Kafka or Tansu),
+//! and the SQL it needs around them (slots, positions, the database's CPU).
 
 use anyhow::{Context, Result};
 use tokio_postgres::Client;
-use walrelay_testkit::{ClusterOptions, PgCluster, TansuBroker};
+use walrelay_testkit::{BrokerKind, ClusterOptions, PgCluster, TestBroker};
 
 use crate::procstat;
 use crate::workload::SCHEMA;
 
-/// Topics get this many partitions (Tansu's auto-create default, stated).
+/// Topics get this many partitions (created by the bench, stated).
 pub const PARTITIONS: i32 = 4;
 
 pub struct BenchEnv {
     pub cluster: PgCluster,
     pub client: Client,
-    broker: Option<TansuBroker>,
+    kind: BrokerKind,
+    broker: Option<TestBroker>,
+}
+
+/// A broker of `kind` of the bench's own (a single KRaft node for Kafka).
+async fn start_broker(kind: BrokerKind) -> Result<TestBroker> {
+    tokio::task::spawn_blocking(move || TestBroker::start_own(kind))
+        .await?
+        .with_context(|| format!("starting {kind}"))
 }
 
 impl BenchEnv {
     /// A fresh cluster (room for many slots, a large `max_wal_size` so
     /// generation does not checkpoint constantly) with the bench schema,
-    /// and a fresh broker.
-    pub async fn start() -> Result<BenchEnv> {
+    /// and a fresh broker of `kind`.
+    pub async fn start(kind: BrokerKind) -> Result<BenchEnv> {
         let opts = ClusterOptions::default()
             .conf("max_replication_slots", "32")
             .conf("max_wal_senders", "32")
@@ -32,14 +40,18 @@ impl BenchEnv {
             .context("starting PostgreSQL")?;
         let client = cluster.client().await?;
         client.batch_execute(SCHEMA).await.context("bench schema")?;
-        let broker = tokio::task::spawn_blocking(TansuBroker::start)
-            .await?
-            .context("starting Tansu")?;
+        let broker = start_broker(kind).await?;
         Ok(BenchEnv {
             cluster,
             client,
+            kind,
             broker: Some(broker),
         })
+    }
+
+    /// Which broker the bench runs on.
+    pub fn broker_kind(&self) -> BrokerKind {
+        self.kind
     }
 
     pub fn bootstrap(&self) -> String {
@@ -49,15 +61,12 @@ impl BenchEnv {
             .bootstrap_servers()
     }
 
-    /// Replaces the broker by a new, empty one (Tansu's memory storage
-    /// only grows).
+    /// Replaces the broker by a new, empty one, so that no run pays for
+    /// the records of the runs before it (Tansu's memory storage only
+    /// grows; a Kafka node's page cache and log segments too).
     pub async fn fresh_broker(&mut self) -> Result<()> {
         drop(self.broker.take());
-        self.broker = Some(
-            tokio::task::spawn_blocking(TansuBroker::start)
-                .await?
-                .context("restarting Tansu")?,
-        );
+        self.broker = Some(start_broker(self.kind).await?);
         Ok(())
     }
 

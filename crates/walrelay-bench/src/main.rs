@@ -32,6 +32,7 @@ use crate::latency::Mode;
 use crate::polling::{PollingOptions, PollingRelay};
 use crate::report::{Machine, Results, Tool, ToolRun};
 use crate::workload::{Kind, Workload};
+use walrelay_testkit::{BrokerKind, KAFKA_VERSION};
 
 /// The allocator the `walrelay` binary uses (replacing `malloc` for
 /// librdkafka too), so that the in-process measurements (walrelay in the
@@ -48,6 +49,10 @@ const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     about = "End-to-end benchmark: walrelay against the decode limit (pg_recvlogical), the produce limit (rdkafka) and a polling outbox relay; drain, latency, cost"
 )]
 struct Cli {
+    /// The broker every run uses: `kafka` (a single Apache Kafka 4.x KRaft
+    /// node, from scripts/install-kafka.sh) or `tansu` (memory storage).
+    #[arg(long, default_value = "kafka", value_parser = parse_broker)]
+    broker: BrokerKind,
     /// Small counts, one repeat, short latency phases (a CI smoke test,
     /// well under a minute).
     #[arg(long)]
@@ -205,14 +210,14 @@ async fn main() -> Result<()> {
         .tempdir()?;
     let scratch = scratch_dir.path().to_path_buf();
 
-    tracing::info!("starting PostgreSQL and Tansu");
-    let mut env = BenchEnv::start().await?;
+    tracing::info!("starting PostgreSQL and {}", cli.broker);
+    let mut env = BenchEnv::start(cli.broker).await?;
     let mut results = Results {
         command: command_line(),
         mode: if quick { "quick" } else { "full" }.into(),
         started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
         finished: None,
-        machine: Machine::detect(env.cluster.version()),
+        machine: Machine::detect(env.cluster.version(), broker_description(cli.broker)),
         repeats,
         latency_seconds: latency_secs,
         polling_batch: polling.batch,
@@ -284,9 +289,9 @@ async fn main() -> Result<()> {
             // dead rows, which autovacuum and checkpoints work through on
             // the same two cores while the latency is measured.
             drop(env);
-            env = BenchEnv::start()
+            env = BenchEnv::start(cli.broker)
                 .await
-                .context("starting PostgreSQL and Tansu for the latency runs")?;
+                .context("starting PostgreSQL and the broker for the latency runs")?;
         }
         let options = latency::LatencyOptions {
             rates: rates.clone(),
@@ -297,9 +302,9 @@ async fn main() -> Result<()> {
         };
         for r in 0..repeats {
             for mode in Mode::ALL {
-                // A fresh broker per mode: Tansu's memory storage only
-                // grows, and a broker holding the previous runs' records
-                // answers measurably slower.
+                // A fresh broker per mode: a broker holding the previous
+                // runs' records answers measurably slower (Tansu's memory
+                // storage only grows).
                 env.fresh_broker().await?;
                 let runs = latency::run_mode(&env, mode, r, &options)
                     .await
@@ -313,9 +318,9 @@ async fn main() -> Result<()> {
         if !cli.no_drain && cli.no_latency {
             // As for the latency runs: not on the cluster the drains filled.
             drop(env);
-            env = BenchEnv::start()
+            env = BenchEnv::start(cli.broker)
                 .await
-                .context("starting PostgreSQL and Tansu for the consumer runs")?;
+                .context("starting PostgreSQL and the broker for the consumer runs")?;
         }
         let options = consumer::ConsumerOptions {
             only: cli.consumers.clone(),
@@ -343,6 +348,20 @@ async fn main() -> Result<()> {
     println!("{}", results.markdown(None));
     println!("results: {}", run_dir.display());
     Ok(())
+}
+
+fn parse_broker(s: &str) -> Result<BrokerKind> {
+    s.parse()
+}
+
+/// The broker as the report names it (`machine.broker`).
+fn broker_description(kind: BrokerKind) -> String {
+    match kind {
+        BrokerKind::Kafka => {
+            format!("Apache Kafka {KAFKA_VERSION} (one KRaft node, stock settings)")
+        }
+        BrokerKind::Tansu => "Tansu 0.6.0 (memory storage)".into(),
+    }
 }
 
 fn command_line() -> String {

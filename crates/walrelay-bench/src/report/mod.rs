@@ -92,7 +92,7 @@ pub struct Machine {
 }
 
 impl Machine {
-    pub fn detect(postgres: &str) -> Machine {
+    pub fn detect(postgres: &str, broker: String) -> Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu = cpuinfo
             .lines()
@@ -116,7 +116,7 @@ impl Machine {
                 .trim()
                 .to_owned(),
             postgres: postgres.to_owned(),
-            broker: "Tansu 0.6.0 (memory storage)".into(),
+            broker,
         }
     }
 
