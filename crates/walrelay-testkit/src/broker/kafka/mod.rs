@@ -8,7 +8,9 @@
 //! directory (`WALRELAY_KEEP_BROKER=1` keeps it). Settings are Kafka's
 //! defaults except what a small cluster needs ([`config`]). One node is
 //! what the suites use today; [`KafkaOptions::nodes`] is there for a
-//! three-node cluster.
+//! three-node cluster. [`KafkaOptions::security`] adds a SASL_SSL listener
+//! with SCRAM users and the standard authorizer ([`security`]), and
+//! [`KafkaCluster::grant`] / [`KafkaCluster::revoke`] the ACLs ([`acl`]).
 //!
 //! Unlike Tansu: the high watermark is the offset after the last record,
 //! `read_committed` hides aborted transactions, partitions can be added,
