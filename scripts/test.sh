@@ -93,8 +93,11 @@ WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --te
     --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test restore --test short \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 
-stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite, short chaos run"
-WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" cargo test --workspace --locked \
+stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite, short chaos run, security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer)"
+# kafka_security runs the Python consumer with the virtualenv above (it
+# fails, not skips, without one when CI=true).
+WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${python_bin}" \
+    cargo test --workspace --locked \
     --test relay_e2e --test bad_input --test fence --test verify_cli --test exactly_once \
-    --test conformance --test short \
+    --test conformance --test short --test kafka_security \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"

@@ -142,6 +142,7 @@ pub mod apply;
 pub mod batch;
 pub mod consumer_loop;
 pub mod delivery;
+pub mod denied;
 pub mod meta;
 pub mod metrics;
 pub mod outage;

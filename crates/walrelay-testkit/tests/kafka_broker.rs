@@ -210,3 +210,65 @@ fn a_node_still_pooled_when_the_process_exits_is_killed_with_it() -> anyhow::Res
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secured_node_authenticates_scram_users_over_tls_and_enforces_acls() -> anyhow::Result<()>
+{
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    use walrelay_testkit::{AclOperation, AclResource, KafkaSecurity, ScramUser, TestCa};
+
+    let ca = TestCa::new("walrelay test Kafka CA")?;
+    let security = KafkaSecurity::new(&ca, vec![ScramUser::new("writer", "writer-secret")])?;
+    let kafka = tokio::task::spawn_blocking(move || {
+        KafkaCluster::start(KafkaOptions {
+            security: Some(security),
+            ..Default::default()
+        })
+    })
+    .await??;
+    let dir = tempfile::tempdir()?;
+    let ca_path = dir.path().join("ca.pem");
+    std::fs::write(&ca_path, kafka.ca_pem().expect("secured"))?;
+    kafka.create_topic("secured", 1)?;
+    let secure = kafka.secure_bootstrap_servers()?;
+    assert_ne!(secure, kafka.bootstrap_servers());
+    let writer = |password: &str| -> anyhow::Result<FutureProducer> {
+        Ok(ClientConfig::new()
+            .set("bootstrap.servers", &secure)
+            .set("security.protocol", "SASL_SSL")
+            .set("sasl.mechanism", "SCRAM-SHA-512")
+            .set("sasl.username", "writer")
+            .set("sasl.password", password)
+            .set("ssl.ca.location", ca_path.to_str().unwrap())
+            .set("message.timeout.ms", "5000")
+            .create()?)
+    };
+    let send = |p: FutureProducer| async move {
+        p.send(
+            FutureRecord::to("secured").key("k").payload("v"),
+            Duration::from_secs(10),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|(e, _)| e)
+    };
+    let denied = send(writer("writer-secret")?).await.unwrap_err();
+    assert_eq!(
+        denied.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed),
+        "{denied}"
+    );
+    let topic = AclResource::topic("secured");
+    let ops = [AclOperation::Write, AclOperation::Describe];
+    kafka.grant("User:writer", &topic, &ops)?;
+    assert_eq!(kafka.allowed("User:writer", &topic)?, ops);
+    send(writer("writer-secret")?).await?;
+    let wrong = send(writer("not-the-password")?).await.unwrap_err();
+    assert!(matches!(wrong, KafkaError::MessageProduction(_)), "{wrong}");
+    kafka.revoke("User:writer", &topic, &ops)?;
+    assert_eq!(kafka.allowed("User:writer", &topic)?, []);
+    // The test's own PLAINTEXT admin path reads everything.
+    let records = read_topics(&kafka.bootstrap_servers(), &["secured"], 1, TIMEOUT).await?;
+    assert_eq!(records.len(), 1);
+    Ok(())
+}

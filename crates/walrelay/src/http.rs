@@ -268,7 +268,15 @@ fn probe_once(client: &BaseProducer) -> Result<usize, String> {
     match result {
         Ok(m) if !m.brokers().is_empty() => Ok(m.brokers().len()),
         Ok(_) => Err("the metadata lists no brokers".into()),
-        Err(e) => Err(format!("metadata request failed: {e}")),
+        // The probe needs no ACL (metadata lists the brokers to anyone
+        // who logs in); what it can meet is a refused login.
+        Err(e) => Err(e
+            .rdkafka_error_code()
+            .and_then(|code| crate::kafka_acl::denied(code, "a metadata request", &[]))
+            .map_or_else(
+                || format!("metadata request failed: {e}"),
+                |m| format!("metadata request failed: {m}"),
+            )),
     }
 }
 

@@ -36,7 +36,8 @@ pub enum KafkaClient {
     /// The readiness probe: a producer client that only fetches metadata.
     Probe,
     /// `walrelay verify`'s group-less reader (the caller adds a unique
-    /// `group.id`).
+    /// `group.id`, which librdkafka needs to assign partitions; no ACL on
+    /// it is needed).
     Verify,
     /// The tail fence's group-less reader of partition tails
     /// ([`crate::fence::tail`]).
@@ -80,6 +81,11 @@ pub fn properties(
             // an empty fetch open would add its wait to every start.
             props.insert("enable.partition.eof".to_owned(), "true".to_owned());
             props.insert("fetch.wait.max.ms".to_owned(), "10".to_owned());
+            // librdkafka assigns partitions only to a consumer with a
+            // group.id, and then looks up the group's coordinator, which a
+            // principal without an ACL on the group is refused: the reader
+            // ignores that refusal (see `fence::tail`), it never uses the
+            // group.
             props.insert("group.id".to_owned(), "walrelay-fence".to_owned());
             // Whatever the user's properties say: an aborted transactional
             // copy of one of our records must never become a fence key.

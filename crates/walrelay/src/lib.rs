@@ -24,6 +24,7 @@
 //! | [`config`], [`cli`] | configuration file, environment and flags |
 //! | [`shutdown`] | SIGTERM/SIGINT and the stop channel |
 //! | [`secrets`] | Kafka secrets from files and environment variables, never shown |
+//! | [`kafka_acl`] | which ACL a Kafka authorization error means is missing, and the fix |
 
 #![forbid(unsafe_code)]
 
@@ -36,6 +37,7 @@ pub mod fence;
 /// librdkafka); re-exported here because the router is its main user.
 pub use walrelay_contract::envelope;
 pub mod http;
+pub mod kafka_acl;
 pub mod kafka_client;
 pub mod kafka_metadata;
 pub mod key;

@@ -133,7 +133,7 @@ class AsyncConsumerLoop(ConsumerLoop):
                 for message in messages:
                     error = message.error()
                     if error is not None:
-                        log.warning("Kafka consumer error: %s", error)
+                        self._report(error)
                         continue
                     self._enqueue(Record.from_message(message))
         finally:

@@ -74,6 +74,7 @@ from .apply import (
 )
 from .apply import Apply as ApplyFn
 from .counters import Counters
+from .denied import explain as explain_denied
 from .metrics import Metrics
 from .outage import is_outage
 from .partition import Apply, Idle, Partition, ParkUnkeyed, Queued, Skip, Stop, WaitUntil
@@ -377,6 +378,15 @@ class ConsumerLoop:
 
     # -- the loop ---------------------------------------------------------
 
+    def _report(self, error: KafkaError) -> None:
+        """A consumer error: librdkafka goes on retrying, so it is only
+        reported, an authorization error as the ACL that is missing."""
+        message = explain_denied(error, self.topics, self.group)
+        if message is not None:
+            log.error("Kafka consumer error: %s", message)
+        else:
+            log.warning("Kafka consumer error: %s", error)
+
     def _run(self, apply: ApplyFn, handle_signals: bool) -> None:
         previous: dict[signal.Signals, Any] = {}
         if handle_signals and threading.current_thread() is threading.main_thread():
@@ -403,7 +413,7 @@ class ConsumerLoop:
                     error = message.error()
                     if error is not None:
                         # librdkafka retries on its own; errors here are reports.
-                        log.warning("Kafka consumer error: %s", error)
+                        self._report(error)
                         continue
                     self._enqueue(Record.from_message(message))
         finally:

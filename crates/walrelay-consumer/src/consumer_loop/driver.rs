@@ -81,6 +81,28 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// A consumer error: librdkafka goes on retrying, so it is only
+    /// reported, an authorization error as the ACL that is missing.
+    fn report(&self, e: &KafkaError) {
+        let topics: Vec<String> = self
+            .consumer
+            .subscription()
+            .map(|tpl| {
+                let mut t: Vec<String> = tpl
+                    .elements()
+                    .iter()
+                    .map(|e| e.topic().to_owned())
+                    .collect();
+                t.dedup();
+                t
+            })
+            .unwrap_or_default();
+        match crate::denied::explain(e, &topics, self.group) {
+            Some(message) => tracing::error!("Kafka consumer error: {message}"),
+            None => tracing::warn!("Kafka consumer error: {e}"),
+        }
+    }
+
     pub(super) async fn run<E, A>(
         mut self,
         apply: &A,
@@ -154,7 +176,7 @@ impl<'a> Driver<'a> {
                                         self.enqueue(message.detach());
                                     }
                                     Some(Err(e)) => {
-                                        tracing::warn!("Kafka consumer error: {e}");
+                                        self.report(&e);
                                         break;
                                     }
                                     None => break,
@@ -163,7 +185,7 @@ impl<'a> Driver<'a> {
                             self.apply_rebalances();
                         }
                         // librdkafka retries on its own; errors here are reports.
-                        Err(e) => tracing::warn!("Kafka consumer error: {e}"),
+                        Err(e) => self.report(&e),
                     }
                 }
             }

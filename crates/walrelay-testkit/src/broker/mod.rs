@@ -17,7 +17,10 @@ pub mod kafka;
 mod tansu;
 mod util;
 
-pub use kafka::{KafkaCluster, KafkaHome, KafkaNode, KafkaOptions, SharedKafka};
+pub use kafka::{
+    AclOperation, AclResource, KafkaCluster, KafkaHome, KafkaNode, KafkaOptions, KafkaSecurity,
+    ScramUser, SharedKafka,
+};
 pub use tansu::{TansuBroker, TANSU_BIN_ENV};
 pub use util::KEEP_BROKER_ENV;
 

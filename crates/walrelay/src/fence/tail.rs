@@ -64,10 +64,10 @@ pub enum FenceError {
         last_error: Option<String>,
     },
     #[error(
-        "the tail fence may not read topic \"{topic}\" ({code}): the relay now reads the last records \
-         of each partition it writes to, so that a replay after a crash does not write them again; \
-         fix: grant the relay's Kafka principal READ (and DESCRIBE) on topic \"{topic}\", \
-         or set relay.fence = false to write replays again"
+        "the tail fence may not read topic \"{topic}\": {}; the relay reads the last records of each \
+         partition it writes to, so that a replay after a crash does not write them again (or set \
+         relay.fence = false to write replays again)",
+        fence_denied(*code, topic)
     )]
     Denied {
         topic: String,
@@ -117,11 +117,16 @@ pub enum FenceError {
 }
 
 impl FenceError {
-    /// Whether a new session may get past it without a change by the
-    /// user.
+    /// Whether a new session may get past it without a change to
+    /// walrelay's configuration. A missing ACL is: it can be granted while
+    /// the relay retries with backoff, confirming nothing meanwhile (the
+    /// same as a producer denied Write).
     #[must_use]
     pub fn is_transient(&self) -> bool {
-        matches!(self, FenceError::Timeout { .. } | FenceError::Read { .. })
+        matches!(
+            self,
+            FenceError::Timeout { .. } | FenceError::Read { .. } | FenceError::Denied { .. }
+        )
     }
 }
 
@@ -242,6 +247,15 @@ pub fn read(
                         open.remove(&p);
                     }
                 }
+                // librdkafka looks up the group of any consumer with a
+                // group.id (it assigns partitions only to one); the reader
+                // does not use it, so it needs no ACL on it.
+                Some(Err(e))
+                    if e.rdkafka_error_code()
+                        == Some(RDKafkaErrorCode::GroupAuthorizationFailed) =>
+                {
+                    tracing::debug!("tail fence reader: the unused group: {e}");
+                }
                 Some(Err(e)) => {
                     if let Some(code) = e.rdkafka_error_code() {
                         if is_denied(code) {
@@ -342,14 +356,17 @@ fn own_record<M: Message>(msg: &M, source: &[u8]) -> Option<OwnRecord> {
     })
 }
 
-fn is_denied(code: RDKafkaErrorCode) -> bool {
-    matches!(
+use crate::kafka_acl::is_denied;
+
+/// The fence's reader needs Read on the topic (which implies the Describe
+/// its metadata request needs), and no group.
+fn fence_denied(code: RDKafkaErrorCode, topic: &str) -> String {
+    crate::kafka_acl::denied(
         code,
-        RDKafkaErrorCode::TopicAuthorizationFailed
-            | RDKafkaErrorCode::ClusterAuthorizationFailed
-            | RDKafkaErrorCode::GroupAuthorizationFailed
-            | RDKafkaErrorCode::SaslAuthenticationFailed
+        &format!("Read on topic \"{topic}\""),
+        &[crate::kafka_acl::Acl::topic("Read", topic)],
     )
+    .unwrap_or_else(|| code.to_string())
 }
 
 fn to_i32(partition: u32) -> i32 {

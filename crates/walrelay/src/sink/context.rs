@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use walrelay_pg::log_limit::KeyedLogLimit;
 
 use super::error::{is_too_large, SinkError};
+use crate::kafka_acl;
 
 /// The outcome of one [`KafkaSink::send`](super::KafkaSink::send).
 #[derive(Debug)]
@@ -163,7 +164,7 @@ impl ProducerContext for SinkContext {
                         + message.payload().map_or(0, <[u8]>::len)
                         + header_bytes,
                     code,
-                    message: self.describe(code),
+                    message: self.describe(code, message.topic()),
                 })
             }
             Err((error, message)) => {
@@ -172,7 +173,7 @@ impl ProducerContext for SinkContext {
                     topic: message.topic().to_owned(),
                     partition: message.partition(),
                     code,
-                    message: self.describe(code),
+                    message: self.describe(code, message.topic()),
                 })
             }
         };
@@ -183,11 +184,33 @@ impl ProducerContext for SinkContext {
     }
 }
 
+/// A producer's authorization error for a record of `topic`: writing
+/// needs Write on the topic (which implies Describe). The idempotent
+/// producer's first request, InitProducerId, is allowed with Write on any
+/// topic (Kafka 2.8 and later; IdempotentWrite on the cluster before): a
+/// principal without Write anywhere is refused it with
+/// CLUSTER_AUTHORIZATION_FAILED, measured on Kafka 4.1, which stops the
+/// producer (a fatal error).
+pub(super) fn denied_to_producer(code: RDKafkaErrorCode, topic: &str) -> String {
+    let refused = if code == RDKafkaErrorCode::ClusterAuthorizationFailed {
+        format!(
+            "Write on topic \"{topic}\" (the idempotent producer's InitProducerId request, \
+             which Kafka allows with Write on any topic, or IdempotentWrite on the cluster \
+             before Kafka 2.8)"
+        )
+    } else {
+        format!("Write on topic \"{topic}\"")
+    };
+    kafka_acl::denied(code, &refused, &[kafka_acl::Acl::topic("Write", topic)])
+        .unwrap_or_else(|| code.to_string())
+}
+
 impl SinkContext {
-    fn describe(&self, code: RDKafkaErrorCode) -> String {
+    fn describe(&self, code: RDKafkaErrorCode, topic: &str) -> String {
         let fatal = self.fatal.lock().unwrap_or_else(PoisonError::into_inner);
         match (code, fatal.as_deref()) {
             (_, Some(reason)) => format!("{code}; the producer stopped: {reason}"),
+            (code, None) if kafka_acl::is_denied(code) => denied_to_producer(code, topic),
             (RDKafkaErrorCode::MessageTimedOut, None) => format!(
                 "{code}: not acknowledged within message.timeout.ms (brokers unreachable or too \
                  slow)"

@@ -194,8 +194,8 @@ impl KafkaSink {
                 let code = error
                     .rdkafka_error_code()
                     .unwrap_or(RDKafkaErrorCode::InvalidArgument);
-                let message = match self.producer.client().fatal_error() {
-                    Some((_, reason)) => format!("{code}; the producer stopped: {reason}"),
+                let message = match self.stopped_because(&record.topic) {
+                    Some(stopped) => format!("{code}; {stopped}"),
                     None => error.to_string(),
                 };
                 Err(produce_error(code, message))
@@ -231,20 +231,43 @@ impl KafkaSink {
 
     /// Adds the producer's fatal error to a purge error reported before the
     /// fatal error event reached the context.
+    /// An authorization error that stopped the producer gets the ACL to
+    /// grant, whichever report carries it.
     fn explain(&self, mut delivery: Delivery) -> Delivery {
         if let Err(SinkError::Delivery {
-            code: RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight,
+            code,
             message,
+            topic,
             ..
         }) = &mut delivery.result
         {
-            if !message.contains("the producer stopped") {
-                if let Some((code, reason)) = self.producer.client().fatal_error() {
-                    message.push_str(&format!("; the producer stopped: {code:?}: {reason}"));
+            let purged = matches!(
+                code,
+                RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight
+            );
+            if purged && !message.contains("the producer stopped") {
+                if let Some(stopped) = self.stopped_because(topic) {
+                    message.push_str(&format!("; {stopped}"));
+                }
+            } else if let Some((fatal, _)) = self.producer.client().fatal_error() {
+                if crate::kafka_acl::is_denied(fatal) && !message.contains("Kafka denied") {
+                    message.push_str(&format!("; {}", context::denied_to_producer(fatal, topic)));
                 }
             }
         }
         delivery
+    }
+
+    /// Why the producer stopped (its fatal error), with the ACL to grant
+    /// when Kafka refused it something, e.g. the idempotent producer's id.
+    fn stopped_because(&self, topic: &str) -> Option<String> {
+        let (code, reason) = self.producer.client().fatal_error()?;
+        let mut stopped = format!("the producer stopped: {code:?}: {reason}");
+        if crate::kafka_acl::is_denied(code) {
+            stopped.push_str("; ");
+            stopped.push_str(&context::denied_to_producer(code, topic));
+        }
+        Some(stopped)
     }
 
     /// Records (and requests) librdkafka has not finished with, including
@@ -327,10 +350,17 @@ fn partition_count(producer: &Inner, topic: &str, timeout: Duration) -> Result<u
             // Missing, or being auto-created: ask again.
             TopicMetadata::NotYet { why } => why,
             TopicMetadata::Failed(code) => {
+                // Metadata of a topic needs Describe, which Write implies.
+                let message = crate::kafka_acl::denied(
+                    code,
+                    &format!("Describe on topic \"{topic}\""),
+                    &[crate::kafka_acl::Acl::topic("Write", topic)],
+                )
+                .unwrap_or_else(|| code.to_string());
                 return Err(SinkError::Metadata {
                     topic: topic.to_owned(),
                     code: Some(code),
-                    message: code.to_string(),
+                    message,
                 });
             }
         };

@@ -12,6 +12,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::KafkaConfig;
@@ -30,6 +31,9 @@ const MAX_ERRORS_KEPT: usize = 20;
 
 /// `walrelay verify`'s reader: the one builder of Kafka client properties
 /// ([`crate::kafka_client`], secrets resolved), with a group id of its own.
+/// librdkafka assigns partitions only to a consumer with a group id; the
+/// reader never joins, commits or fetches offsets, so it needs no ACL on
+/// the group, and a refusal to look the group up is ignored.
 fn consumer_config(kafka: &KafkaConfig) -> anyhow::Result<ClientConfig> {
     let mut c =
         crate::kafka_client::client_config(kafka, crate::kafka_client::KafkaClient::Verify)?;
@@ -51,6 +55,34 @@ fn random_u64() -> u64 {
     h.finish()
 }
 
+/// `walrelay verify` needs Read on each topic it reads (which implies the
+/// Describe its metadata request needs), and no group.
+fn denied(code: rdkafka::types::RDKafkaErrorCode, topic: &str) -> Option<String> {
+    crate::kafka_acl::denied(
+        code,
+        &format!("Read on topic \"{topic}\""),
+        &[crate::kafka_acl::Acl::topic("Read", topic)],
+    )
+}
+
+/// Why the client cannot talk to the brokers, if librdkafka reported a
+/// failed TLS handshake or login among its queued errors (it reports
+/// them through the consumer's queue, not the metadata request's error).
+fn transport_refusal(consumer: &BaseConsumer) -> Option<String> {
+    (0..64).find_map(|_| match consumer.poll(Duration::ZERO)? {
+        Err(e) => match e.rdkafka_error_code()? {
+            RDKafkaErrorCode::SSL => Some(
+                "the TLS handshake with the broker failed (see librdkafka's error above): check \
+                 that ssl.ca.location names the CA that signed the brokers' certificates \
+                 (docs/security.md)"
+                    .to_owned(),
+            ),
+            code => crate::kafka_acl::denied(code, "a metadata request", &[]),
+        },
+        Ok(_) => None,
+    })
+}
+
 /// Which partitions to read, from where.
 fn plan(
     consumer: &BaseConsumer,
@@ -60,14 +92,31 @@ fn plan(
 ) -> anyhow::Result<BTreeMap<(String, i32), Offset>> {
     let md = consumer
         .fetch_metadata(None, timeout)
+        .map_err(|e| match transport_refusal(consumer) {
+            Some(why) => anyhow::anyhow!("{e}; {why}"),
+            None => anyhow::anyhow!(e),
+        })
         .with_context(|| format!("fetching metadata from {bootstrap}"))?;
     let partitions_of = |topic: &str| -> anyhow::Result<Vec<i32>> {
-        match topic_metadata(&md, topic) {
+        let mut found = topic_metadata(&md, topic);
+        if matches!(found, TopicMetadata::NotYet { .. }) {
+            // Metadata of all topics leaves out those the principal may
+            // not describe; asked by name, Kafka says so.
+            if let Ok(named) = consumer.fetch_metadata(Some(topic), timeout) {
+                if let TopicMetadata::Failed(code) = topic_metadata(&named, topic) {
+                    found = TopicMetadata::Failed(code);
+                }
+            }
+        }
+        match found {
             TopicMetadata::Partitions(ids) => Ok(ids),
             TopicMetadata::NotYet { why } => bail!(
                 "topic {topic:?} does not exist on {bootstrap}, or has no partitions yet ({why})"
             ),
-            TopicMetadata::Failed(code) => bail!("topic {topic:?} on {bootstrap}: {code}"),
+            TopicMetadata::Failed(code) => match denied(code, topic) {
+                Some(message) => bail!("{message}"),
+                None => bail!("topic {topic:?} on {bootstrap}: {code}"),
+            },
         }
     };
     let mut plan = BTreeMap::new();
@@ -143,8 +192,20 @@ pub(super) fn read(
                 last_record = Instant::now();
             }
             Some(Err(KafkaError::PartitionEOF(_))) => {}
+            // The group lookup librdkafka makes for any consumer with a
+            // group id; the reader does not use the group.
+            Some(Err(e))
+                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::GroupAuthorizationFailed) =>
+            {
+                tracing::debug!("reading from Kafka (the unused group): {e}");
+            }
             Some(Err(e)) => {
-                let text = e.to_string();
+                let text = match e.rdkafka_error_code() {
+                    Some(code) if crate::kafka_acl::is_denied(code) => {
+                        denied(code, &args.topics.join(", ")).unwrap_or_else(|| e.to_string())
+                    }
+                    _ => e.to_string(),
+                };
                 if !errors.contains(&text) {
                     tracing::warn!("reading from Kafka: {text}");
                     if errors.len() < MAX_ERRORS_KEPT {

@@ -4,25 +4,30 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use super::security::{security_properties, KafkaSecurity, SECURE_LISTENER};
 use crate::cluster::HOST;
 
-/// Where a node listens: the broker listener (clients) and the CONTROLLER
-/// listener (the Raft quorum).
+/// Where a node listens: the broker listener (clients), the CONTROLLER
+/// listener (the Raft quorum) and, on a secured node, the SASL_SSL
+/// listener ([`super::security`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodePorts {
     pub broker: u16,
     pub controller: u16,
+    pub secure: Option<u16>,
 }
 
 /// `server.properties` for node `node_id` of a cluster whose nodes listen
 /// on `all` (node ids 1..=all.len(), every node a voter), with its data in
 /// `data_dir`. Clients are told to connect to `advertised` (`HOST:PORT`),
-/// by default the node's own broker listener.
+/// by default the node's own broker listener. With `security`, the node
+/// also has a SASL_SSL listener on `all[node_id - 1].secure`.
 pub(crate) fn server_properties(
     node_id: usize,
     all: &[NodePorts],
     data_dir: &Path,
     advertised: Option<&str>,
+    security: Option<&KafkaSecurity>,
 ) -> String {
     let me = all[node_id - 1];
     let voters: Vec<String> = all
@@ -37,10 +42,14 @@ pub(crate) fn server_properties(
     set("process.roles", "broker,controller");
     set("node.id", &node_id.to_string());
     set("controller.quorum.voters", &voters.join(","));
+    let secure = match (security, me.secure) {
+        (Some(_), Some(port)) => format!(",{SECURE_LISTENER}://{HOST}:{port}"),
+        _ => String::new(),
+    };
     set(
         "listeners",
         &format!(
-            "PLAINTEXT://{HOST}:{},CONTROLLER://{HOST}:{}",
+            "PLAINTEXT://{HOST}:{},CONTROLLER://{HOST}:{}{secure}",
             me.broker, me.controller
         ),
     );
@@ -48,12 +57,20 @@ pub(crate) fn server_properties(
         Some(a) => a.to_owned(),
         None => format!("{HOST}:{}", me.broker),
     };
-    set("advertised.listeners", &format!("PLAINTEXT://{advertised}"));
+    set(
+        "advertised.listeners",
+        &format!("PLAINTEXT://{advertised}{secure}"),
+    );
     set("controller.listener.names", "CONTROLLER");
     set("inter.broker.listener.name", "PLAINTEXT");
+    let secure_map = if secure.is_empty() {
+        String::new()
+    } else {
+        format!(",{SECURE_LISTENER}:{SECURE_LISTENER}")
+    };
     set(
         "listener.security.protocol.map",
-        "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        &format!("PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{secure_map}"),
     );
     set("log.dirs", &data_dir.display().to_string());
     // The internal topics' defaults (3 replicas, 2 in sync) need three
@@ -68,6 +85,9 @@ pub(crate) fn server_properties(
     }
     // Groups form at once instead of after 3 s (as testcontainers does).
     set("group.initial.rebalance.delay.ms", "0");
+    if let Some(security) = security {
+        s.push_str(&security_properties(security));
+    }
     s
 }
 
@@ -80,8 +100,9 @@ mod tests {
         let ports = [NodePorts {
             broker: 9092,
             controller: 9093,
+            secure: None,
         }];
-        let text = server_properties(1, &ports, Path::new("/tmp/d"), None);
+        let text = server_properties(1, &ports, Path::new("/tmp/d"), None, None);
         for line in [
             "node.id=1",
             "controller.quorum.voters=1@127.0.0.1:9093",
@@ -102,9 +123,10 @@ mod tests {
             .map(|i| NodePorts {
                 broker: 9000 + 2 * i,
                 controller: 9001 + 2 * i,
+                secure: None,
             })
             .collect();
-        let text = server_properties(2, &ports, Path::new("/d"), Some("127.0.0.1:7000"));
+        let text = server_properties(2, &ports, Path::new("/d"), Some("127.0.0.1:7000"), None);
         assert!(text.contains(
             "controller.quorum.voters=1@127.0.0.1:9001,2@127.0.0.1:9003,3@127.0.0.1:9005"
         ));
@@ -112,5 +134,35 @@ mod tests {
         assert!(text.contains("advertised.listeners=PLAINTEXT://127.0.0.1:7000\n"));
         assert!(text.contains("listeners=PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9003\n"));
         assert!(!text.contains("replication.factor"), "{text}");
+        assert!(
+            !text.contains("SASL") && !text.contains("authorizer"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_secured_node_adds_a_sasl_ssl_listener_and_the_authorizer() {
+        let ports = [NodePorts {
+            broker: 9092,
+            controller: 9093,
+            secure: Some(9094),
+        }];
+        let security = KafkaSecurity {
+            ca_pem: String::new(),
+            cert_pem: "C".into(),
+            key_pem: "K".into(),
+            users: Vec::new(),
+            super_users: Vec::new(),
+        };
+        let text = server_properties(1, &ports, Path::new("/d"), None, Some(&security));
+        for line in [
+            "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SASL_SSL://127.0.0.1:9094",
+            "advertised.listeners=PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9094",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "super.users=User:ANONYMOUS",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
     }
 }

@@ -8,7 +8,9 @@
 //! directory (`WALRELAY_KEEP_BROKER=1` keeps it). Settings are Kafka's
 //! defaults except what a small cluster needs ([`config`]). One node is
 //! what the suites use today; [`KafkaOptions::nodes`] is there for a
-//! three-node cluster.
+//! three-node cluster. [`KafkaOptions::security`] adds a SASL_SSL listener
+//! with SCRAM users and the standard authorizer ([`security`]), and
+//! [`KafkaCluster::grant`] / [`KafkaCluster::revoke`] the ACLs ([`acl`]).
 //!
 //! Unlike Tansu: the high watermark is the offset after the last record,
 //! `read_committed` hides aborted transactions, partitions can be added,
@@ -27,11 +29,16 @@ use crate::cluster::HOST;
 use crate::kafka::client_config;
 use cluster_id::random_cluster_id;
 
+mod acl;
 mod cluster_id;
 mod config;
 mod home;
 mod node;
+mod security;
 mod shared;
+
+pub use acl::{AclOperation, AclResource};
+pub use security::{KafkaSecurity, ScramUser, SCRAM_MECHANISM};
 
 pub use config::NodePorts;
 pub use home::{KafkaHome, KAFKA_HOME_ENV, KAFKA_VERSION};
@@ -64,6 +71,9 @@ pub struct KafkaOptions {
     /// over the defaults), e.g. a shorter `broker.session.timeout.ms` so a
     /// killed broker leaves the in-sync sets sooner.
     pub server_properties: Vec<(String, String)>,
+    /// A SASL_SSL listener, SCRAM users and the authorizer
+    /// ([`KafkaSecurity`]); none by default.
+    pub security: Option<KafkaSecurity>,
 }
 
 impl Default for KafkaOptions {
@@ -73,6 +83,7 @@ impl Default for KafkaOptions {
             advertise: None,
             features: Vec::new(),
             server_properties: Vec::new(),
+            security: None,
         }
     }
 }
@@ -84,6 +95,7 @@ impl std::fmt::Debug for KafkaOptions {
             .field("advertise", &self.advertise.is_some())
             .field("features", &self.features)
             .field("server_properties", &self.server_properties)
+            .field("security", &self.security)
             .finish()
     }
 }
@@ -109,6 +121,7 @@ pub struct KafkaCluster {
     cluster_id: String,
     nodes: Vec<KafkaNode>,
     started_in: Duration,
+    security: Option<KafkaSecurity>,
 }
 
 impl KafkaCluster {
@@ -137,6 +150,7 @@ impl KafkaCluster {
                 cluster_id: random_cluster_id(),
                 nodes: Vec::new(),
                 started_in: Duration::ZERO,
+                security: opts.security.clone(),
             };
             match cluster.boot(&opts) {
                 Ok(()) => {
@@ -167,27 +181,35 @@ impl KafkaCluster {
 
     fn boot(&mut self, opts: &KafkaOptions) -> anyhow::Result<()> {
         let n = opts.nodes;
+        let per_node = if opts.security.is_some() { 3 } else { 2 };
         // Held until all are chosen, so that they differ.
-        let listeners = (0..2 * n)
+        let listeners = (0..per_node * n)
             .map(|_| std::net::TcpListener::bind((HOST, 0)))
             .collect::<Result<Vec<_>, _>>()
             .context("binding 127.0.0.1:0 to find ports")?;
-        let mut chosen = Vec::with_capacity(2 * n);
+        let mut chosen = Vec::with_capacity(per_node * n);
         for l in &listeners {
             chosen.push(l.local_addr()?.port());
         }
         drop(listeners);
         let ports: Vec<NodePorts> = chosen
-            .chunks(2)
+            .chunks(per_node)
             .map(|p| NodePorts {
                 broker: p[0],
                 controller: p[1],
+                secure: p.get(2).copied(),
             })
             .collect();
         for id in 1..=n {
             let advertised = opts.advertise.as_ref().map(|f| f(id, ports[id - 1].broker));
             let dir = self.dir.join(format!("node-{id}"));
-            let node = KafkaNode::new(id, &ports, dir, advertised.as_deref())?;
+            let node = KafkaNode::new(
+                id,
+                &ports,
+                dir,
+                advertised.as_deref(),
+                opts.security.as_ref(),
+            )?;
             if !opts.server_properties.is_empty() {
                 let path = node.dir().join("server.properties");
                 let mut text = std::fs::read_to_string(&path)?;
@@ -203,7 +225,16 @@ impl KafkaCluster {
             let handles: Vec<_> = self
                 .nodes
                 .iter()
-                .map(|node| s.spawn(|| node.format(&self.home, &self.cluster_id, &opts.features)))
+                .map(|node| {
+                    s.spawn(|| {
+                        node.format(
+                            &self.home,
+                            &self.cluster_id,
+                            self.security.as_ref(),
+                            &opts.features,
+                        )
+                    })
+                })
                 .collect();
             handles
                 .into_iter()
@@ -286,6 +317,56 @@ impl KafkaCluster {
             .map(|n| format!("{HOST}:{}", n.port()))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Every node's SASL_SSL listener, comma-separated, for clients'
+    /// `bootstrap.servers` on a secured cluster.
+    pub fn secure_bootstrap_servers(&self) -> anyhow::Result<String> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                n.secure_port()
+                    .map(|p| format!("{HOST}:{p}"))
+                    .ok_or_else(|| anyhow!("the cluster was started without security"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map(|v| v.join(","))
+    }
+
+    /// The CA certificate (PEM) clients of a secured cluster trust.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.security.as_ref().map(|s| s.ca_pem.as_str())
+    }
+
+    /// Allows `principal` (`User:name`) `operations` on `resource`; returns
+    /// once the broker enforces it.
+    pub fn grant(
+        &self,
+        principal: &str,
+        resource: &AclResource,
+        operations: &[AclOperation],
+    ) -> anyhow::Result<()> {
+        acl::grant(&self.bootstrap_servers(), principal, resource, operations)
+    }
+
+    /// Takes back what [`KafkaCluster::grant`] allowed; returns once the
+    /// broker enforces it.
+    pub fn revoke(
+        &self,
+        principal: &str,
+        resource: &AclResource,
+        operations: &[AclOperation],
+    ) -> anyhow::Result<()> {
+        acl::revoke(&self.bootstrap_servers(), principal, resource, operations)
+    }
+
+    /// The operations allowed to `principal` on `resource`.
+    pub fn allowed(
+        &self,
+        principal: &str,
+        resource: &AclResource,
+    ) -> anyhow::Result<Vec<AclOperation>> {
+        acl::allowed(&self.bootstrap_servers(), principal, resource)
     }
 
     /// The nodes, by id (node `i` at index `i - 1`).

@@ -14,6 +14,7 @@ use anyhow::{bail, Context};
 
 use super::config::{server_properties, NodePorts};
 use super::home::KafkaHome;
+use super::security::KafkaSecurity;
 use crate::broker::util::{keep_broker, kill_child, last_lines};
 
 /// The JVM heap of a test node.
@@ -44,18 +45,21 @@ struct Process {
 
 impl KafkaNode {
     /// Writes `server.properties` for node `id` of `all` into `dir`
-    /// (advertising `advertised` instead of its own listener, if given).
+    /// (advertising `advertised` instead of its own listener, if given;
+    /// secured by `security`, if given).
     pub(crate) fn new(
         id: usize,
         all: &[NodePorts],
         dir: PathBuf,
         advertised: Option<&str>,
+        security: Option<&KafkaSecurity>,
     ) -> anyhow::Result<KafkaNode> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let data = dir.join("data");
-        std::fs::write(
-            dir.join("server.properties"),
-            server_properties(id, all, &data, advertised),
+        // Holds the node's TLS key: readable by its owner only.
+        crate::tls::write_private_file(
+            &dir.join("server.properties"),
+            server_properties(id, all, &data, advertised, security).as_bytes(),
         )?;
         Ok(KafkaNode {
             id,
@@ -73,6 +77,11 @@ impl KafkaNode {
     /// The broker listener's port (clients connect here).
     pub fn port(&self) -> u16 {
         self.ports.broker
+    }
+
+    /// The SASL_SSL listener's port, on a secured node.
+    pub fn secure_port(&self) -> Option<u16> {
+        self.ports.secure
     }
 
     /// The CONTROLLER listener's port.
@@ -102,17 +111,20 @@ impl KafkaNode {
     }
 
     /// `kafka.tools.StorageTool format` of the node's data directory for
-    /// `cluster_id` (with the static voters of its configuration).
+    /// `cluster_id` (with the static voters of its configuration), creating
+    /// the SCRAM users of `security` and setting `features`.
     pub(crate) fn format(
         &self,
         home: &KafkaHome,
         cluster_id: &str,
+        security: Option<&KafkaSecurity>,
         features: &[(String, u16)],
     ) -> anyhow::Result<()> {
         let mut cmd = home.java("256m")?;
         cmd.arg("kafka.tools.StorageTool")
             .args(["format", "--ignore-formatted", "-t", cluster_id, "-c"])
-            .arg(self.dir.join("server.properties"));
+            .arg(self.dir.join("server.properties"))
+            .args(security.map(KafkaSecurity::format_args).unwrap_or_default());
         for (name, level) in features {
             cmd.arg("--feature").arg(format!("{name}={level}"));
         }
