@@ -20,7 +20,7 @@ use super::job::{run_job, Done, Job, JobKind, JobResult, TopicPartition};
 use super::partition::{may_hold, Partition, Queued, Step};
 use super::{Apply, LoopError, StoppedPartition};
 use crate::apply::BatchError;
-use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels};
+use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels, Phase};
 use crate::outage::is_outage;
 use crate::parked::ParkUnkeyedError;
 use crate::pool::{Database, Pool};
@@ -55,6 +55,61 @@ pub(super) struct Driver<'a> {
     stopped: Vec<StoppedPartition>,
     /// Offsets were stored since the last commit.
     stored: bool,
+    clock: PhaseClock,
+}
+
+/// Adds up where the partitions' time goes ([`LoopMetrics::phase_seconds`]):
+/// the phases seen when the loop starts waiting hold until it wakes.
+struct PhaseClock {
+    counters: Vec<prometheus_client::metrics::counter::Counter<f64, std::sync::atomic::AtomicU64>>,
+    /// Partitions per phase (index in [`Phase::ALL`]) since `since`.
+    counts: [u32; Phase::ALL.len()],
+    since: Instant,
+}
+
+impl PhaseClock {
+    fn new(metrics: &LoopMetrics) -> PhaseClock {
+        PhaseClock {
+            counters: Phase::ALL.iter().map(|p| metrics.phase(*p)).collect(),
+            counts: [0; Phase::ALL.len()],
+            since: Instant::now(),
+        }
+    }
+
+    /// Adds the time since the last snapshot to its phases.
+    fn tick(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.since).as_secs_f64();
+        self.since = now;
+        for (count, counter) in self.counts.iter().zip(&self.counters) {
+            if *count > 0 {
+                counter.inc_by(dt * f64::from(*count));
+            }
+        }
+    }
+
+    /// The phases from now on.
+    fn snapshot(&mut self, phases: impl Iterator<Item = Phase>) {
+        self.counts = [0; Phase::ALL.len()];
+        for phase in phases {
+            if let Some(i) = Phase::ALL.iter().position(|p| *p == phase) {
+                self.counts[i] += 1;
+            }
+        }
+    }
+
+    /// Adds a finished job's own measurements.
+    fn job(&self, connecting: Duration, handler: Duration, total: Duration) {
+        let commit = total.saturating_sub(connecting + handler);
+        for (phase, d) in [
+            (Phase::Connecting, connecting),
+            (Phase::Handler, handler),
+            (Phase::Commit, commit),
+        ] {
+            if let Some(i) = Phase::ALL.iter().position(|p| *p == phase) {
+                self.counters[i].inc_by(d.as_secs_f64());
+            }
+        }
+    }
 }
 
 impl<'a> Driver<'a> {
@@ -72,6 +127,7 @@ impl<'a> Driver<'a> {
             store,
             pool: Pool::new(database, settings.pool_size),
             settings,
+            clock: PhaseClock::new(&metrics),
             metrics,
             partitions: HashMap::new(),
             generation: 0,
@@ -99,6 +155,7 @@ impl<'a> Driver<'a> {
         let mut ticker = tokio::time::interval(self.settings.commit_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.clock.tick(Instant::now());
             if *shutdown.borrow_and_update() {
                 break;
             }
@@ -123,6 +180,10 @@ impl<'a> Driver<'a> {
             for job in ready.drain(..) {
                 jobs.push(run_job(apply, self.store, job));
             }
+            let now = Instant::now();
+            let settings = &self.settings;
+            self.clock
+                .snapshot(self.partitions.values().map(|p| p.phase(settings, now, hold)));
             let sleep = async {
                 match wake {
                     Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -385,10 +446,15 @@ impl<'a> Driver<'a> {
             records,
             client,
             started,
+            connecting,
+            handler,
+            ended,
             parking,
             result,
         } = done;
         let now = Instant::now();
+        self.clock
+            .job(connecting, handler, ended.saturating_duration_since(started));
         let lost_connection = client.as_ref().is_none_or(Client::is_closed);
         self.pool.give_back(client);
         let Some(p) = self

@@ -28,6 +28,7 @@ use walrelay_contract::EventKey;
 use crate::apply::Park;
 use crate::batch;
 use crate::meta::{MetaError, RecordMeta};
+use crate::metrics::Phase;
 use crate::settings::{OnPoison, Settings};
 use crate::store::Position;
 
@@ -205,6 +206,34 @@ impl Partition {
             && self.stopped.is_none()
             && self.queue.len() <= s.max_batch_records
             && self.queued_bytes <= s.max_batch_bytes
+    }
+
+    /// What the partition is waiting for, after the loop started what it
+    /// could (see [`Phase`]); `hold`: the loop takes no records now.
+    pub(crate) fn phase(&self, s: &Settings, now: Instant, hold: bool) -> Phase {
+        if self.stopped.is_some() {
+            Phase::Stopped
+        } else if self.busy {
+            Phase::InFlight
+        } else if self.queue.is_empty() {
+            if self.paused {
+                Phase::Paused
+            } else if hold {
+                Phase::Holding
+            } else {
+                Phase::Polling
+            }
+        } else if self.retry_at.is_some_and(|at| at > now)
+            || (self.failing.is_none()
+                && !s.batch_linger.is_zero()
+                && self.queue.len() < s.max_batch_records
+                && self.oldest.is_some_and(|o| o + s.batch_linger > now))
+        {
+            Phase::Backoff
+        } else {
+            // Ready: only a connection is missing.
+            Phase::Pool
+        }
     }
 
     /// Raises the cached marks.
