@@ -160,7 +160,7 @@ pub struct PhaseLabels {
 
 /// What an assigned partition is doing, for [`LoopMetrics::phase_seconds`].
 ///
-/// A partition without a batch in flight is in one of the first six; the
+/// A partition without a batch in flight is in one of the first five; the
 /// time of a batch in flight is split by the batch itself into the last
 /// three, and [`Phase::InFlight`] counts it as the loop saw it (from the
 /// start of the batch to the loop acting on its outcome), so `in_flight`
@@ -169,11 +169,9 @@ pub struct PhaseLabels {
 pub enum Phase {
     /// Waiting for records from Kafka, with room for them.
     Polling,
-    /// Records may be waiting in librdkafka, but the loop takes none for a
-    /// moment (every busy partition is full).
-    Holding,
     /// Paused in Kafka (its prefetched records discarded), nothing queued
-    /// to apply.
+    /// to apply: only a partition without a queue of its own (see
+    /// docs/consumer.md, flow control).
     Paused,
     /// Waiting for a retry (backoff) or for more records (linger).
     Backoff,
@@ -194,9 +192,8 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in report order.
-    pub const ALL: [Phase; 10] = [
+    pub const ALL: [Phase; 9] = [
         Phase::Polling,
-        Phase::Holding,
         Phase::Paused,
         Phase::Backoff,
         Phase::Pool,
@@ -211,7 +208,6 @@ impl Phase {
     pub fn name(self) -> &'static str {
         match self {
             Phase::Polling => "polling",
-            Phase::Holding => "holding",
             Phase::Paused => "paused",
             Phase::Backoff => "backoff",
             Phase::Pool => "pool",

@@ -168,7 +168,7 @@ pub struct ConsumerRun {
     pub batches: Option<u64>,
     pub pauses: Option<u64>,
     /// walrelay's consumer: partition-seconds per phase of its loop
-    /// (`LoopMetrics::time_breakdown`: polling, holding, paused, ...).
+    /// (`LoopMetrics::time_breakdown`: polling, paused, pool, ...).
     pub phases: Option<Vec<(String, f64)>>,
 }
 

@@ -254,9 +254,8 @@ pub fn markdown(runs: &[ConsumerRun], latency: &[ConsumerLatencyRun]) -> String 
 /// Where walrelay's consumer loop spent its time: each phase's share of
 /// the partition-seconds (medians over the repeats).
 fn phase_table(s: &mut String, runs: &[ConsumerRun]) {
-    const SHOWN: [&str; 9] = [
+    const SHOWN: [&str; 8] = [
         "polling",
-        "holding",
         "paused",
         "backoff",
         "pool",
@@ -290,9 +289,8 @@ fn phase_table(s: &mut String, runs: &[ConsumerRun]) {
         s,
         "\nWhere walrelay's consumer loop spent its time: each phase's share of the \
          partition-seconds (every assigned partition counts one second per second). \
-         polling: waiting for records with room for them; holding: the loop took no records \
-         (every busy partition full); paused: paused in Kafka with nothing to apply (a \
-         refetch); backoff: retry or linger; pool: a batch ready, no free connection; then a \
+         polling: waiting for records with room for them; paused: paused in Kafka with \
+         nothing to apply (a refetch); backoff: retry or linger; pool: a batch ready, no free connection; then a \
          batch in flight: connecting, handler, commit (marks and `COMMIT`), loop (the \
          finished batch waiting for the loop to act on it).\n"
     );
@@ -324,7 +322,6 @@ fn phase_shares(phases: &[(String, f64)]) -> Vec<f64> {
     let job = get("connecting") + get("handler") + get("commit");
     let values = [
         get("polling"),
-        get("holding"),
         get("paused"),
         get("backoff"),
         get("pool"),
