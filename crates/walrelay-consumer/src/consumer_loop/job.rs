@@ -2,7 +2,6 @@
 //! record without walrelay's headers, each on a leased connection, and
 //! what each reports back when it finishes.
 
-use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
@@ -67,7 +66,8 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
     let parking = matches!(&kind, JobKind::Batch { park: Some(_), .. });
     let leased = lease.client().await;
     let connecting = started.elapsed();
-    let handler = Cell::new(Duration::ZERO);
+    // Not a `Cell`: the loop's future must stay `Send`.
+    let mut handler = Duration::ZERO;
     let mut client = match leased {
         Ok(client) => client,
         Err(e) => {
@@ -111,7 +111,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
                     async |tx, new| {
                         let t = Instant::now();
                         let result = apply.apply(tx, new).await;
-                        handler.set(handler.get() + t.elapsed());
+                        handler += t.elapsed();
                         result
                     },
                 )
@@ -132,7 +132,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
         client: Some(client),
         started,
         connecting,
-        handler: handler.get(),
+        handler,
         ended: Instant::now(),
         parking,
         result,
