@@ -63,7 +63,8 @@ enum Woke<E> {
     /// A rebalance, a timer: nothing to act on but the loop's own checks.
     Nothing,
     Tick,
-    Job(Done<E>),
+    /// Boxed: one allocation per batch keeps the others small.
+    Job(Box<Done<E>>),
     /// From the consumer's main queue: events are served by the poll; a
     /// record comes only for a partition without a queue of its own.
     Main(Result<OwnedMessage, KafkaError>),
@@ -224,7 +225,7 @@ impl<'a> Driver<'a> {
                 }
                 // A rebalance without a record: acted on at the loop's top.
                 () = consumer.context().rebalanced() => Woke::Nothing,
-                Some(done) = jobs.next(), if !jobs.is_empty() => Woke::Job(done),
+                Some(done) = jobs.next(), if !jobs.is_empty() => Woke::Job(Box::new(done)),
                 _ = ticker.tick() => Woke::Tick,
                 () = sleep => Woke::Nothing,
                 // Polled all the time: serves rebalances and keeps the
@@ -236,7 +237,7 @@ impl<'a> Driver<'a> {
                 Woke::Shutdown => break,
                 Woke::Nothing => {}
                 Woke::Tick => self.commit_async(),
-                Woke::Job(done) => self.finish(done),
+                Woke::Job(done) => self.finish(*done),
                 Woke::Main(received) => {
                     self.apply_rebalances(&mut queues);
                     match received {
