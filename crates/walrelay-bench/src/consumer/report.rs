@@ -357,6 +357,40 @@ mod tests {
     }
 
     #[test]
+    fn the_phase_table_shows_each_phase_as_a_share_and_what_the_loop_added() {
+        let phases: Vec<(String, f64)> = [
+            ("polling", 1.0),
+            ("paused", 0.0),
+            ("in_flight", 9.0),
+            ("connecting", 1.0),
+            ("handler", 4.0),
+            ("commit", 3.0),
+        ]
+        .into_iter()
+        .map(|(p, s)| (p.to_owned(), s))
+        .collect();
+        // polling, paused, backoff, pool, connecting, handler, commit, loop
+        let shares = phase_shares(&phases);
+        let expected = [0.1, 0.0, 0.0, 0.0, 0.1, 0.4, 0.3, 0.1];
+        for (got, want) in shares.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-9, "{shares:?}");
+        }
+        let mut runs = vec![run(Consumer::WalrelayBatch, 50_000.0, 10.0, 4)];
+        runs[0].phases = Some(phases);
+        let mut s = String::new();
+        phase_table(&mut s, &runs);
+        assert!(
+            s.contains(
+                "| walrelay, batch handler | 4 | 10% | 0% | 0% | 0% | 10% | 40% | 30% | 10% |"
+            ),
+            "{s}"
+        );
+        let mut none = String::new();
+        phase_table(&mut none, &[run(Consumer::ApplyLimit, 1.0, 1.0, 0)]);
+        assert!(none.is_empty(), "no table without walrelay's breakdown");
+    }
+
+    #[test]
     fn targets_compare_walrelay_with_the_references_of_the_same_run() {
         let one = |c, rate| ConsumerRun {
             partitions: 1,
