@@ -134,8 +134,10 @@ pub struct LoopMetrics {
     pub batches: Counter<u64, AtomicU64>,
     /// Times a partition was paused in Kafka. Each pause makes librdkafka
     /// discard what it prefetched for the partition and fetch it again on
-    /// resume, so a count that grows with the traffic means the loop
-    /// waits on refetches (see docs/consumer.md, flow control).
+    /// resume. Flow control no longer pauses (a full partition's own
+    /// queue is just not read); what remains is a partition stopped by a
+    /// poison record, or one librdkafka gave no queue of its own (see
+    /// docs/consumer.md, flow control).
     pub pauses: Counter<u64, AtomicU64>,
     /// The commit LSN (high 64 bits of the key) of each mark.
     pub hwm_commit_lsn: Family<MarkLabels, Gauge<i64, AtomicI64>>,
