@@ -22,7 +22,9 @@
 //!   `walrelay_consumer::Settings`.
 //!
 //! SIGTERM or SIGINT stops it gracefully (finish the batches in flight,
-//! commit offsets, leave the group). A partition stopped by a poison record
+//! commit offsets, leave the group) and prints what it applied and where
+//! the partitions' time went (partition-seconds per phase, see
+//! `walrelay_consumer::Phase`). A partition stopped by a poison record
 //! makes the process exit 1 at shutdown.
 
 use anyhow::{bail, Context, Result};
@@ -201,6 +203,7 @@ async fn main() -> Result<()> {
     let consumer = ConsumerLoop::new(kafka, &topics, PgHwmStore::new(), database)?
         .with_settings(args.settings);
     let counters = consumer.counters();
+    let metrics = consumer.metrics();
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -222,6 +225,14 @@ async fn main() -> Result<()> {
         "stopped: {} processed, {} duplicates skipped, {} gaps, {} parked, {} failed attempts",
         c.processed, c.duplicates, c.gaps, c.parked, c.errors
     );
+    // Where the partitions' time went (partition-seconds per phase).
+    let phases: Vec<String> = metrics
+        .time_breakdown()
+        .into_iter()
+        .filter(|(_, seconds)| *seconds > 0.0)
+        .map(|(phase, seconds)| format!("{} {seconds:.2}", phase.name()))
+        .collect();
+    println!("partition-seconds: {}", phases.join(", "));
     result?;
     Ok(())
 }

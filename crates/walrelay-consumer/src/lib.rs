@@ -155,7 +155,7 @@ pub use apply::{BatchError, BatchOutcome};
 pub use consumer_loop::{ConfigError, ConsumerLoop, LoopError, StoppedPartition};
 pub use delivery::Delivery;
 pub use meta::{MetaError, RecordMeta};
-pub use metrics::{Counters, CountersSnapshot, LoopMetrics};
+pub use metrics::{Counters, CountersSnapshot, LoopMetrics, Phase, PhaseLabels};
 pub use parked::{redrive, ParkUnkeyedError, RedriveReport};
 pub use pool::Database;
 pub use settings::{OnPoison, RetryPolicy, Settings};

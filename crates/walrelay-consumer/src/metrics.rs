@@ -134,8 +134,10 @@ pub struct LoopMetrics {
     pub batches: Counter<u64, AtomicU64>,
     /// Times a partition was paused in Kafka. Each pause makes librdkafka
     /// discard what it prefetched for the partition and fetch it again on
-    /// resume, so a count that grows with the traffic means the loop
-    /// waits on refetches (see docs/consumer.md, flow control).
+    /// resume. Flow control no longer pauses (a full partition's own
+    /// queue is just not read); what remains is a partition stopped by a
+    /// poison record, or one librdkafka gave no queue of its own (see
+    /// docs/consumer.md, flow control).
     pub pauses: Counter<u64, AtomicU64>,
     /// The commit LSN (high 64 bits of the key) of each mark.
     pub hwm_commit_lsn: Family<MarkLabels, Gauge<i64, AtomicI64>>,
@@ -144,6 +146,80 @@ pub struct LoopMetrics {
     pub lag_records: Family<PartitionLabels, Gauge<i64, AtomicI64>>,
     /// 1 while a partition is stopped by a poison record.
     pub stopped: Family<PartitionLabels, Gauge<i64, AtomicI64>>,
+    /// Where the assigned partitions' time went, in partition-seconds
+    /// (each assigned partition adds one second per second, to the
+    /// [`Phase`] it is in): a throughput problem shows as the phase that
+    /// is not the handler.
+    pub phase_seconds: Family<PhaseLabels, Counter<f64, AtomicU64>>,
+}
+
+/// Labels of [`LoopMetrics::phase_seconds`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// [`Phase::name`].
+    pub phase: String,
+}
+
+/// What an assigned partition is doing, for [`LoopMetrics::phase_seconds`].
+///
+/// A partition without a batch in flight is in one of the first five; the
+/// time of a batch in flight is split by the batch itself into the last
+/// three, and [`Phase::InFlight`] counts it as the loop saw it (from the
+/// start of the batch to the loop acting on its outcome), so `in_flight`
+/// minus the three is the time a finished batch waited for the loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Waiting for records from Kafka, with room for them.
+    Polling,
+    /// Paused in Kafka (its prefetched records discarded), nothing queued
+    /// to apply: only a partition without a queue of its own (see
+    /// docs/consumer.md, flow control).
+    Paused,
+    /// Waiting for a retry (backoff) or for more records (linger).
+    Backoff,
+    /// A batch is ready but every connection of the pool is busy.
+    Pool,
+    /// Stopped by a poison record.
+    Stopped,
+    /// A batch in flight, as the loop saw it.
+    InFlight,
+    /// Of a batch in flight: waiting for its connection (connecting).
+    Connecting,
+    /// Of a batch in flight: in the service's handler.
+    Handler,
+    /// Of a batch in flight: the rest of its transaction (locking and
+    /// raising the marks, dropping duplicates, `COMMIT`).
+    Commit,
+}
+
+impl Phase {
+    /// Every phase, in report order.
+    pub const ALL: [Phase; 9] = [
+        Phase::Polling,
+        Phase::Paused,
+        Phase::Backoff,
+        Phase::Pool,
+        Phase::Stopped,
+        Phase::InFlight,
+        Phase::Connecting,
+        Phase::Handler,
+        Phase::Commit,
+    ];
+
+    /// The `phase` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Polling => "polling",
+            Phase::Paused => "paused",
+            Phase::Backoff => "backoff",
+            Phase::Pool => "pool",
+            Phase::Stopped => "stopped",
+            Phase::InFlight => "in_flight",
+            Phase::Connecting => "connecting",
+            Phase::Handler => "handler",
+            Phase::Commit => "commit",
+        }
+    }
 }
 
 impl Default for LoopMetrics {
@@ -161,11 +237,29 @@ impl Default for LoopMetrics {
             hwm_commit_lsn: Family::default(),
             lag_records: Family::default(),
             stopped: Family::default(),
+            phase_seconds: Family::default(),
         }
     }
 }
 
 impl LoopMetrics {
+    /// The counter of one phase (shared: adding to it adds to the metric).
+    pub fn phase(&self, phase: Phase) -> Counter<f64, AtomicU64> {
+        self.phase_seconds
+            .get_or_create(&PhaseLabels {
+                phase: phase.name().to_owned(),
+            })
+            .clone()
+    }
+
+    /// Partition-seconds per phase so far, in [`Phase::ALL`] order.
+    pub fn time_breakdown(&self) -> Vec<(Phase, f64)> {
+        Phase::ALL
+            .into_iter()
+            .map(|p| (p, self.phase(p).get()))
+            .collect()
+    }
+
     /// Registers the metrics (shared, not copied) into `registry`.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("walrelay_consumer");
@@ -208,6 +302,11 @@ impl LoopMetrics {
             "partition_stopped",
             "1 while a partition is stopped by a poison record",
             self.stopped.clone(),
+        );
+        r.register(
+            "partition_seconds",
+            "Partition-seconds per phase: what the assigned partitions waited for",
+            self.phase_seconds.clone(),
         );
     }
 }

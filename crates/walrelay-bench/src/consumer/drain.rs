@@ -117,5 +117,11 @@ pub(super) async fn drain(
         state_bytes,
         batches: applied.metrics.get().map(|m| m.batches.get()),
         pauses: applied.metrics.get().map(|m| m.pauses.get()),
+        phases: applied.metrics.get().map(|m| {
+            m.time_breakdown()
+                .into_iter()
+                .map(|(phase, seconds)| (phase.name().to_owned(), seconds))
+                .collect()
+        }),
     })
 }

@@ -167,6 +167,9 @@ pub struct ConsumerRun {
     /// pauses (each one a refetch of the partition's prefetched records).
     pub batches: Option<u64>,
     pub pauses: Option<u64>,
+    /// walrelay's consumer: partition-seconds per phase of its loop
+    /// (`LoopMetrics::time_breakdown`: polling, paused, pool, ...).
+    pub phases: Option<Vec<(String, f64)>>,
 }
 
 /// One consumer under live load at one rate.
@@ -317,6 +320,19 @@ pub async fn run(
                     python: python.as_deref(),
                 };
                 let run = drain(env, consumer, target, w.events, repeat).await?;
+                if let Some(phases) = &run.phases {
+                    tracing::info!(
+                        "consumer {} p{partitions} #{repeat}: where the time went (partition-seconds over {:.1} s): {}",
+                        consumer.label(),
+                        run.seconds,
+                        phases
+                            .iter()
+                            .filter(|(_, s)| *s > 0.0)
+                            .map(|(p, s)| format!("{p} {s:.2}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
                 tracing::info!(
                     "consumer {} p{partitions} #{repeat}: {:.0} records/s, {:.1} µs cpu/record, {:.1} µs db cpu/record, state {} rows / {} B, batches {:?}, pauses {:?}",
                     consumer.label(),

@@ -213,6 +213,7 @@ pub fn markdown(runs: &[ConsumerRun], latency: &[ConsumerLatencyRun]) -> String 
             opt(m.pauses)
         );
     }
+    phase_table(&mut s, runs);
     if !latency.is_empty() {
         let _ = writeln!(
             s,
@@ -250,6 +251,89 @@ pub fn markdown(runs: &[ConsumerRun], latency: &[ConsumerLatencyRun]) -> String 
     s
 }
 
+/// Where walrelay's consumer loop spent its time: each phase's share of
+/// the partition-seconds (medians over the repeats).
+fn phase_table(s: &mut String, runs: &[ConsumerRun]) {
+    const SHOWN: [&str; 8] = [
+        "polling",
+        "paused",
+        "backoff",
+        "pool",
+        "connecting",
+        "handler",
+        "commit",
+        "loop",
+    ];
+    let mut rows = Vec::new();
+    for (consumer, partitions) in ROWS {
+        let of: Vec<&ConsumerRun> = runs
+            .iter()
+            .filter(|r| r.consumer == consumer && r.partitions == partitions)
+            .collect();
+        let shares: Vec<Vec<f64>> = of
+            .iter()
+            .filter_map(|r| r.phases.as_ref().map(|p| phase_shares(p)))
+            .collect();
+        if shares.is_empty() {
+            continue;
+        }
+        let medians: Vec<f64> = (0..SHOWN.len())
+            .map(|i| Stat::of(shares.iter().map(|s| s[i])).map_or(0.0, |s| s.median))
+            .collect();
+        rows.push((consumer, partitions, medians));
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nWhere walrelay's consumer loop spent its time: each phase's share of the \
+         partition-seconds (every assigned partition counts one second per second). \
+         polling: waiting for records with room for them; paused: paused in Kafka with \
+         nothing to apply (a refetch); backoff: retry or linger; pool: a batch ready, no free connection; then a \
+         batch in flight: connecting, handler, commit (marks and `COMMIT`), loop (the \
+         finished batch waiting for the loop to act on it).\n"
+    );
+    let _ = writeln!(s, "| consumer | partitions | {} |", SHOWN.join(" | "));
+    let _ = writeln!(s, "|---|---:|{}", "---:|".repeat(SHOWN.len()));
+    for (consumer, partitions, medians) in rows {
+        let cells: Vec<String> = medians
+            .iter()
+            .map(|m| format!("{:.0}%", m * 100.0))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {} | {partitions} | {} |",
+            consumer.label(),
+            cells.join(" | ")
+        );
+    }
+}
+
+/// Shares of the shown phases (see [`phase_table`]) in one run's
+/// breakdown; `loop` is the time in flight the batch did not measure.
+fn phase_shares(phases: &[(String, f64)]) -> Vec<f64> {
+    let get = |name: &str| {
+        phases
+            .iter()
+            .find(|(p, _)| p == name)
+            .map_or(0.0, |(_, s)| *s)
+    };
+    let job = get("connecting") + get("handler") + get("commit");
+    let values = [
+        get("polling"),
+        get("paused"),
+        get("backoff"),
+        get("pool"),
+        get("connecting"),
+        get("handler"),
+        get("commit"),
+        (get("in_flight") - job).max(0.0),
+    ];
+    let total: f64 = values.iter().sum::<f64>().max(1e-9);
+    values.iter().map(|v| v / total).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,7 +352,42 @@ mod tests {
             state_bytes: 8192,
             batches: None,
             pauses: None,
+            phases: None,
         }
+    }
+
+    #[test]
+    fn the_phase_table_shows_each_phase_as_a_share_and_what_the_loop_added() {
+        let phases: Vec<(String, f64)> = [
+            ("polling", 1.0),
+            ("paused", 0.0),
+            ("in_flight", 9.0),
+            ("connecting", 1.0),
+            ("handler", 4.0),
+            ("commit", 3.0),
+        ]
+        .into_iter()
+        .map(|(p, s)| (p.to_owned(), s))
+        .collect();
+        // polling, paused, backoff, pool, connecting, handler, commit, loop
+        let shares = phase_shares(&phases);
+        let expected = [0.1, 0.0, 0.0, 0.0, 0.1, 0.4, 0.3, 0.1];
+        for (got, want) in shares.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-9, "{shares:?}");
+        }
+        let mut runs = vec![run(Consumer::WalrelayBatch, 50_000.0, 10.0, 4)];
+        runs[0].phases = Some(phases);
+        let mut s = String::new();
+        phase_table(&mut s, &runs);
+        assert!(
+            s.contains(
+                "| walrelay, batch handler | 4 | 10% | 0% | 0% | 0% | 10% | 40% | 30% | 10% |"
+            ),
+            "{s}"
+        );
+        let mut none = String::new();
+        phase_table(&mut none, &[run(Consumer::ApplyLimit, 1.0, 1.0, 0)]);
+        assert!(none.is_empty(), "no table without walrelay's breakdown");
     }
 
     #[test]

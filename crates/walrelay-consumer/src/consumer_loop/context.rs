@@ -7,6 +7,18 @@
 //! batches) and queues the event; the loop then drops the partitions'
 //! queued records and ignores the results of their batches in flight.
 //!
+//! On assignment the context also splits each assigned partition's queue
+//! off the consumer's main queue ([`StreamConsumer::split_partition_queue`]).
+//! It does so inside the callback, right after librdkafka took the
+//! assignment and before it can fetch anything (fetching waits for the
+//! group's committed offsets): no record of an assigned partition ever
+//! comes through the main queue, which then carries only events
+//! (rebalances, errors). librdkafka keeps the split (an application's
+//! forwarding is never undone by a fetch start); the loop takes its own
+//! handle on the queue when it applies the event, after dropping the
+//! handle of an earlier assignment (dropping a handle disables the wake-up
+//! callback of the queue, which every handle shares).
+//!
 //! A rebalance often comes without a record (the poll that ran the
 //! callback returns nothing), so queueing an event also wakes the loop
 //! ([`LoopContext::rebalanced`]): it acts on the event at once, not when
@@ -15,10 +27,12 @@
 //! a whole; the partition's new owner waits on the same mark rows and
 //! drops whatever it committed as duplicates, so nothing is applied twice.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError, Weak};
 
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, TopicPartitionList};
@@ -39,6 +53,9 @@ pub(crate) struct LoopContext {
     /// Woken when an event is queued.
     queued: tokio::sync::Notify,
     metrics: LoopMetrics,
+    /// The consumer, to split partition queues off on assignment (weak:
+    /// the consumer owns the context).
+    consumer: OnceLock<Weak<StreamConsumer<LoopContext>>>,
 }
 
 impl LoopContext {
@@ -47,7 +64,13 @@ impl LoopContext {
             events: Mutex::new(Vec::new()),
             queued: tokio::sync::Notify::new(),
             metrics,
+            consumer: OnceLock::new(),
         }
+    }
+
+    /// Tells the context its consumer (once, right after creating it).
+    pub(crate) fn attach(&self, consumer: Weak<StreamConsumer<LoopContext>>) {
+        let _ = self.consumer.set(consumer);
     }
 
     fn push(&self, event: RebalanceEvent) {
@@ -129,6 +152,16 @@ impl ConsumerContext for LoopContext {
             Rebalance::Assign(tpl) => {
                 let assigned = partitions(tpl);
                 tracing::info!(?assigned, "partitions assigned");
+                // Still inside the callback: librdkafka has fetched nothing
+                // for these partitions yet. Splitting now is what keeps
+                // their records off the main queue; the handle itself is
+                // dropped, the loop takes its own. (Upgrading cannot fail
+                // while the loop polls: it holds the consumer.)
+                if let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) {
+                    for tp in &assigned {
+                        drop(consumer.split_partition_queue(&tp.0, tp.1));
+                    }
+                }
                 self.push(RebalanceEvent::Assigned(assigned));
             }
             Rebalance::Revoke(_) => {}

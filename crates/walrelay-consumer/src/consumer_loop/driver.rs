@@ -4,44 +4,40 @@
 //! module does the I/O.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
+use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 use tokio_postgres::Client;
 
 use super::context::{LoopContext, RebalanceEvent};
 use super::job::{run_job, Done, Job, JobKind, JobResult, TopicPartition};
-use super::partition::{may_hold, Partition, Queued, Step};
+use super::partition::{Partition, Queued, Step};
 use super::{Apply, LoopError, StoppedPartition};
 use crate::apply::BatchError;
-use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels};
+use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels, Phase};
 use crate::outage::is_outage;
 use crate::parked::ParkUnkeyedError;
 use crate::pool::{Database, Pool};
 use crate::settings::Settings;
 use crate::store::{PgHwmStore, Position};
 
-/// Records taken from librdkafka per wake-up before the loop looks at its
-/// batches again.
+/// Records taken from librdkafka per queue and wake-up before the loop
+/// looks at its batches again.
 const POLL_BURST: usize = 1024;
 
 /// How long a shutdown waits for the batches in flight.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 
-/// How long the loop may stop taking records from Kafka while every busy
-/// partition is full ([`may_hold`]); then it pauses them and polls again,
-/// so rebalances and a slow handler never leave the member unpolled for
-/// long.
-const HOLD_LIMIT: Duration = Duration::from_millis(500);
-
 pub(super) struct Driver<'a> {
-    consumer: &'a StreamConsumer<LoopContext>,
+    consumer: &'a Arc<StreamConsumer<LoopContext>>,
     group: &'a str,
     store: &'a PgHwmStore,
     pool: Pool,
@@ -55,11 +51,83 @@ pub(super) struct Driver<'a> {
     stopped: Vec<StoppedPartition>,
     /// Offsets were stored since the last commit.
     stored: bool,
+    clock: PhaseClock,
+}
+
+/// A partition's own queue of records.
+type PartitionQueue = StreamPartitionQueue<LoopContext>;
+
+/// What woke the loop.
+enum Woke<E> {
+    Shutdown,
+    /// A rebalance, a timer: nothing to act on but the loop's own checks.
+    Nothing,
+    Tick,
+    /// Boxed: one allocation per batch keeps the others small.
+    Job(Box<Done<E>>),
+    /// From the consumer's main queue: events are served by the poll; a
+    /// record comes only for a partition without a queue of its own.
+    Main(Result<OwnedMessage, KafkaError>),
+    Partition(Result<OwnedMessage, KafkaError>),
+}
+
+/// Adds up where the partitions' time goes ([`LoopMetrics::phase_seconds`]):
+/// the phases seen when the loop starts waiting hold until it wakes.
+struct PhaseClock {
+    counters: Vec<prometheus_client::metrics::counter::Counter<f64, std::sync::atomic::AtomicU64>>,
+    /// Partitions per phase (index in [`Phase::ALL`]) since `since`.
+    counts: [u32; Phase::ALL.len()],
+    since: Instant,
+}
+
+impl PhaseClock {
+    fn new(metrics: &LoopMetrics) -> PhaseClock {
+        PhaseClock {
+            counters: Phase::ALL.iter().map(|p| metrics.phase(*p)).collect(),
+            counts: [0; Phase::ALL.len()],
+            since: Instant::now(),
+        }
+    }
+
+    /// Adds the time since the last snapshot to its phases.
+    fn tick(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.since).as_secs_f64();
+        self.since = now;
+        for (count, counter) in self.counts.iter().zip(&self.counters) {
+            if *count > 0 {
+                counter.inc_by(dt * f64::from(*count));
+            }
+        }
+    }
+
+    /// The phases from now on.
+    fn snapshot(&mut self, phases: impl Iterator<Item = Phase>) {
+        self.counts = [0; Phase::ALL.len()];
+        for phase in phases {
+            if let Some(i) = Phase::ALL.iter().position(|p| *p == phase) {
+                self.counts[i] += 1;
+            }
+        }
+    }
+
+    /// Adds a finished job's own measurements.
+    fn job(&self, connecting: Duration, handler: Duration, total: Duration) {
+        let commit = total.saturating_sub(connecting + handler);
+        for (phase, d) in [
+            (Phase::Connecting, connecting),
+            (Phase::Handler, handler),
+            (Phase::Commit, commit),
+        ] {
+            if let Some(i) = Phase::ALL.iter().position(|p| *p == phase) {
+                self.counters[i].inc_by(d.as_secs_f64());
+            }
+        }
+    }
 }
 
 impl<'a> Driver<'a> {
     pub(super) fn new(
-        consumer: &'a StreamConsumer<LoopContext>,
+        consumer: &'a Arc<StreamConsumer<LoopContext>>,
         group: &'a str,
         store: &'a PgHwmStore,
         database: Database,
@@ -72,6 +140,7 @@ impl<'a> Driver<'a> {
             store,
             pool: Pool::new(database, settings.pool_size),
             settings,
+            clock: PhaseClock::new(&metrics),
             metrics,
             partitions: HashMap::new(),
             generation: 0,
@@ -117,62 +186,90 @@ impl<'a> Driver<'a> {
         // loop's future is `Send` whenever the handler's futures are.
         let mut jobs = FuturesUnordered::new();
         let mut ready = Vec::new();
-        let mut last_poll = Instant::now();
+        // Each assigned partition's own librdkafka queue.
+        let mut queues: HashMap<TopicPartition, PartitionQueue> = HashMap::new();
         let mut ticker = tokio::time::interval(self.settings.commit_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.clock.tick(Instant::now());
             if *shutdown.borrow_and_update() {
                 break;
             }
             // Before deciding anything: a revoked partition starts no
-            // batch, an assigned one is resumed.
-            self.apply_rebalances();
+            // batch and loses its queue, an assigned one gets its queue.
+            self.apply_rebalances(&mut queues);
+            // Take what the partitions with room have prefetched.
+            self.read_partitions(&queues);
             let wake = self.start_jobs(&mut ready);
-            let now = Instant::now();
-            let hold = may_hold(self.partitions.values(), &self.settings)
-                && now.duration_since(last_poll) < HOLD_LIMIT;
-            if !hold {
-                last_poll = now;
-            }
-            let wake = if hold {
-                Some(wake.map_or(last_poll + HOLD_LIMIT, |w| w.min(last_poll + HOLD_LIMIT)))
-            } else {
-                wake
-            };
             // After batches finished and new records came: a drained
-            // partition resumes fetching even when nothing else arrives.
-            self.flow_control(hold);
+            // partition without a queue of its own resumes fetching.
+            self.flow_control(&queues);
             for job in ready.drain(..) {
                 jobs.push(run_job(apply, self.store, job));
             }
+            let now = Instant::now();
+            let settings = &self.settings;
+            self.clock
+                .snapshot(self.partitions.values().map(|p| p.phase(settings, now)));
             let sleep = async {
                 match wake {
                     Some(at) => tokio::time::sleep_until(at.into()).await,
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
+            // The first record of any partition with room for more (the
+            // others stay in librdkafka, which stops fetching them).
+            let readable: Vec<_> = queues
+                .iter()
+                .filter(|(tp, _)| {
+                    self.partitions
+                        .get(*tp)
+                        .is_some_and(|p| p.wants_records(&self.settings))
+                })
+                .map(|(_, q)| Box::pin(async move { q.recv().await.map(|m| m.detach()) }))
+                .collect();
+            let any_readable = !readable.is_empty();
+            let record = async move {
+                if readable.is_empty() {
+                    std::future::pending().await
+                } else {
+                    futures_util::future::select_all(readable).await.0
+                }
+            };
+            let woke = tokio::select! {
                 biased;
                 changed = shutdown.changed() => {
                     if changed.is_err() {
-                        break;
+                        Woke::Shutdown
+                    } else {
+                        Woke::Nothing
                     }
                 }
                 // A rebalance without a record: acted on at the loop's top.
-                () = consumer.context().rebalanced() => {}
-                Some(done) = jobs.next(), if !jobs.is_empty() => self.finish(done),
-                _ = ticker.tick() => self.commit_async(),
-                () = sleep => {}
-                received = consumer.recv(), if !hold => {
-                    self.apply_rebalances();
+                () = consumer.context().rebalanced() => Woke::Nothing,
+                Some(done) = jobs.next(), if !jobs.is_empty() => Woke::Job(Box::new(done)),
+                _ = ticker.tick() => Woke::Tick,
+                () = sleep => Woke::Nothing,
+                // Polled all the time: serves rebalances and keeps the
+                // member in the group (`max.poll.interval.ms`).
+                received = consumer.recv() => Woke::Main(received.map(|m| m.detach())),
+                received = record, if any_readable => Woke::Partition(received),
+            };
+            match woke {
+                Woke::Shutdown => break,
+                Woke::Nothing => {}
+                Woke::Tick => self.commit_async(),
+                Woke::Job(done) => self.finish(*done),
+                Woke::Main(received) => {
+                    self.apply_rebalances(&mut queues);
                     match received {
                         Ok(message) => {
-                            self.enqueue(message.detach());
+                            self.enqueue(message);
                             // Take what is already there without waiting.
                             for _ in 0..POLL_BURST {
                                 match consumer.recv().now_or_never() {
                                     Some(Ok(message)) => {
-                                        self.apply_rebalances();
+                                        self.apply_rebalances(&mut queues);
                                         self.enqueue(message.detach());
                                     }
                                     Some(Err(e)) => {
@@ -182,12 +279,14 @@ impl<'a> Driver<'a> {
                                     None => break,
                                 }
                             }
-                            self.apply_rebalances();
+                            self.apply_rebalances(&mut queues);
                         }
                         // librdkafka retries on its own; errors here are reports.
                         Err(e) => self.report(&e),
                     }
                 }
+                Woke::Partition(Ok(message)) => self.enqueue(message),
+                Woke::Partition(Err(e)) => tracing::warn!("Kafka consumer error: {e}"),
             }
         }
         // Finish the batches in flight (they commit or not as a whole).
@@ -212,7 +311,7 @@ impl<'a> Driver<'a> {
     }
 
     /// Copies a polled record into its partition's queue.
-    fn enqueue(&mut self, message: rdkafka::message::OwnedMessage) {
+    fn enqueue(&mut self, message: OwnedMessage) {
         let tp = (message.topic().to_owned(), message.partition());
         let now = Instant::now();
         let partition = match self.partitions.get_mut(&tp) {
@@ -230,17 +329,54 @@ impl<'a> Driver<'a> {
             // a restart.
             return;
         }
+        if !partition.is_new(message.offset()) {
+            tracing::debug!(
+                topic = message.topic(),
+                partition = message.partition(),
+                offset = message.offset(),
+                "record delivered again in the same assignment, dropped"
+            );
+            return;
+        }
         partition.push(Queued::new(message), now);
     }
 
-    /// Pauses partitions with two batches waiting (unless the loop holds
-    /// instead: it takes no records now, so nothing needs pausing),
-    /// resumes drained ones.
-    fn flow_control(&mut self, hold: bool) {
+    /// Takes the records already prefetched for each partition with room,
+    /// up to two batches queued (a full partition's stay in librdkafka).
+    fn read_partitions(&mut self, queues: &HashMap<TopicPartition, PartitionQueue>) {
+        for (tp, queue) in queues {
+            for _ in 0..POLL_BURST {
+                let Some(p) = self.partitions.get(tp) else {
+                    break;
+                };
+                if !p.wants_records(&self.settings) {
+                    break;
+                }
+                match queue.recv().now_or_never() {
+                    Some(Ok(message)) => self.enqueue(message.detach()),
+                    Some(Err(e)) => {
+                        tracing::warn!("Kafka consumer error: {e}");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// For partitions without a queue of their own (their records come
+    /// through the main queue, which is always polled): pauses those with
+    /// two batches waiting, resumes drained ones. Partitions with their own
+    /// queue are never paused for flow control: the loop just stops reading
+    /// them ([`Partition::wants_records`]).
+    fn flow_control(&mut self, queues: &HashMap<TopicPartition, PartitionQueue>) {
         let mut pause = TopicPartitionList::new();
         let mut resume = TopicPartitionList::new();
         for (tp, p) in &mut self.partitions {
-            if !hold && p.should_pause(&self.settings) {
+            if queues.contains_key(tp) {
+                continue;
+            }
+            if p.should_pause(&self.settings) {
                 p.paused = true;
                 pause.add_partition(&tp.0, tp.1);
             } else if p.should_resume(&self.settings) {
@@ -261,7 +397,7 @@ impl<'a> Driver<'a> {
         }
     }
 
-    fn apply_rebalances(&mut self) {
+    fn apply_rebalances(&mut self, queues: &mut HashMap<TopicPartition, PartitionQueue>) {
         for event in self.consumer.context().take() {
             match event {
                 RebalanceEvent::Revoked(revoked) => {
@@ -270,9 +406,28 @@ impl<'a> Driver<'a> {
                         // next owner reads them); a batch in flight is
                         // recognized as stale by its generation.
                         self.partitions.remove(&tp);
+                        queues.remove(&tp);
                     }
                 }
                 RebalanceEvent::Assigned(assigned) => {
+                    for tp in &assigned {
+                        // The handle of an earlier assignment first: dropping
+                        // it disables the queue's wake-ups, which the new
+                        // handle enables again.
+                        queues.remove(tp);
+                        match self.consumer.split_partition_queue(&tp.0, tp.1) {
+                            Some(queue) => {
+                                queues.insert(tp.clone(), queue);
+                            }
+                            None => tracing::warn!(
+                                topic = %tp.0,
+                                partition = tp.1,
+                                "no queue of its own for the partition: its records come \
+                                 through the main queue, and it is paused while two batches \
+                                 wait"
+                            ),
+                        }
+                    }
                     // librdkafka keeps a partition's pause across its
                     // revocation and a new assignment to this member,
                     // while the loop starts it over unpaused: it would
@@ -407,10 +562,18 @@ impl<'a> Driver<'a> {
             records,
             client,
             started,
+            connecting,
+            handler,
+            ended,
             parking,
             result,
         } = done;
         let now = Instant::now();
+        self.clock.job(
+            connecting,
+            handler,
+            ended.saturating_duration_since(started),
+        );
         let lost_connection = client.as_ref().is_none_or(Client::is_closed);
         self.pool.give_back(client);
         let Some(p) = self
@@ -548,7 +711,7 @@ impl<'a> Driver<'a> {
                         failures = n,
                         retry_in = ?p.backoff_left(now),
                         "database unavailable, the batch will be retried on a new connection \
-                         (partition paused once its queue is full; logged at 1, 2, 4, 8... \
+                         (meanwhile the partition reads at most two batches ahead; logged at 1, 2, 4, 8... \
                          failures): {error}"
                     );
                 }
@@ -599,7 +762,7 @@ fn labels(tp: &TopicPartition) -> PartitionLabels {
 
 /// Stores `offset + 1` as the next offset to commit.
 fn store_offset(
-    consumer: &StreamConsumer<LoopContext>,
+    consumer: &Arc<StreamConsumer<LoopContext>>,
     tp: &TopicPartition,
     offset: i64,
     stored: &mut bool,

@@ -2,7 +2,7 @@
 //! record without walrelay's headers, each on a leased connection, and
 //! what each reports back when it finishes.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
@@ -23,6 +23,11 @@ pub(super) struct Done<E> {
     pub(super) records: Vec<Queued>,
     pub(super) client: Option<Client>,
     pub(super) started: Instant,
+    /// Spent waiting for the connection, and in the handler.
+    pub(super) connecting: Duration,
+    pub(super) handler: Duration,
+    /// When the job ended.
+    pub(super) ended: Instant,
     /// The batch parked its last record.
     pub(super) parking: bool,
     pub(super) result: JobResult<E>,
@@ -59,7 +64,11 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
     let started = Instant::now();
     let tp = (position.topic.clone(), position.partition);
     let parking = matches!(&kind, JobKind::Batch { park: Some(_), .. });
-    let mut client = match lease.client().await {
+    let leased = lease.client().await;
+    let connecting = started.elapsed();
+    // Not a `Cell`: the loop's future must stay `Send`.
+    let mut handler = Duration::ZERO;
+    let mut client = match leased {
         Ok(client) => client,
         Err(e) => {
             let result = match kind {
@@ -72,6 +81,9 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
                 records,
                 client: None,
                 started,
+                connecting,
+                handler: Duration::ZERO,
+                ended: Instant::now(),
                 parking,
                 result,
             };
@@ -96,7 +108,12 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
                     &deliveries,
                     park.as_ref(),
                     known,
-                    async |tx, new| apply.apply(tx, new).await,
+                    async |tx, new| {
+                        let t = Instant::now();
+                        let result = apply.apply(tx, new).await;
+                        handler += t.elapsed();
+                        result
+                    },
                 )
                 .await;
             JobResult::Batch(result)
@@ -114,6 +131,9 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
         records,
         client: Some(client),
         started,
+        connecting,
+        handler,
+        ended: Instant::now(),
         parking,
         result,
     }

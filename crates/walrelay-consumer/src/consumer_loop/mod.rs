@@ -4,14 +4,17 @@
 //!
 //! [`ConsumerLoop`] subscribes to topics in a consumer group and:
 //!
-//! 1. copies each record it polls into its partition's queue, parsing the
-//!    walrelay headers once. When every busy partition has two batches
-//!    waiting and is getting through them, the loop takes no records for
-//!    a moment (at most half a second), leaving them prefetched in
-//!    librdkafka; otherwise a partition with two batches waiting is paused
-//!    in Kafka (the loop keeps polling, so the member stays in the group
-//!    however long a partition is stuck). Pausing costs a refetch of what
-//!    librdkafka had prefetched, so the loop avoids it when it can;
+//! 1. reads each assigned partition from a librdkafka queue of its own
+//!    ([`StreamConsumer::split_partition_queue`], split on assignment) into
+//!    the partition's queue, parsing the walrelay headers once, but only
+//!    while fewer than two batches wait there. A partition that is not
+//!    read stops fetching by itself at librdkafka's per-partition limits
+//!    (`queued.min.messages`, `queued.max.messages.kbytes`, which the loop
+//!    sets low by default), so memory is bounded without pausing, and no
+//!    prefetched record is thrown away and fetched again. The consumer's
+//!    main queue, which then carries only events (rebalances, errors), is
+//!    polled all the time, so the member stays in the group however long a
+//!    partition is stuck;
 //! 2. whenever a partition has no batch in flight, takes the front of its
 //!    queue (up to [`Settings::max_batch_records`] /
 //!    [`Settings::max_batch_bytes`]: a lone record at once, larger batches
@@ -92,6 +95,18 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("auto.offset.reset", "earliest"),
     // Statistics feed the consumer-lag gauge.
     ("statistics.interval.ms", "5000"),
+    // What librdkafka prefetches, per partition (each has its own queue):
+    // about ten batches of the default size, at most 4 MiB (plus one
+    // fetch, `fetch.message.max.bytes`, 1 MiB by default), instead of
+    // librdkafka's 100,000 records or 64 MiB per partition. The loop's
+    // own queue adds at most two batches per partition.
+    ("queued.min.messages", "10000"),
+    ("queued.max.messages.kbytes", "4096"),
+    // A partition whose prefetch is full (the loop does not read it while
+    // two batches wait) is checked again this often: librdkafka's default
+    // (1 s) would leave a drained partition without records for up to a
+    // second.
+    ("fetch.queue.backoff.ms", "10"),
 ];
 
 /// The default interval between asynchronous offset commits.
@@ -205,7 +220,7 @@ where
 /// A consumer-group loop that applies every walrelay record exactly once
 /// into PostgreSQL. See the [module docs](self).
 pub struct ConsumerLoop {
-    consumer: StreamConsumer<LoopContext>,
+    consumer: Arc<StreamConsumer<LoopContext>>,
     topics: Vec<String>,
     group: String,
     store: PgHwmStore,
@@ -231,8 +246,11 @@ impl ConsumerLoop {
     ///
     /// It sets `enable.auto.commit=false`, `enable.auto.offset.store=false`
     /// and `isolation.level=read_committed` (refusing other values for
-    /// them), and `auto.offset.reset=earliest` unless `kafka` sets it. The
-    /// tables must exist ([`crate::migrate`]).
+    /// them), and unless `kafka` sets them `auto.offset.reset=earliest`
+    /// and librdkafka's per-partition prefetch bounds
+    /// (`queued.min.messages=10000`, `queued.max.messages.kbytes=4096`,
+    /// `fetch.queue.backoff.ms=10`; see docs/consumer.md, flow control).
+    /// The tables must exist ([`crate::migrate`]).
     pub fn new(
         kafka: ClientConfig,
         topics: &[&str],
@@ -268,8 +286,9 @@ impl ConsumerLoop {
             }
         }
         let metrics = LoopMetrics::default();
-        let consumer: StreamConsumer<LoopContext> =
-            kafka.create_with_context(LoopContext::new(metrics.clone()))?;
+        let consumer: Arc<StreamConsumer<LoopContext>> =
+            Arc::new(kafka.create_with_context(LoopContext::new(metrics.clone()))?);
+        consumer.context().attach(Arc::downgrade(&consumer));
         Ok(ConsumerLoop {
             consumer,
             topics: topics.iter().map(|t| (*t).to_owned()).collect(),
@@ -387,7 +406,7 @@ impl ConsumerLoop {
         };
         // Commit and leave the group off the runtime: both block.
         let closed = tokio::task::spawn_blocking(move || {
-            commit_sync(&consumer, "shutdown");
+            commit_sync(&*consumer, "shutdown");
             drop(consumer);
         })
         .await;

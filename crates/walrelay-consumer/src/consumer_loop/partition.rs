@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!            records from Kafka
-//!                   │ (queue; above two batches the loop holds or pauses)
+//!                   │ (queue; read from the partition's own librdkafka
+//!                   │  queue only while fewer than two batches wait)
 //!                   ▼
 //!   ┌──────── Idle ─────────┐  next_step: Apply{take, park} ──► Busy
 //!   │   (queue empty, or    │                                   │
@@ -28,6 +29,7 @@ use walrelay_contract::EventKey;
 use crate::apply::Park;
 use crate::batch;
 use crate::meta::{MetaError, RecordMeta};
+use crate::metrics::Phase;
 use crate::settings::{OnPoison, Settings};
 use crate::store::Position;
 
@@ -134,6 +136,8 @@ pub(crate) struct Partition {
     pub generation: u64,
     /// When the oldest queued record arrived (for the linger).
     pub oldest: Option<Instant>,
+    /// The offset of the last record queued (see [`Partition::is_new`]).
+    pub last_offset: Option<i64>,
 }
 
 impl Partition {
@@ -154,6 +158,7 @@ impl Partition {
             isolate: 0,
             generation,
             oldest: None,
+            last_offset: None,
         }
     }
 
@@ -162,6 +167,7 @@ impl Partition {
             self.oldest = Some(now);
         }
         self.queued_bytes += record.bytes;
+        self.last_offset = Some(record.message.offset());
         self.queue.push_back(record);
     }
 
@@ -185,16 +191,28 @@ impl Partition {
         self.queue.len() >= s.queue_records() || self.queued_bytes >= s.queue_bytes()
     }
 
-    /// Whether the partition gets through its queue by itself: not
-    /// stopped, not failing, not waiting for a retry.
-    pub(crate) fn progressing(&self) -> bool {
-        self.stopped.is_none()
-            && self.failing.is_none()
-            && self.db_failures == 0
-            && self.retry_at.is_none()
+    /// Whether the loop takes records from the partition's own librdkafka
+    /// queue: fewer than two batches wait and it is not stopped. Not
+    /// reading a full partition's queue is its flow control: librdkafka
+    /// stops fetching it at its own per-partition limits
+    /// (`queued.min.messages`, `queued.max.messages.kbytes`), without the
+    /// discard and refetch of a pause, and a partition waiting for a retry
+    /// keeps what it prefetched.
+    pub(crate) fn wants_records(&self, s: &Settings) -> bool {
+        self.stopped.is_none() && !self.is_full(s)
     }
 
-    /// Whether fetching should pause: two batches are waiting.
+    /// Whether a record at `offset` is new to the partition: above every
+    /// record queued so far in this assignment (librdkafka delivers a
+    /// partition's records in order; one delivered twice, by whichever
+    /// queue, is dropped).
+    pub(crate) fn is_new(&self, offset: i64) -> bool {
+        self.last_offset.is_none_or(|last| offset > last)
+    }
+
+    /// Whether fetching should pause (a partition without a queue of its
+    /// own, whose records come through the consumer's main queue): two
+    /// batches are waiting.
     pub(crate) fn should_pause(&self, s: &Settings) -> bool {
         !self.paused && self.is_full(s)
     }
@@ -205,6 +223,32 @@ impl Partition {
             && self.stopped.is_none()
             && self.queue.len() <= s.max_batch_records
             && self.queued_bytes <= s.max_batch_bytes
+    }
+
+    /// What the partition is waiting for, after the loop started what it
+    /// could (see [`Phase`]).
+    pub(crate) fn phase(&self, s: &Settings, now: Instant) -> Phase {
+        if self.stopped.is_some() {
+            Phase::Stopped
+        } else if self.busy {
+            Phase::InFlight
+        } else if self.queue.is_empty() {
+            if self.paused {
+                Phase::Paused
+            } else {
+                Phase::Polling
+            }
+        } else if self.retry_at.is_some_and(|at| at > now)
+            || (self.failing.is_none()
+                && !s.batch_linger.is_zero()
+                && self.queue.len() < s.max_batch_records
+                && self.oldest.is_some_and(|o| o + s.batch_linger > now))
+        {
+            Phase::Backoff
+        } else {
+            // Ready: only a connection is missing.
+            Phase::Pool
+        }
     }
 
     /// Raises the cached marks.
@@ -414,38 +458,3 @@ impl Partition {
 
 #[cfg(test)]
 mod tests;
-
-/// Whether the loop may stop taking records from Kafka for a moment
-/// instead of pausing the full partitions: some partition is full, every
-/// full one is progressing, and no partition has records waiting with
-/// room for more (the others are empty, or stopped).
-///
-/// Why: pausing a partition makes librdkafka discard what it prefetched
-/// for it, and resuming fetches it again (about half a second per cycle
-/// against this project's test broker); a single busy partition paused
-/// every two batches applied 16x fewer records per second than without
-/// pauses. Not polling leaves the prefetched records in librdkafka, which
-/// stops fetching by itself at its queue limits. Pausing stays for what
-/// it is needed for: a blocked partition while others flow, and holds
-/// longer than a bound (the caller's), so the member keeps polling.
-pub(crate) fn may_hold<'a>(
-    partitions: impl IntoIterator<Item = &'a Partition>,
-    s: &Settings,
-) -> bool {
-    let mut any_full = false;
-    for p in partitions {
-        if p.stopped.is_some() {
-            continue;
-        }
-        if p.is_full(s) {
-            if !p.progressing() {
-                return false;
-            }
-            any_full = true;
-        } else if !p.queue.is_empty() {
-            // Room for more, and records already coming: keep fetching.
-            return false;
-        }
-    }
-    any_full
-}

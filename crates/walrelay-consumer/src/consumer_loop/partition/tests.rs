@@ -318,40 +318,84 @@ fn fetching_pauses_above_two_batches_and_resumes_below_one() {
 }
 
 #[test]
-fn the_loop_holds_only_while_every_busy_partition_is_full_and_progressing() {
+fn a_partition_queue_is_read_only_while_fewer_than_two_batches_wait() {
     let s = settings(OnPoison::Stop); // two batches of 3 fill a queue
-    let full = || partition(&[Some(1), Some(2), Some(3), Some(4), Some(5), Some(6)]);
-    let half = || partition(&[Some(1), Some(2)]);
-    let empty = || partition(&[]);
-    assert!(full().is_full(&s) && !half().is_full(&s));
-
-    assert!(may_hold([&full()], &s), "one full partition: hold");
+    let mut p = partition(&[Some(1), Some(2), Some(3), Some(4), Some(5)]);
+    assert!(p.wants_records(&s), "room for one more");
+    p.push(record(5, Some(6)), Instant::now());
     assert!(
-        may_hold([&full(), &empty()], &s),
-        "an empty one does not need fetching now"
+        !p.wants_records(&s),
+        "two batches wait: librdkafka keeps the rest"
     );
+    let taken = p.take(3);
+    p.busy = true;
+    assert!(p.wants_records(&s), "a batch in flight: read the next one");
+    p.put_back(taken);
+    p.busy = false;
     assert!(
-        !may_hold([&full(), &half()], &s),
-        "a partition with room and records: fetch"
-    );
-    assert!(!may_hold([&empty(), &half()], &s), "nothing full: fetch");
-    assert!(
-        !may_hold(std::iter::empty::<&Partition>(), &s),
-        "no partitions: fetch"
+        !p.wants_records(&s),
+        "a failed batch back in the queue: full again"
     );
 
-    let mut retrying = full();
+    // Waiting for a retry with room: reading on is bounded, no pause.
+    let mut retrying = partition(&[Some(1)]);
     retrying.retry_at = Some(Instant::now() + Duration::from_secs(1));
-    assert!(
-        !may_hold([&retrying], &s),
-        "a full partition that is not progressing: pause it, keep polling"
-    );
-    let mut stopped = half();
+    assert!(retrying.wants_records(&s));
+
+    let mut stopped = partition(&[]);
     stopped.stopped = Some("poison".into());
     assert!(
-        may_hold([&full(), &stopped], &s),
-        "a stopped partition is paused already"
+        !stopped.wants_records(&s),
+        "a stopped partition reads nothing"
     );
+
+    // Bytes count too: one large record fills the queue's byte bound.
+    let small = Settings {
+        max_batch_bytes: 50,
+        ..settings(OnPoison::Stop)
+    };
+    let one = partition(&[Some(1)]); // 100 payload bytes and headers
+    assert!(!one.wants_records(&small));
+}
+
+#[test]
+fn a_record_delivered_twice_is_not_queued_twice() {
+    let mut p = partition(&[]);
+    assert!(p.is_new(0), "anything is new to a fresh assignment");
+    p.push(record(7, Some(1)), Instant::now());
+    assert!(!p.is_new(7));
+    assert!(!p.is_new(3));
+    assert!(p.is_new(8));
+    assert!(p.is_new(12), "offsets may skip (transaction markers)");
+    // Taking and putting back do not make a queued record new again.
+    let taken = p.take(1);
+    p.put_back(taken);
+    assert!(!p.is_new(7));
+}
+
+#[test]
+fn the_phase_says_what_a_partition_waits_for() {
+    let s = settings(OnPoison::Stop);
+    let now = Instant::now();
+    assert_eq!(partition(&[]).phase(&s, now), Phase::Polling);
+    let mut paused = partition(&[]);
+    paused.paused = true;
+    assert_eq!(paused.phase(&s, now), Phase::Paused);
+    assert_eq!(partition(&[Some(1)]).phase(&s, now), Phase::Pool);
+    let mut busy = partition(&[Some(1)]);
+    busy.busy = true;
+    assert_eq!(busy.phase(&s, now), Phase::InFlight);
+    let mut retrying = partition(&[Some(1)]);
+    retrying.retry_at = Some(now + Duration::from_secs(1));
+    assert_eq!(retrying.phase(&s, now), Phase::Backoff);
+    assert_eq!(
+        retrying.phase(&s, now + Duration::from_secs(2)),
+        Phase::Pool,
+        "the retry is due"
+    );
+    let mut stopped = partition(&[Some(1)]);
+    stopped.stopped = Some("poison".into());
+    assert_eq!(stopped.phase(&s, now), Phase::Stopped);
 }
 
 #[test]
