@@ -121,7 +121,27 @@ class _Process:
         self.watchdog.wait()
 
 
-class Tansu:
+class _Running:
+    """What both brokers share once started: a process on ``port`` with
+    its files in ``dir``."""
+
+    port: int
+    dir: Path
+    process: _Process
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        _create_topic(self.bootstrap, name, partitions)
+
+    def stop(self) -> None:
+        self.process.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Tansu(_Running):
     """A Tansu broker with in-memory storage on a free port."""
 
     name = "Tansu"
@@ -162,16 +182,6 @@ class Tansu:
             self.dir.mkdir(parents=True, exist_ok=True)
         raise RuntimeError(f"tansu did not start; its log ended:\n{tail}")
 
-    @property
-    def bootstrap(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    def create_topic(self, name: str, partitions: int) -> None:
-        _create_topic(self.bootstrap, name, partitions)
-
-    def stop(self) -> None:
-        self.process.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def kafka_home() -> Path:
@@ -218,7 +228,7 @@ def kafka_server_properties(broker_port: int, controller_port: int, data_dir: Pa
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
-class Kafka:
+class Kafka(_Running):
     """One combined (broker and controller) KRaft node of Apache Kafka on
     free ports, its data in a temporary directory removed at the end."""
 
@@ -265,13 +275,3 @@ class Kafka:
             self.dir.mkdir(parents=True, exist_ok=True)
         raise RuntimeError(f"Apache Kafka did not start; its log ended:\n{tail}")
 
-    @property
-    def bootstrap(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    def create_topic(self, name: str, partitions: int) -> None:
-        _create_topic(self.bootstrap, name, partitions)
-
-    def stop(self) -> None:
-        self.process.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
