@@ -213,7 +213,8 @@ impl SinkContext {
             (code, None) if kafka_acl::is_denied(code) => denied_to_producer(code, topic),
             (RDKafkaErrorCode::MessageTimedOut, None) => format!(
                 "{code}: not acknowledged within message.timeout.ms (brokers unreachable or too \
-                 slow)"
+                 slow, or a partition with fewer in-sync replicas than min.insync.replicas: \
+                 kafka-topics --describe --under-min-isr-partitions lists them)"
             ),
             (
                 RDKafkaErrorCode::NotEnoughReplicas
