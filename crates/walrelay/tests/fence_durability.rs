@@ -41,18 +41,9 @@ async fn three_nodes(home: KafkaHome, features: Vec<(String, u16)>) -> Result<Ka
             KafkaOptions {
                 nodes: 3,
                 features,
-                // A killed broker leaves the in-sync sets within seconds,
-                // not the 9 s (plus a controller failover) of the defaults.
-                server_properties: [
-                    ("broker.heartbeat.interval.ms", "500"),
-                    ("broker.session.timeout.ms", "3000"),
-                    ("replica.lag.time.max.ms", "5000"),
-                ]
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
                 ..KafkaOptions::default()
-            },
+            }
+            .quick_to_notice_failures(),
         )
     })
     .await??;

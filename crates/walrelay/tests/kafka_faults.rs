@@ -33,19 +33,13 @@ async fn emit(env: &Env, from: usize, transactions: usize) -> Result<()> {
 async fn below_min_isr_the_relay_confirms_nothing_and_resumes_by_itself() -> Result<()> {
     let began = Instant::now();
     let mut kafka = tokio::task::spawn_blocking(|| {
-        KafkaCluster::start(KafkaOptions {
-            nodes: 3,
-            // A killed broker leaves the in-sync sets within seconds.
-            server_properties: [
-                ("broker.heartbeat.interval.ms", "500"),
-                ("broker.session.timeout.ms", "3000"),
-                ("replica.lag.time.max.ms", "5000"),
-            ]
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-            ..KafkaOptions::default()
-        })
+        KafkaCluster::start(
+            KafkaOptions {
+                nodes: 3,
+                ..KafkaOptions::default()
+            }
+            .quick_to_notice_failures(),
+        )
     })
     .await??;
     println!("three Kafka nodes ready in {:?}", began.elapsed());
