@@ -120,14 +120,9 @@ async fn append_then_shrink(kafka: &mut KafkaCluster, topic: &str) -> Result<Shr
     send(&producer, topic, "acknowledged")
         .await
         .context("a record with all three replicas in sync")?;
-    let (leader, isr) = kafka.partition_state(topic, 0)?;
+    let (_, isr) = kafka.partition_state(topic, 0)?;
     ensure!(isr.len() == 3, "all three in sync first: {isr:?}");
-    let follower = isr
-        .iter()
-        .copied()
-        .find(|&n| n != leader)
-        .context("a follower")?;
-    kafka.kill_node(usize::try_from(follower)?)?;
+    let follower = kafka.kill_a_follower(topic, 0)?;
     let answer = producer
         .send_result(
             FutureRecord::<(), _>::to(topic)

@@ -65,13 +65,7 @@ async fn below_min_isr_the_relay_confirms_nothing_and_resumes_by_itself() -> Res
     .with_context(log_text)?;
 
     // A follower dies: the set shrinks to two, below min ISR.
-    let (leader, isr) = kafka.partition_state(TOPIC, 0)?;
-    let follower = isr
-        .iter()
-        .copied()
-        .find(|&n| n != leader)
-        .context("a follower")?;
-    kafka.kill_node(usize::try_from(follower)?)?;
+    let follower = kafka.kill_a_follower(TOPIC, 0)?;
     kafka.await_partition(
         TOPIC,
         0,

@@ -20,9 +20,10 @@ use tokio_postgres::Client;
 use super::context::{LoopContext, RebalanceEvent};
 use super::job::{run_job, Done, Job, JobKind, JobResult, TopicPartition};
 use super::partition::{Partition, Queued, Step};
+use super::phase_clock::PhaseClock;
 use super::{Apply, LoopError, StoppedPartition};
 use crate::apply::BatchError;
-use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels, Phase};
+use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels};
 use crate::outage::is_outage;
 use crate::parked::ParkUnkeyedError;
 use crate::pool::{Database, Pool};
@@ -69,60 +70,6 @@ enum Woke<E> {
     /// record comes only for a partition without a queue of its own.
     Main(Result<OwnedMessage, KafkaError>),
     Partition(Result<OwnedMessage, KafkaError>),
-}
-
-/// Adds up where the partitions' time goes ([`LoopMetrics::phase_seconds`]):
-/// the phases seen when the loop starts waiting hold until it wakes.
-struct PhaseClock {
-    counters: Vec<prometheus_client::metrics::counter::Counter<f64, std::sync::atomic::AtomicU64>>,
-    /// Partitions per phase (index in [`Phase::ALL`]) since `since`.
-    counts: [u32; Phase::ALL.len()],
-    since: Instant,
-}
-
-impl PhaseClock {
-    fn new(metrics: &LoopMetrics) -> PhaseClock {
-        PhaseClock {
-            counters: Phase::ALL.iter().map(|p| metrics.phase(*p)).collect(),
-            counts: [0; Phase::ALL.len()],
-            since: Instant::now(),
-        }
-    }
-
-    /// Adds the time since the last snapshot to its phases.
-    fn tick(&mut self, now: Instant) {
-        let dt = now.saturating_duration_since(self.since).as_secs_f64();
-        self.since = now;
-        for (count, counter) in self.counts.iter().zip(&self.counters) {
-            if *count > 0 {
-                counter.inc_by(dt * f64::from(*count));
-            }
-        }
-    }
-
-    /// The phases from now on.
-    fn snapshot(&mut self, phases: impl Iterator<Item = Phase>) {
-        self.counts = [0; Phase::ALL.len()];
-        for phase in phases {
-            if let Some(i) = Phase::ALL.iter().position(|p| *p == phase) {
-                self.counts[i] += 1;
-            }
-        }
-    }
-
-    /// Adds a finished job's own measurements.
-    fn job(&self, connecting: Duration, handler: Duration, total: Duration) {
-        let commit = total.saturating_sub(connecting + handler);
-        for (phase, d) in [
-            (Phase::Connecting, connecting),
-            (Phase::Handler, handler),
-            (Phase::Commit, commit),
-        ] {
-            if let Some(i) = Phase::ALL.iter().position(|p| *p == phase) {
-                self.counters[i].inc_by(d.as_secs_f64());
-            }
-        }
-    }
 }
 
 impl<'a> Driver<'a> {

@@ -62,6 +62,7 @@ mod context;
 mod driver;
 mod job;
 mod partition;
+mod phase_clock;
 
 use std::sync::Arc;
 

@@ -440,6 +440,19 @@ impl KafkaCluster {
         }
     }
 
+    /// Kills (SIGKILL) an in-sync follower of `topic`'s partition
+    /// `partition`, never its leader; returns the node's id.
+    pub fn kill_a_follower(&mut self, topic: &str, partition: i32) -> anyhow::Result<i32> {
+        let (leader, isr) = self.partition_state(topic, partition)?;
+        let follower = isr
+            .iter()
+            .copied()
+            .find(|&n| n != leader)
+            .ok_or_else(|| anyhow!("{topic}/{partition}: no follower in sync (isr {isr:?})"))?;
+        self.kill_node(usize::try_from(follower)?)?;
+        Ok(follower)
+    }
+
     /// Kills node `id` (SIGKILL); its data stays for
     /// [`KafkaCluster::restart_node`].
     pub fn kill_node(&mut self, id: usize) -> anyhow::Result<()> {
