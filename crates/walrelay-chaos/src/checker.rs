@@ -306,8 +306,8 @@ pub fn table(
         "events of rolled-back or failed transactions",
         v.rolled_back_events.to_string(),
     );
-    for k in crate::faults::FaultKind::ALL {
-        row(&format!("fault: {k}"), faults.count(k).to_string());
+    for (k, n) in &faults.counts {
+        row(&format!("fault: {k}"), n.to_string());
     }
     row(
         "  consumer kills with applied-but-uncommitted offsets (checked)",

@@ -32,12 +32,31 @@ pub enum FaultKind {
     /// The proxy stalls every connection for longer than the timeout.
     BrokerStall,
     /// The consumer kills itself right after a database commit, before
-    /// the offset commit.
+    /// the offset commit (and the Python consumer, if any, gets a plain
+    /// `kill -9`).
     ConsumerKill,
+    /// Three brokers: `kill -9` of the leader of a partition the relay
+    /// writes to, restarted after up to 3 s.
+    LeaderKill,
+    /// Three brokers: each in turn stopped with a controlled shutdown and
+    /// started again, the next once every replica is back in sync.
+    RollingRestart,
+    /// Three brokers: a partition's leader replica reassigned away and
+    /// back (leadership and data move while the relay writes).
+    Reassignment,
+    /// Three brokers: `kill -9` of the active controller (the KRaft
+    /// quorum's leader), restarted.
+    ControllerRestart,
+    /// Three brokers: `kill -9` of the consumers' group coordinator.
+    CoordinatorKill,
+    /// Three brokers: a partition leader killed, then the relay `kill -9`ed
+    /// and restarted at once: its fence reads while the leadership moves.
+    RelayKillInElection,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 7] = [
+    /// The faults of a run on one broker (through the proxy).
+    pub const ONE_BROKER: [FaultKind; 7] = [
         FaultKind::RelayKill9,
         FaultKind::RelaySigterm,
         FaultKind::TerminateWalsender,
@@ -45,6 +64,23 @@ impl FaultKind {
         FaultKind::BrokerRefuse,
         FaultKind::BrokerStall,
         FaultKind::ConsumerKill,
+    ];
+
+    /// The faults of a run on three Apache Kafka brokers: the relay,
+    /// PostgreSQL and consumer faults, and the cluster's own (no proxy:
+    /// brokers die instead of connections).
+    pub const THREE_BROKERS: [FaultKind; 11] = [
+        FaultKind::RelayKill9,
+        FaultKind::RelaySigterm,
+        FaultKind::TerminateWalsender,
+        FaultKind::PgImmediateRestart,
+        FaultKind::ConsumerKill,
+        FaultKind::LeaderKill,
+        FaultKind::RollingRestart,
+        FaultKind::Reassignment,
+        FaultKind::ControllerRestart,
+        FaultKind::CoordinatorKill,
+        FaultKind::RelayKillInElection,
     ];
 
     pub fn describe(self) -> &'static str {
@@ -56,6 +92,12 @@ impl FaultKind {
             FaultKind::BrokerRefuse => "broker outage: connections refused",
             FaultKind::BrokerStall => "broker outage: connections stalled",
             FaultKind::ConsumerKill => "consumer killed after DB commit",
+            FaultKind::LeaderKill => "broker kill -9: a partition leader",
+            FaultKind::RollingRestart => "rolling restart of the brokers",
+            FaultKind::Reassignment => "partition reassignment",
+            FaultKind::ControllerRestart => "active controller kill -9",
+            FaultKind::CoordinatorKill => "group coordinator kill -9",
+            FaultKind::RelayKillInElection => "relay kill -9 in a leader election",
         }
     }
 }
@@ -180,11 +222,24 @@ pub async fn inject(
     services: &Services,
     relay: &mut Supervised,
     consumer: &mut Supervised,
+    python: Option<&mut Supervised>,
     rng: &mut StdRng,
     log: &mut FaultLog,
 ) -> Result<()> {
     tracing::info!("fault: {kind}");
     match kind {
+        FaultKind::LeaderKill
+        | FaultKind::RollingRestart
+        | FaultKind::Reassignment
+        | FaultKind::ControllerRestart
+        | FaultKind::CoordinatorKill
+        | FaultKind::RelayKillInElection => {
+            let cluster = services
+                .cluster()
+                .with_context(|| format!("{kind} needs three brokers (--brokers 3)"))?;
+            let hit = crate::broker_faults::inject(kind, &cluster, relay, rng).await?;
+            tracing::info!("fault: {kind}: {hit}");
+        }
         FaultKind::RelayKill9 => {
             relay.kill9().await?;
             relay.start()?;
@@ -230,9 +285,12 @@ pub async fn inject(
                 ProxyMode::Stall
             };
             let extra = Duration::from_millis(rng.random_range(500..3000));
-            services.proxy.set_mode(mode);
+            let proxy = services
+                .proxy()
+                .with_context(|| format!("{kind} needs the proxied broker (--brokers 1)"))?;
+            proxy.set_mode(mode);
             tokio::time::sleep(MESSAGE_TIMEOUT + extra).await;
-            services.proxy.set_mode(ProxyMode::Up);
+            proxy.set_mode(ProxyMode::Up);
         }
         FaultKind::ConsumerKill => {
             consumer.ensure_running()?;
@@ -259,6 +317,10 @@ pub async fn inject(
                 }
             }
             consumer.start()?;
+            if let Some(python) = python {
+                python.kill9().await?;
+                python.start()?;
+            }
         }
     }
     *log.counts.entry(kind).or_default() += 1;

@@ -117,13 +117,16 @@ pub struct Applied {
     pub key: u128,
 }
 
-/// Every row of `chaos_applied`, in application order.
-pub async fn applied(dsn: &str) -> Result<Vec<Applied>> {
+/// Every row of `table` (`chaos_applied`, or the Python consumer's
+/// `chaos_applied_py`), in application order.
+pub async fn applied(dsn: &str, table: &str) -> Result<Vec<Applied>> {
     let client = connect(dsn).await?;
     let rows = client
         .query_raw(
-            "SELECT event, topic, kafka_partition, kafka_offset, idempotency_key
-             FROM chaos_applied ORDER BY seq",
+            &format!(
+                "SELECT event, topic, kafka_partition, kafka_offset, idempotency_key
+                 FROM {table} ORDER BY seq"
+            ),
             std::iter::empty::<i32>(),
         )
         .await?;

@@ -14,6 +14,7 @@
 //! run's fault sequence and workload can be replayed with `--seed`
 //! (timing still varies).
 
+pub mod broker_faults;
 pub mod checker;
 pub mod consumer;
 pub mod event;
@@ -61,7 +62,51 @@ pub struct Options {
     /// Run the relay with its tail fence (the default). Off, replayed
     /// duplicates on the wire are expected and do not fail the run.
     pub fence: bool,
+    /// 1: one broker behind the fault proxy (Tansu, or Apache Kafka with
+    /// WALRELAY_BROKER=kafka); 3: three Apache Kafka nodes and the
+    /// cluster's faults ([`broker_faults`]).
+    pub brokers: usize,
+    /// A Python interpreter with the `walrelay_consumer` package: runs the
+    /// Python consumer beside the Rust one, checked the same way.
+    pub python: Option<PathBuf>,
 }
+
+/// The seed of a test run: `WALRELAY_CHAOS_SEED` (to replay one), else
+/// from the clock.
+#[must_use]
+pub fn seed_from_env() -> u64 {
+    std::env::var("WALRELAY_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        })
+}
+
+/// The `walrelay` binary of the profile a test binary was built with:
+/// `target/<profile>/deps/<test>-<hash>` → `target/<profile>/walrelay`
+/// (`scripts/test.sh` builds it before the tests).
+pub fn relay_binary_for_tests() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .context("the test binary is not under target/<profile>/deps")?
+        .join("walrelay");
+    ensure!(
+        path.is_file(),
+        "{} is missing: scripts/test.sh builds it (cargo build --workspace --bins --examples)",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// The Python consumer's group, and its script (in this crate's source).
+pub const PYTHON_GROUP: &str = "chaos-py";
+const PYTHON_CONSUMER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/chaos_consumer.py");
 
 /// The result of a run.
 pub struct Report {
@@ -81,12 +126,17 @@ struct Plan {
     events: u64,
     schedule: Schedule,
     workload: WorkloadConfig,
+    /// The kinds of fault this run injects.
+    kinds: &'static [FaultKind],
     /// Each kind at least this often (short mode checks it).
     min_each: u32,
 }
 
 fn plan(o: &Options) -> Plan {
     use FaultKind::*;
+    if o.brokers == 3 {
+        return three_broker_plan(o);
+    }
     match o.mode {
         Mode::Short => {
             let counts = [
@@ -111,6 +161,7 @@ fn plan(o: &Options) -> Plan {
                     max_tx_events: 10_000,
                     sizes: [0.7, 0.25, 0.04, 0.01],
                 },
+                kinds: &FaultKind::ONE_BROKER,
                 min_each: 2,
             }
         }
@@ -136,13 +187,75 @@ fn plan(o: &Options) -> Plan {
                 max_tx_events: 10_000,
                 sizes: [0.55, 0.27, 0.14, 0.04],
             },
+            kinds: &FaultKind::ONE_BROKER,
+            min_each: 1,
+        },
+    }
+}
+
+/// Three brokers: every cluster fault, with fewer of the others (each
+/// broker fault waits for the cluster to recover, a JVM restart or more).
+fn three_broker_plan(o: &Options) -> Plan {
+    use FaultKind::*;
+    let workload = |rate: f64, max_backlog: u64| WorkloadConfig {
+        rate,
+        max_backlog,
+        max_tx_events: 10_000,
+        sizes: [0.6, 0.3, 0.08, 0.02],
+    };
+    match o.mode {
+        Mode::Short => Plan {
+            events: o.events.unwrap_or(20_000),
+            schedule: Schedule::fixed(
+                o.seed,
+                &[
+                    (RelayKill9, 2),
+                    (RelaySigterm, 1),
+                    (TerminateWalsender, 1),
+                    (PgImmediateRestart, 1),
+                    (ConsumerKill, 2),
+                    (LeaderKill, 2),
+                    (RollingRestart, 1),
+                    (Reassignment, 1),
+                    (ControllerRestart, 1),
+                    (CoordinatorKill, 1),
+                    (RelayKillInElection, 2),
+                ],
+                (Duration::from_millis(1000), Duration::from_millis(3000)),
+            ),
+            workload: workload(600.0, 8_000),
+            kinds: &FaultKind::THREE_BROKERS,
+            min_each: 1,
+        },
+        Mode::Long => Plan {
+            events: o.events.unwrap_or(1_000_000),
+            schedule: Schedule::weighted(
+                o.seed,
+                &[
+                    (RelayKill9, 6),
+                    (RelaySigterm, 1),
+                    (TerminateWalsender, 1),
+                    (PgImmediateRestart, 1),
+                    (ConsumerKill, 2),
+                    (LeaderKill, 3),
+                    (RollingRestart, 1),
+                    (Reassignment, 2),
+                    (ControllerRestart, 2),
+                    (CoordinatorKill, 2),
+                    (RelayKillInElection, 3),
+                ],
+                o.relay_kills.unwrap_or(100),
+                (Duration::from_millis(1500), Duration::from_millis(5000)),
+            ),
+            workload: workload(1_500.0, 60_000),
+            kinds: &FaultKind::THREE_BROKERS,
             min_each: 1,
         },
     }
 }
 
 fn relay_args(s: &Services, config: &std::path::Path, trace: &std::path::Path) -> Vec<String> {
-    [
+    let mut args: Vec<String> = [
         "--config",
         &config.display().to_string(),
         "--postgres-url",
@@ -155,16 +268,29 @@ fn relay_args(s: &Services, config: &std::path::Path, trace: &std::path::Path) -
         "public.outbox",
         "--status-interval",
         "500ms",
-        "--kafka-property",
-        &format!("message.timeout.ms={}", MESSAGE_TIMEOUT.as_millis()),
-        "--log",
-        "warn",
-        "--trace-file",
-        &trace.display().to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect()
+    .collect();
+    // One broker: its outages (through the proxy) must outlast the
+    // producer's timeout, so it is short. Three brokers: the relay's
+    // default (30 s), as in production, which a leader failover stays
+    // well within (a session that ends on a timeout leaves records of its
+    // producer in flight, and the next session writes them again).
+    if s.proxy().is_some() {
+        args.extend([
+            "--kafka-property".to_owned(),
+            format!("message.timeout.ms={}", MESSAGE_TIMEOUT.as_millis()),
+        ]);
+    }
+    // The trace file last: `setup` is run with the arguments before it.
+    args.extend([
+        "--log".to_owned(),
+        "warn".to_owned(),
+        "--trace-file".to_owned(),
+        trace.display().to_string(),
+    ]);
+    args
 }
 
 async fn slot_confirmed(url: &str) -> Result<u64> {
@@ -187,10 +313,10 @@ async fn current_lsn(url: &str) -> Result<u64> {
     Ok(row.get::<_, i64>(0) as u64)
 }
 
-async fn applied_count(dsn: &str) -> Result<u64> {
+async fn applied_count(dsn: &str, table: &str) -> Result<u64> {
     let c = workload::connect(dsn).await?;
     let row = c
-        .query_one("SELECT count(*) FROM chaos_applied", &[])
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
         .await?;
     Ok(row.get::<_, i64>(0) as u64)
 }
@@ -211,7 +337,7 @@ pub async fn run(o: Options) -> Result<Report> {
             bin.display()
         );
     }
-    let s = Services::start(o.keep).await?;
+    let s = Services::start(o.keep, o.brokers).await?;
     println!("walrelay-chaos: working directory {}", s.dir.display());
     let config = s.path("walrelay.toml");
     // Reconnect quickly after faults (the default backoff grows to 30 s).
@@ -261,8 +387,31 @@ pub async fn run(o: Options) -> Result<Report> {
         consumer_args,
         s.path("consumer.log"),
     );
+    let mut python = o.python.as_ref().map(|interpreter| {
+        let mut args = vec![
+            PYTHON_CONSUMER.to_string(),
+            "--bootstrap".into(),
+            s.bootstrap(),
+            "--dsn".into(),
+            s.service_dsn(),
+            "--group".into(),
+            PYTHON_GROUP.into(),
+        ];
+        for (t, _) in TOPICS {
+            args.extend(["--topic".into(), t.into()]);
+        }
+        Supervised::new(
+            "Python consumer",
+            interpreter.clone(),
+            args,
+            s.path("consumer-py.log"),
+        )
+    });
     relay.start()?;
     consumer.start()?;
+    if let Some(p) = &mut python {
+        p.start()?;
+    }
 
     let progress = Arc::new(Progress::default());
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -308,6 +457,9 @@ pub async fn run(o: Options) -> Result<Report> {
         while Instant::now() < until {
             relay.ensure_running()?;
             consumer.ensure_running()?;
+            if let Some(p) = &mut python {
+                p.ensure_running()?;
+            }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         if workload.is_finished() {
@@ -321,7 +473,16 @@ pub async fn run(o: Options) -> Result<Report> {
         if let Some(kind) = kind {
             let rng = plan.schedule.rng();
             let mut rng = rand::SeedableRng::seed_from_u64(rand::RngExt::random(rng));
-            faults::inject(kind, &s, &mut relay, &mut consumer, &mut rng, &mut log).await?;
+            faults::inject(
+                kind,
+                &s,
+                &mut relay,
+                &mut consumer,
+                python.as_mut(),
+                &mut rng,
+                &mut log,
+            )
+            .await?;
         }
         let _ = auditor.drain().await;
         if last_report.elapsed() > Duration::from_secs(20) {
@@ -375,7 +536,13 @@ pub async fn run(o: Options) -> Result<Report> {
     let mut caught_up = false;
     while Instant::now() < deadline {
         consumer.ensure_running()?;
-        if applied_count(&dsn).await.unwrap_or(0) >= expected {
+        if let Some(p) = &mut python {
+            p.ensure_running()?;
+        }
+        if applied_count(&dsn, "chaos_applied").await.unwrap_or(0) >= expected
+            && (python.is_none()
+                || applied_count(&dsn, "chaos_applied_py").await.unwrap_or(0) >= expected)
+        {
             caught_up = true;
             break;
         }
@@ -383,8 +550,12 @@ pub async fn run(o: Options) -> Result<Report> {
     }
     if !caught_up {
         failures.push(format!(
-            "the consumer did not apply {expected} events in time:\n{}",
-            services::tail(consumer.log_path(), 20)
+            "the consumers did not apply {expected} events in time:\n{}\n{}",
+            services::tail(consumer.log_path(), 20),
+            python
+                .as_ref()
+                .map(|p| services::tail(p.log_path(), 20))
+                .unwrap_or_default()
         ));
     }
     // Any late double application would show up now.
@@ -395,6 +566,15 @@ pub async fn run(o: Options) -> Result<Report> {
     {
         Ok(st) if st.success() => {}
         other => failures.push(format!("consumer graceful stop: {other:?}")),
+    }
+    if let Some(p) = &mut python {
+        match p.signal_and_wait("TERM", Duration::from_secs(30)).await {
+            Ok(st) if st.success() => {}
+            other => failures.push(format!(
+                "Python consumer graceful stop: {other:?}\n{}",
+                services::tail(p.log_path(), 20)
+            )),
+        }
     }
     match relay.signal_and_wait("TERM", Duration::from_secs(45)).await {
         Ok(st) if st.success() => {}
@@ -418,10 +598,34 @@ pub async fn run(o: Options) -> Result<Report> {
         )
     })
     .await??;
-    let applied = history::applied(&s.service_dsn()).await?;
+    let applied = history::applied(&s.service_dsn(), "chaos_applied").await?;
     let trace_summary = history::check_trace(&trace)?;
     let mut verdict = checker::check(&units, &ledger, &auditor.non_tx, &applied, &wire);
     verdict.duplicates_allowed = !o.fence;
+    // The Python consumer's applications, checked like the Rust one's.
+    let python_verdict = match &python {
+        Some(_) => {
+            let applied = history::applied(&s.service_dsn(), "chaos_applied_py").await?;
+            let mut v = checker::check(&units, &ledger, &auditor.non_tx, &applied, &wire);
+            v.duplicates_allowed = !o.fence;
+            Some(v)
+        }
+        None => None,
+    };
+    // Its own applications only: the wire is the Rust check's.
+    if let Some(v) = python_verdict.as_ref().filter(|v| {
+        v.lost
+            + v.double_processed
+            + v.rolled_back_applied
+            + v.unexpected_applied
+            + v.order_violations
+            > 0
+    }) {
+        failures.push(format!(
+            "history check of the Python consumer failed; examples:\n  {}",
+            v.examples.join("\n  ")
+        ));
+    }
 
     if o.fence && verdict.wire_duplicates > 0 {
         failures.push(format!(
@@ -459,6 +663,7 @@ pub async fn run(o: Options) -> Result<Report> {
         .unexpected_exits
         .iter()
         .chain(&consumer.unexpected_exits)
+        .chain(python.iter().flat_map(|p| &p.unexpected_exits))
     {
         failures.push(format!("unexpected exit: {e}"));
     }
@@ -468,7 +673,7 @@ pub async fn run(o: Options) -> Result<Report> {
             &auditor.malformed[..1]
         ));
     }
-    for k in FaultKind::ALL {
+    for &k in plan.kinds {
         if log.count(k) < plan.min_each {
             failures.push(format!("only {} × {k}", log.count(k)));
         }
@@ -493,7 +698,23 @@ pub async fn run(o: Options) -> Result<Report> {
         ));
     }
     let elapsed = started.elapsed();
-    let extra = vec![
+    let mut extra = vec![(
+        "brokers".to_string(),
+        match o.brokers {
+            3 => "three Apache Kafka nodes (RF 3, min.insync.replicas 2)".to_string(),
+            _ => "one, behind the fault proxy".to_string(),
+        },
+    )];
+    if let Some(v) = &python_verdict {
+        extra.push((
+            "Python consumer: applications / lost / double-processed / order violations".into(),
+            format!(
+                "{} / {} / {} / {}",
+                v.applications, v.lost, v.double_processed, v.order_violations
+            ),
+        ));
+    }
+    extra.extend([
         (
             "consumer kills without a new record (plain kill -9)".to_string(),
             log.consumer_idle_kills.to_string(),
@@ -514,7 +735,7 @@ pub async fn run(o: Options) -> Result<Report> {
             "wall time".to_string(),
             format!("{:.0} s", elapsed.as_secs_f64()),
         ),
-    ];
+    ]);
     let table = checker::table(&verdict, &trace_summary, &log, &extra);
     Ok(Report {
         seed: o.seed,

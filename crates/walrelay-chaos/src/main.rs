@@ -39,6 +39,16 @@ struct Cli {
     /// the wire are then expected and do not fail the run.
     #[arg(long)]
     no_fence: bool,
+    /// 1: one broker behind a fault proxy (WALRELAY_BROKER picks Tansu or
+    /// Apache Kafka); 3: three Apache Kafka nodes, with leader kills,
+    /// rolling restarts, reassignments, controller and coordinator kills.
+    #[arg(long, default_value_t = 1)]
+    brokers: usize,
+    /// Also run the Python consumer (this interpreter must import
+    /// `walrelay_consumer`, e.g. the virtualenv of
+    /// scripts/install-python-venv.sh) [default: $WALRELAY_PYTHON].
+    #[arg(long, env = "WALRELAY_PYTHON")]
+    python: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,6 +88,8 @@ async fn main() -> Result<()> {
         relay_kills: cli.relay_kills,
         keep: cli.keep,
         fence: !cli.no_fence,
+        brokers: cli.brokers,
+        python: cli.python,
     })
     .await?;
     println!("\n{}", report.table);

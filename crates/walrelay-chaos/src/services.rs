@@ -1,9 +1,9 @@
 //! The system under test and its surroundings: a source PostgreSQL (the
-//! one faults hit), a service PostgreSQL for the consumer's side effects
+//! one faults hit), a service PostgreSQL for the consumers' side effects
 //! (never crashed: its `synchronous_commit=off` is safe only without
-//! crashes), a broker (Tansu, or Apache Kafka with WALRELAY_BROKER=kafka)
-//! behind a [`Proxy`], the `walrelay` binary and
-//! the harness's own consumer process.
+//! crashes), the brokers ([`Brokers`]: one, Tansu or Apache Kafka with
+//! WALRELAY_BROKER=kafka, behind a [`Proxy`]; or three Apache Kafka
+//! nodes), the `walrelay` binary and the harness's consumer processes.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -13,7 +13,8 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use tokio::process::{Child, Command};
 use walrelay_testkit::{
-    outbox_table, BrokerKind, ClusterOptions, OutboxKeys, PgCluster, TestBroker,
+    outbox_table, BrokerKind, ClusterOptions, KafkaCluster, KafkaOptions, OutboxKeys, PgCluster,
+    TestBroker,
 };
 
 use crate::proxy::Proxy;
@@ -43,17 +44,44 @@ fn source_schema() -> String {
     )
 }
 
+/// Where the relay's records go.
+pub enum Brokers {
+    /// One broker behind the fault-injecting proxy (outages are the
+    /// proxy's refusals and stalls).
+    Proxied {
+        broker: Box<TestBroker>,
+        proxy: Proxy,
+    },
+    /// Three Apache Kafka nodes (replication factor 3,
+    /// `min.insync.replicas=2`, no unclean election), clients straight to
+    /// them: broker faults kill, restart, move and elect
+    /// ([`crate::faults`]). Behind a mutex: faults restart nodes from
+    /// blocking tasks while the run reads the bootstrap list.
+    Cluster {
+        cluster: Arc<std::sync::Mutex<KafkaCluster>>,
+        bootstrap: String,
+    },
+}
+
+/// The settings of the chaos topics on three brokers: what
+/// docs/operations.md recommends for production.
+pub const CLUSTER_TOPIC_CONFIG: [(&str, &str); 2] = [
+    ("min.insync.replicas", "2"),
+    ("unclean.leader.election.enable", "false"),
+];
+
 pub struct Services {
     pub source: Arc<PgCluster>,
     pub service: PgCluster,
-    pub broker: TestBroker,
-    pub proxy: Proxy,
+    pub brokers: Brokers,
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
 }
 
 impl Services {
-    pub async fn start(keep: bool) -> Result<Services> {
+    /// Starts everything; `brokers` is 1 (the proxied broker) or 3 (an
+    /// Apache Kafka cluster).
+    pub async fn start(keep: bool, brokers: usize) -> Result<Services> {
         let tmp = tempfile::Builder::new()
             .prefix("walrelay-chaos-")
             .tempdir()?;
@@ -76,27 +104,54 @@ impl Services {
             )
         })
         .await??;
-        let proxy = Proxy::bind().await?;
-        let advertised = proxy.addr().to_string();
-        let upstream = proxy.upstream_setter();
-        let kind = BrokerKind::from_env()?;
-        let broker = tokio::task::spawn_blocking(move || {
-            TestBroker::start_advertising(kind, &advertised, move |port| {
-                upstream.set(([127, 0, 0, 1], port).into())
-            })
-        })
-        .await??;
+        let brokers = match brokers {
+            1 => {
+                let proxy = Proxy::bind().await?;
+                let advertised = proxy.addr().to_string();
+                let upstream = proxy.upstream_setter();
+                let kind = BrokerKind::from_env()?;
+                let broker = tokio::task::spawn_blocking(move || {
+                    TestBroker::start_advertising(kind, &advertised, move |port| {
+                        upstream.set(([127, 0, 0, 1], port).into())
+                    })
+                })
+                .await??;
+                for (topic, partitions) in TOPICS {
+                    broker.create_topic(topic, partitions)?;
+                }
+                Brokers::Proxied {
+                    broker: Box::new(broker),
+                    proxy,
+                }
+            }
+            3 => {
+                let cluster = tokio::task::spawn_blocking(|| {
+                    KafkaCluster::start(
+                        KafkaOptions {
+                            nodes: 3,
+                            ..KafkaOptions::default()
+                        }
+                        .quick_to_notice_failures(),
+                    )
+                })
+                .await??;
+                for (topic, partitions) in TOPICS {
+                    cluster.create_topic_with(topic, partitions, 3, &CLUSTER_TOPIC_CONFIG)?;
+                }
+                Brokers::Cluster {
+                    bootstrap: cluster.bootstrap_servers(),
+                    cluster: Arc::new(std::sync::Mutex::new(cluster)),
+                }
+            }
+            n => bail!("--brokers {n}: the harness runs one broker or three"),
+        };
         let s = Services {
             source: Arc::new(source),
             service,
-            broker,
-            proxy,
+            brokers,
             dir,
             _tmp: tmp,
         };
-        for (topic, partitions) in TOPICS {
-            s.broker.create_topic(topic, partitions)?;
-        }
         s.source
             .client()
             .await?
@@ -119,9 +174,29 @@ impl Services {
         )
     }
 
-    /// Kafka clients go through the proxy (the broker advertises it).
+    /// Kafka clients go through the proxy (the broker advertises it), or
+    /// straight to the three nodes.
     pub fn bootstrap(&self) -> String {
-        self.proxy.addr().to_string()
+        match &self.brokers {
+            Brokers::Proxied { proxy, .. } => proxy.addr().to_string(),
+            Brokers::Cluster { bootstrap, .. } => bootstrap.clone(),
+        }
+    }
+
+    /// The proxy in front of the single broker; `None` on three brokers.
+    pub fn proxy(&self) -> Option<&Proxy> {
+        match &self.brokers {
+            Brokers::Proxied { proxy, .. } => Some(proxy),
+            Brokers::Cluster { .. } => None,
+        }
+    }
+
+    /// The three-node cluster; `None` with one broker.
+    pub fn cluster(&self) -> Option<Arc<std::sync::Mutex<KafkaCluster>>> {
+        match &self.brokers {
+            Brokers::Proxied { .. } => None,
+            Brokers::Cluster { cluster, .. } => Some(Arc::clone(cluster)),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {

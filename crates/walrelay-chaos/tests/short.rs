@@ -10,47 +10,25 @@
 //! --examples` before the tests) and this crate's `walrelay-chaos`.
 //! `WALRELAY_CHAOS_SEED` replays a seed.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use walrelay_chaos::{Mode, Options};
-
-fn relay_binary() -> Result<PathBuf> {
-    // target/<profile>/deps/short-<hash> → target/<profile>/walrelay
-    let exe = std::env::current_exe()?;
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .join("walrelay");
-    ensure!(
-        path.is_file(),
-        "{} is missing: scripts/test.sh builds it (cargo build --workspace --bins --examples)",
-        path.display()
-    );
-    Ok(path)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_chaos_run_loses_nothing_and_processes_everything_once() -> Result<()> {
-    let seed = std::env::var("WALRELAY_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
+    let seed = walrelay_chaos::seed_from_env();
     let report = walrelay_chaos::run(Options {
         mode: Mode::Short,
         seed,
-        relay_bin: relay_binary()?,
+        relay_bin: walrelay_chaos::relay_binary_for_tests()?,
         chaos_bin: PathBuf::from(env!("CARGO_BIN_EXE_walrelay-chaos")),
         events: None,
         relay_kills: None,
         keep: false,
         fence: true,
+        brokers: 1,
+        python: None,
     })
     .await?;
     println!("{}", report.table);

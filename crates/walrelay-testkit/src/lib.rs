@@ -47,6 +47,7 @@ pub mod broker;
 mod cluster;
 pub mod db;
 pub mod kafka;
+mod python;
 mod tls;
 mod user;
 pub mod wire;
@@ -67,6 +68,7 @@ pub use db::{outbox_table, OutboxKeys, TestDb, BUSY_TABLE};
 pub use kafka::{
     partition_count, read_topics, read_until_quiet, relay_headers, ConsumedRecord, EXTRA_READ_GRACE,
 };
+pub use python::python_interpreter;
 pub use tls::{TestCa, TlsMaterial};
 
 /// Polls `condition` every `poll_interval` until it returns `Ok(true)`, and

@@ -31,14 +31,14 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use rdkafka::ClientConfig;
 use support::{Env, WAIT};
 use tokio::sync::watch;
 use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore};
 use walrelay_testkit::{
-    await_condition, read_topics, AclOperation, AclResource, BrokerKind, ClusterOptions,
-    KafkaCluster, KafkaOptions, KafkaSecurity, ScramUser, TestCa,
+    await_condition, python_interpreter, read_topics, AclOperation, AclResource, BrokerKind,
+    ClusterOptions, KafkaCluster, KafkaOptions, KafkaSecurity, ScramUser, TestCa,
 };
 
 use AclOperation::{Read as READ, Write as WRITE};
@@ -418,32 +418,6 @@ async fn count_rows(dsn: &str, table: &str) -> Result<i64> {
 
 // ------------------------------------------------------ Python consumer
 
-/// The Python interpreter with `walrelay_consumer` installed, if any.
-fn python() -> Result<Option<PathBuf>> {
-    let candidate = std::env::var_os("WALRELAY_PYTHON")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/python-venv/bin/python")
-        });
-    if candidate.exists() {
-        return Ok(Some(candidate));
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        bail!(
-            "no Python interpreter at {} (set WALRELAY_PYTHON to the one \
-             scripts/install-python-venv.sh prints): the Python consumer must run in CI",
-            candidate.display()
-        );
-    }
-    eprintln!(
-        "SKIPPING the Python consumer: no interpreter at {} (run scripts/install-python-venv.sh \
-         or set WALRELAY_PYTHON)",
-        candidate.display()
-    );
-    Ok(None)
-}
-
 /// `python/examples/consumer.py` as `consumer` in `group`, its output in
 /// `log`.
 fn python_consumer(
@@ -564,7 +538,7 @@ async fn the_relay_verify_and_both_consumers_work_with_only_their_acls() -> Resu
     assert_no_password("Rust consumer's logs", &logs);
 
     // The Python consumer.
-    if let Some(python) = python()? {
+    if let Some(python) = python_interpreter()? {
         let py_dsn = create_database(&env, "py_app").await?;
         let log = dir.path().join("python.log");
         let mut child = python_consumer(&python, node, &py_dsn, topic, "py-app", &log)?;
@@ -756,7 +730,7 @@ async fn verify_and_the_consumers_name_a_missing_acl_a_wrong_ca_and_a_wrong_pass
     let env = Env::postgres_only(ClusterOptions::default()).await?;
     let rust_dsn = create_database(&env, "rust_denied").await?;
     let py_dsn = create_database(&env, "py_denied").await?;
-    let python = python()?;
+    let python = python_interpreter()?;
     let dir = tempfile::tempdir()?;
     let groups = [
         AclResource::group("rust-denied"),

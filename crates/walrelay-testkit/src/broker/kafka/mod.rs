@@ -30,6 +30,7 @@ use crate::kafka::client_config;
 use cluster_id::random_cluster_id;
 
 mod acl;
+mod cluster_admin;
 mod cluster_id;
 mod config;
 mod home;
@@ -473,6 +474,46 @@ impl KafkaCluster {
                 self.log_tail(30)
             ))
         })
+    }
+
+    /// Restarts node `id` as a rolling restart does: a controlled shutdown
+    /// (SIGTERM, up to 60 s), then the same start as
+    /// [`KafkaCluster::restart_node`].
+    pub fn restart_node_gracefully(&mut self, id: usize) -> anyhow::Result<()> {
+        self.node_mut(id)?.terminate(Duration::from_secs(60))?;
+        self.restart_node(id)
+    }
+
+    /// Waits until every partition of `topic` has all its replicas in sync,
+    /// up to `timeout`: the cluster recovered from a fault.
+    pub fn await_fully_replicated(&self, topic: &str, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let client: BaseConsumer = client_config(&self.bootstrap_servers())
+            .create()
+            .context("creating a Kafka client")?;
+        loop {
+            let last = match client.fetch_metadata(Some(topic), Duration::from_secs(5)) {
+                Ok(md) => {
+                    let lagging: Vec<String> = md
+                        .topics()
+                        .iter()
+                        .flat_map(|t| t.partitions())
+                        .filter(|p| p.isr().len() < p.replicas().len() || p.leader() < 0)
+                        .map(|p| format!("{}: isr {:?} of {:?}", p.id(), p.isr(), p.replicas()))
+                        .collect();
+                    if lagging.is_empty() && md.topics().iter().any(|t| !t.partitions().is_empty())
+                    {
+                        return Ok(());
+                    }
+                    lagging.join("; ")
+                }
+                Err(e) => format!("{e}"),
+            };
+            if Instant::now() >= deadline {
+                bail!("{topic} not fully replicated within {timeout:?} ({last})");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn node_mut(&mut self, id: usize) -> anyhow::Result<&mut KafkaNode> {

@@ -200,6 +200,26 @@ impl KafkaNode {
         }
     }
 
+    /// Stops the JVM as an operator does (SIGTERM: a controlled shutdown
+    /// that hands its partitions' leadership to other brokers first) and
+    /// waits for it; SIGKILL after `timeout`. The data stays.
+    pub fn terminate(&mut self, timeout: std::time::Duration) -> anyhow::Result<()> {
+        let Some(p) = &mut self.process else {
+            return Ok(());
+        };
+        let status = Command::new("kill")
+            .args(["-TERM", &p.java.id().to_string()])
+            .status()
+            .context("running kill -TERM")?;
+        if status.success() {
+            let deadline = std::time::Instant::now() + timeout;
+            while p.java.try_wait()?.is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+        self.kill()
+    }
+
     /// Kills the JVM (SIGKILL) and waits for it; the data stays, so
     /// [`KafkaNode::spawn`] starts it again. No-op when not running.
     pub fn kill(&mut self) -> anyhow::Result<()> {

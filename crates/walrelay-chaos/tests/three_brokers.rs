@@ -1,0 +1,49 @@
+//! The short chaos mode on three Apache Kafka brokers (replication factor
+//! 3, `min.insync.replicas=2`): the mixed workload under the cluster's
+//! faults (a partition leader killed, a rolling restart, a partition
+//! reassigned away from its leader and back, the active controller and
+//! the consumers' group coordinator killed, the relay killed while a
+//! leader election is under way) besides relay, PostgreSQL and consumer
+//! faults, with the Rust and the Python consumer applying every event;
+//! then the full history check. About four minutes on 2 cores.
+//!
+//! Kafka only: it runs in `scripts/test.sh`'s Apache Kafka stage
+//! (WALRELAY_BROKER=kafka, WALRELAY_PYTHON), skipped elsewhere, saying so.
+//! `WALRELAY_CHAOS_SEED` replays a seed.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use walrelay_chaos::{Mode, Options};
+use walrelay_testkit::{python_interpreter, BrokerKind};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_broker_chaos_run_loses_nothing_and_both_consumers_apply_everything_once(
+) -> Result<()> {
+    if BrokerKind::from_env()? != BrokerKind::Kafka {
+        eprintln!("skipped: Apache Kafka only (WALRELAY_BROKER=kafka, scripts/test.sh)");
+        return Ok(());
+    }
+    let seed = walrelay_chaos::seed_from_env();
+    let report = walrelay_chaos::run(Options {
+        mode: Mode::Short,
+        seed,
+        relay_bin: walrelay_chaos::relay_binary_for_tests()?,
+        chaos_bin: PathBuf::from(env!("CARGO_BIN_EXE_walrelay-chaos")),
+        events: None,
+        relay_kills: None,
+        keep: false,
+        fence: true,
+        brokers: 3,
+        python: python_interpreter()?,
+    })
+    .await?;
+    println!("{}", report.table);
+    assert!(
+        report.passed(),
+        "chaos run on three brokers failed (seed {seed}; rerun with WALRELAY_CHAOS_SEED={seed}):\n{}\n{}",
+        report.failures.join("\n"),
+        report.table
+    );
+    Ok(())
+}
