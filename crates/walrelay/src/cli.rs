@@ -68,6 +68,16 @@ pub struct StatusArgs {
     /// e.g. for a check that walrelay is running.
     #[arg(long)]
     pub require_active: bool,
+    /// Also report the Kafka topics' durability settings and whether the
+    /// tail fence can trust them (informational: the exit code stays
+    /// PostgreSQL's).
+    #[arg(long)]
+    pub kafka: bool,
+    /// A topic to report with --kafka (repeatable; implies --kafka)
+    /// [default: the topics the configuration names, and the existing
+    /// topics an outbox topic template matches].
+    #[arg(long = "topic", value_name = "TOPIC")]
+    pub topics: Vec<String>,
 }
 
 impl StatusArgs {

@@ -39,6 +39,7 @@ pub use walrelay_contract::envelope;
 pub mod http;
 pub mod kafka_acl;
 pub mod kafka_client;
+pub mod kafka_durability;
 pub mod kafka_metadata;
 pub mod key;
 pub mod metrics;

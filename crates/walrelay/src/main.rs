@@ -112,13 +112,17 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Verify(_) => unreachable!("handled before the configuration is loaded"),
         Command::Status(args) => {
-            let status = match walrelay::status::status(&config, args.limits()).await {
+            let mut status = match walrelay::status::status(&config, args.limits()).await {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("walrelay status: {e}");
                     std::process::exit(1);
                 }
             };
+            if args.kafka || !args.topics.is_empty() {
+                status.kafka =
+                    Some(walrelay::kafka_durability::report(&config, &args.topics).await);
+            }
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {

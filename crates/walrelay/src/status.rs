@@ -56,6 +56,9 @@ pub struct Status {
     /// fix (the check `run` makes at start and periodically).
     pub publication_problems: Vec<String>,
     pub health: Health,
+    /// With `--kafka`: the topics' durability settings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<crate::kafka_durability::KafkaDurability>,
 }
 
 /// The verdict, with its exit code.
@@ -199,6 +202,7 @@ pub async fn status(config: &Config, limits: Limits) -> Result<Status, RelayErro
         wal_level,
         publication_problems,
         health: Health::Ok,
+        kafka: None,
     };
     s.health = assess(&s, limits);
     Ok(s)
@@ -290,6 +294,9 @@ pub fn render(s: &Status) -> String {
             Health::AtRisk => "AT RISK: WAL may be removed before walrelay confirms it, or lag is over the limit: find out why walrelay is not confirming before the slot is lost (exit 4)",
         }
     ));
+    if let Some(kafka) = &s.kafka {
+        out.push_str(&crate::kafka_durability::render(kafka));
+    }
     out
 }
 
@@ -317,6 +324,7 @@ mod tests {
             wal_level: Some("logical".into()),
             publication_problems: vec![],
             health: Health::Ok,
+            kafka: None,
         }
     }
 

@@ -64,6 +64,16 @@ async fn describe(
         Some(Err(code)) => return Err(format!("DescribeConfigs: {code:?} ({code})")),
         None => return Err("DescribeConfigs returned no result".to_owned()),
     };
+    // rust-rdkafka drops the per-resource error code; a topic described
+    // with no entries at all is the answer to a principal not authorized
+    // to describe its configuration (measured on Kafka 4.1.1).
+    if config.entries.is_empty() {
+        return Err(
+            "DescribeConfigs returned no settings for the topic: the principal is most likely not \
+             authorized to describe its configuration (TOPIC_AUTHORIZATION_FAILED)"
+                .to_owned(),
+        );
+    }
     let value = |name: &str| config.get(name).and_then(|e| e.value.clone());
     let min = match value(MIN_INSYNC_REPLICAS) {
         Some(v) => v

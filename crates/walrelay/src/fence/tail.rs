@@ -39,6 +39,61 @@ use super::{Layout, OwnRecord, PartitionTail};
 use crate::key::EventKey;
 use crate::record::header;
 
+/// Whether the reader connects without TLS or SASL, so that
+/// [`super::log_end`] may ask the leaders itself.
+fn plaintext(config: &ClientConfig) -> bool {
+    config
+        .get("security.protocol")
+        .is_none_or(|p| p.eq_ignore_ascii_case("plaintext"))
+}
+
+/// [`super::log_end::await_readable`] for `topic`'s partitions, through the
+/// fence's reader: what each leader held when asked is readable before
+/// the tail is read, so the fence sees the records an ended session left
+/// unreplicated instead of writing them again.
+fn wait_until_readable(
+    consumer: &BaseConsumer<Quiet>,
+    topic: &str,
+    partitions: u32,
+    deadline: Instant,
+) -> Result<(), Vec<super::log_end::Behind>> {
+    let step = |deadline: Instant| {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .clamp(Duration::from_millis(10), Duration::from_secs(2))
+    };
+    let all: Vec<i32> = (0..partitions).map(to_i32).collect();
+    super::log_end::await_readable(
+        &all,
+        deadline,
+        || {
+            let md = consumer
+                .fetch_metadata(Some(topic), step(deadline))
+                .map_err(|e| e.to_string())?;
+            let address = |id: i32| {
+                md.brokers()
+                    .iter()
+                    .find(|b| b.id() == id)
+                    .map(|b| format!("{}:{}", b.host(), b.port()))
+            };
+            Ok(md
+                .topics()
+                .iter()
+                .filter(|t| t.name() == topic)
+                .flat_map(|t| t.partitions())
+                .filter_map(|p| address(p.leader()).map(|a| (p.id(), a)))
+                .collect())
+        },
+        |leader, ps| super::log_end::ask(leader, topic, ps, step(deadline)),
+        |p| {
+            consumer
+                .fetch_watermarks(topic, p, step(deadline))
+                .map(|(_, high)| high)
+                .map_err(|e| e.to_string())
+        },
+    )
+}
+
 /// How far back a partition is read when its last record is another
 /// source's.
 pub const LOOKBACK: i64 = 1_000;
@@ -75,6 +130,25 @@ pub enum FenceError {
     },
     #[error("reading the tail of topic \"{topic}\" for the tail fence failed: {message}")]
     Read { topic: String, message: String },
+    /// Records the leader holds are not all readable yet.
+    #[error(
+        "the tail fence waited relay.fence_timeout ({timeout:?}) for the leaders of topic \"{topic}\" to make \
+         what they hold readable, and {}; the in-sync replicas have not all copied it: the partition may \
+         be under min.insync.replicas (kafka-topics --describe --under-min-isr-partitions lists them) or a \
+         follower is slow; walrelay confirms nothing meanwhile and tries again, and goes on by itself once \
+         the replicas catch up",
+        behind.iter().map(|b| format!(
+            "partition {} is at high watermark {} below its log end {}",
+            b.partition,
+            b.high_watermark.map_or_else(|| "?".to_owned(), |h| h.to_string()),
+            b.log_end
+        )).collect::<Vec<_>>().join(", ")
+    )]
+    Behind {
+        topic: String,
+        behind: Vec<super::log_end::Behind>,
+        timeout: Duration,
+    },
     /// A key of this source in Kafka lies ahead of the server's WAL.
     #[error(
         "partition {partition} of topic \"{topic}\" already holds key {key} of source \"{source_id}\", \
@@ -125,7 +199,10 @@ impl FenceError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            FenceError::Timeout { .. } | FenceError::Read { .. } | FenceError::Denied { .. }
+            FenceError::Timeout { .. }
+                | FenceError::Read { .. }
+                | FenceError::Denied { .. }
+                | FenceError::Behind { .. }
         )
     }
 }
@@ -200,6 +277,15 @@ pub fn read(
         .map(|p| u32::try_from(p.replicas().len()).unwrap_or(u32::MAX))
         .max()
         .unwrap_or(1);
+    if replication_factor > 1 && plaintext(config) {
+        wait_until_readable(&consumer, topic, partitions, deadline).map_err(|behind| {
+            FenceError::Behind {
+                topic: topic.to_owned(),
+                behind,
+                timeout,
+            }
+        })?;
+    }
     let mut tails = vec![PartitionTail::default(); partitions as usize];
     // Per partition, the lowest offset read so far: a deeper round counts
     // only what lies below it.

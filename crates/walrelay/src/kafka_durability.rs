@@ -1,0 +1,331 @@
+//! `walrelay status --kafka`: each relay topic's durability settings as the
+//! cluster reports them (replication factor, `min.insync.replicas`,
+//! `unclean.leader.election.enable`), whether the brokers hold the high
+//! watermark under min ISR, and what the tail fence's rule
+//! ([`crate::fence::durability`]) concludes: fenced, or unfenced and why,
+//! with the settings under which Kafka itself may lose an acknowledged
+//! record. The same reads `walrelay run` makes when a session first
+//! writes to a topic, so an operator sees the verdict before the relay
+//! runs.
+//!
+//! Which topics: those named with `--topic`, else the topics the
+//! configuration names (message routes, the dead-letter topic) and the
+//! cluster's topics an outbox topic template matches. Topics the
+//! application names in `walrelay.emit(...)` are known only to it: name
+//! them with `--topic`.
+
+use std::time::Duration;
+
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::fence::durability::{self, StrictMinIsr};
+use crate::kafka_client::{client_config, KafkaClient};
+
+/// How long each Kafka request may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The Kafka part of `walrelay status`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct KafkaDurability {
+    /// Whether the brokers hold the high watermark while a partition is
+    /// under `min.insync.replicas` (Kafka 3.7+): `yes`, `no` or `unknown`.
+    pub strict_min_isr: String,
+    /// Why it is unknown, if it is.
+    pub strict_min_isr_unknown: Option<String>,
+    pub topics: Vec<TopicDurability>,
+    /// Why the cluster could not be asked at all.
+    pub error: Option<String>,
+}
+
+/// One topic's settings and the fence's verdict.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TopicDurability {
+    pub topic: String,
+    /// `false`: the cluster has no such topic (yet).
+    pub exists: bool,
+    pub replication_factor: Option<u32>,
+    pub min_insync_replicas: Option<u32>,
+    /// Why `min_insync_replicas` could not be read (e.g. a denied
+    /// DescribeConfigs), for a replicated topic.
+    pub min_insync_replicas_unknown: Option<String>,
+    pub unclean_leader_election: Option<bool>,
+    /// Whether the tail fence skips what it reads in this topic.
+    pub fenced: bool,
+    /// Why not, with the fix.
+    pub unfenced_because: Option<String>,
+    /// Settings under which Kafka may lose records it acknowledged.
+    pub risks: Vec<String>,
+}
+
+/// The topics to report: `requested`, else those the configuration names
+/// and the `existing` ones an outbox template matches (sorted, unique).
+#[must_use]
+pub fn topics_to_report(config: &Config, requested: &[String], existing: &[String]) -> Vec<String> {
+    let mut topics: Vec<String> = if requested.is_empty() {
+        let mut named: Vec<String> = config.messages.iter().map(|r| r.topic.clone()).collect();
+        named.extend(config.dead_letter.topic.clone());
+        for outbox in &config.outbox {
+            named.extend(
+                existing
+                    .iter()
+                    .filter(|t| template_matches(&outbox.topic, t))
+                    .cloned(),
+            );
+        }
+        named
+    } else {
+        requested.to_vec()
+    };
+    topics.sort();
+    topics.dedup();
+    topics
+}
+
+/// Whether `topic` could come from `template` (`{name}` placeholders
+/// match any non-empty text).
+fn template_matches(template: &str, topic: &str) -> bool {
+    let mut parts = template.split('{').map(|p| match p.split_once('}') {
+        Some((_, literal)) => (true, literal),
+        None => (false, p),
+    });
+    let Some((_, prefix)) = parts.next() else {
+        return false;
+    };
+    let Some(mut rest) = topic.strip_prefix(prefix) else {
+        return false;
+    };
+    let parts: Vec<(bool, &str)> = parts.collect();
+    for (i, (_, literal)) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        // A placeholder takes at least one character, then the literal.
+        let found = if last {
+            (rest.len() > literal.len() && rest.ends_with(literal)).then_some(rest.len())
+        } else if literal.is_empty() {
+            None
+        } else {
+            rest.get(1..)
+                .and_then(|r| r.find(literal))
+                .map(|at| at + 1 + literal.len())
+        };
+        match found {
+            Some(end) => rest = &rest[end..],
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+/// Asks the cluster of `config` about `requested` topics (see
+/// [`topics_to_report`]).
+pub async fn report(config: &Config, requested: &[String]) -> KafkaDurability {
+    let kafka = &config.kafka;
+    let protocol = kafka
+        .properties
+        .get("security.protocol")
+        .map_or("plaintext", String::as_str);
+    let (strict, strict_why) =
+        crate::fence::api_versions::strict_min_isr(&kafka.bootstrap_servers, protocol, TIMEOUT)
+            .await;
+    let mut out = KafkaDurability {
+        strict_min_isr: match strict {
+            StrictMinIsr::Yes => "yes",
+            StrictMinIsr::No => "no",
+            StrictMinIsr::Unknown => "unknown",
+        }
+        .to_owned(),
+        strict_min_isr_unknown: strict_why,
+        topics: Vec::new(),
+        error: None,
+    };
+    let admin = match client_config(kafka, KafkaClient::Admin) {
+        Ok(admin) => admin,
+        Err(e) => {
+            out.error = Some(e.to_string());
+            return out;
+        }
+    };
+    // Replica counts from one metadata request.
+    let metadata = {
+        let admin = admin.clone();
+        tokio::task::spawn_blocking(move || {
+            let client: AdminClient<DefaultClientContext> =
+                admin.create().map_err(|e| e.to_string())?;
+            let md = client
+                .inner()
+                .fetch_metadata(None, TIMEOUT)
+                .map_err(|e| format!("fetching metadata: {e}"))?;
+            Ok::<_, String>(
+                md.topics()
+                    .iter()
+                    .map(|t| {
+                        let rf = t
+                            .partitions()
+                            .iter()
+                            .map(|p| u32::try_from(p.replicas().len()).unwrap_or(u32::MAX))
+                            .max();
+                        (t.name().to_owned(), rf)
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .await
+    };
+    let metadata = match metadata {
+        Ok(Ok(md)) => md,
+        Ok(Err(e)) => {
+            out.error = Some(e);
+            return out;
+        }
+        Err(e) => {
+            out.error = Some(e.to_string());
+            return out;
+        }
+    };
+    let existing: Vec<String> = metadata.iter().map(|(name, _)| name.clone()).collect();
+    for topic in topics_to_report(config, requested, &existing) {
+        let rf = metadata
+            .iter()
+            .find(|(name, _)| *name == topic)
+            .and_then(|(_, rf)| *rf);
+        out.topics.push(match rf {
+            None => TopicDurability {
+                topic,
+                exists: false,
+                replication_factor: None,
+                min_insync_replicas: None,
+                min_insync_replicas_unknown: None,
+                unclean_leader_election: None,
+                fenced: false,
+                unfenced_because: Some("the cluster has no such topic".to_owned()),
+                risks: Vec::new(),
+            },
+            Some(rf) => {
+                let settings =
+                    crate::fence::settings::read(&admin, &topic, rf, strict, TIMEOUT).await;
+                topic_durability(topic, &settings)
+            }
+        });
+    }
+    out
+}
+
+/// The verdict on a topic whose settings were read.
+fn topic_durability(topic: String, settings: &durability::TopicSettings) -> TopicDurability {
+    let verdict = durability::readable_implies_acked(settings);
+    TopicDurability {
+        topic,
+        exists: true,
+        replication_factor: Some(settings.replication_factor),
+        min_insync_replicas: settings.min_insync_replicas.as_ref().ok().copied(),
+        min_insync_replicas_unknown: settings.min_insync_replicas.as_ref().err().cloned(),
+        unclean_leader_election: settings.unclean_leader_election,
+        fenced: verdict.is_ok(),
+        unfenced_because: verdict.err().map(|why| why.to_string()),
+        risks: durability::acknowledged_may_be_lost(settings),
+    }
+}
+
+/// The human-readable section of `walrelay status`.
+#[must_use]
+pub fn render(k: &KafkaDurability) -> String {
+    let mut out = String::from("kafka:\n");
+    if let Some(e) = &k.error {
+        out.push_str(&format!("  error: {e}\n"));
+        return out;
+    }
+    out.push_str(&format!(
+        "  brokers hold the high watermark under min ISR (Kafka 3.7 or later): {}{}\n",
+        k.strict_min_isr,
+        k.strict_min_isr_unknown
+            .as_ref()
+            .map(|why| format!(" ({why})"))
+            .unwrap_or_default()
+    ));
+    if k.topics.is_empty() {
+        out.push_str("  no topics to report (name them with --topic)\n");
+    }
+    for t in &k.topics {
+        if !t.exists {
+            out.push_str(&format!("  topic {}: does not exist\n", t.topic));
+            continue;
+        }
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+        out.push_str(&format!(
+            "  topic {}: replication factor {}, min.insync.replicas {}, unclean.leader.election.enable {}, tail fence {}\n",
+            t.topic,
+            opt(t.replication_factor.map(|v| v.to_string())),
+            match (&t.min_insync_replicas, &t.min_insync_replicas_unknown) {
+                (Some(v), _) => v.to_string(),
+                (None, Some(why)) => format!("unknown ({why})"),
+                (None, None) => "-".to_owned(),
+            },
+            opt(t.unclean_leader_election.map(|v| v.to_string())),
+            if t.fenced { "on" } else { "off" }
+        ));
+        if let Some(why) = &t.unfenced_because {
+            out.push_str(&format!("    fence off: {why}\n"));
+        }
+        for risk in &t.risks {
+            out.push_str(&format!("    RISK: {risk}\n"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outbox_templates_match_the_topics_they_can_make() {
+        let t = "outbox.event.{aggregatetype}";
+        assert!(template_matches(t, "outbox.event.order"));
+        assert!(!template_matches(t, "outbox.event."));
+        assert!(!template_matches(t, "other.order"));
+        let t = "{schema}.{table}.{aggregatetype}";
+        assert!(template_matches(t, "public.outbox.order"));
+        assert!(!template_matches(t, "public.outbox"));
+        assert!(template_matches("fixed", "fixed"));
+        assert!(!template_matches("fixed", "fixed2"));
+    }
+
+    #[test]
+    fn the_verdict_follows_the_fence_rule() {
+        let settings = |rf, min: Result<u32, String>, strict| durability::TopicSettings {
+            replication_factor: rf,
+            min_insync_replicas: min,
+            unclean_leader_election: Some(false),
+            strict_min_isr: strict,
+        };
+        let ok = topic_durability("t".into(), &settings(3, Ok(2), StrictMinIsr::Yes));
+        assert!(ok.fenced && ok.unfenced_because.is_none() && ok.risks.is_empty());
+        let old = topic_durability("t".into(), &settings(3, Ok(2), StrictMinIsr::No));
+        assert!(!old.fenced);
+        assert!(old.unfenced_because.unwrap().contains("3.7"));
+        let denied = topic_durability(
+            "t".into(),
+            &settings(3, Err("DescribeConfigs: denied".into()), StrictMinIsr::Yes),
+        );
+        assert!(!denied.fenced);
+        assert_eq!(
+            denied.min_insync_replicas_unknown.as_deref(),
+            Some("DescribeConfigs: denied")
+        );
+        assert!(denied.unfenced_because.unwrap().contains("DescribeConfigs"));
+        let risky = topic_durability("t".into(), &settings(3, Ok(1), StrictMinIsr::Yes));
+        assert!(risky.fenced && risky.risks.len() == 1);
+        let text = render(&KafkaDurability {
+            strict_min_isr: "yes".into(),
+            strict_min_isr_unknown: None,
+            topics: vec![risky],
+            error: None,
+        });
+        assert!(
+            text.contains("min.insync.replicas 1") && text.contains("RISK:"),
+            "{text}"
+        );
+    }
+}
