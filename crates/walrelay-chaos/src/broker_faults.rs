@@ -68,13 +68,7 @@ pub async fn inject(
 ) -> Result<String> {
     match kind {
         FaultKind::LeaderKill => {
-            let (topic, partition) = some_partition(rng);
-            let leader = on(cluster, move |c| {
-                let (leader, _) = c.partition_state(topic, partition)?;
-                c.kill_node(usize::try_from(leader)?)?;
-                Ok(leader)
-            })
-            .await?;
+            let (topic, partition, leader) = kill_a_leader(cluster, rng).await?;
             tokio::time::sleep(downtime(rng)).await;
             restart(cluster, leader).await?;
             Ok(format!("node {leader}, leader of {topic}/{partition}"))
@@ -82,13 +76,7 @@ pub async fn inject(
         FaultKind::RelayKillInElection => {
             // The relay dies right after the leader: its next session's
             // fence reads the partitions while their leadership moves.
-            let (topic, partition) = some_partition(rng);
-            let leader = on(cluster, move |c| {
-                let (leader, _) = c.partition_state(topic, partition)?;
-                c.kill_node(usize::try_from(leader)?)?;
-                Ok(leader)
-            })
-            .await?;
+            let (topic, partition, leader) = kill_a_leader(cluster, rng).await?;
             relay.kill9().await?;
             relay.start()?;
             tokio::time::sleep(downtime(rng)).await;
@@ -152,6 +140,19 @@ pub async fn inject(
         }
         other => Err(anyhow!("{other} is not a broker fault")),
     }
+}
+
+/// Kills (SIGKILL) the leader of a random partition the relay writes to:
+/// the partition and the node.
+async fn kill_a_leader(cluster: &Cluster, rng: &mut StdRng) -> Result<(&'static str, i32, i32)> {
+    let (topic, partition) = some_partition(rng);
+    let leader = on(cluster, move |c| {
+        let (leader, _) = c.partition_state(topic, partition)?;
+        c.kill_node(usize::try_from(leader)?)?;
+        Ok(leader)
+    })
+    .await?;
+    Ok((topic, partition, leader))
 }
 
 /// Starts node `id` again and waits for every replica to be in sync.

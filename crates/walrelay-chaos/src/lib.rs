@@ -86,6 +86,30 @@ pub fn seed_from_env() -> u64 {
         })
 }
 
+impl Options {
+    /// The short mode as a test runs it: the seed from
+    /// [`seed_from_env`], the relay of [`relay_binary_for_tests`], the
+    /// fence on.
+    pub fn short_test(
+        chaos_bin: PathBuf,
+        brokers: usize,
+        python: Option<PathBuf>,
+    ) -> Result<Options> {
+        Ok(Options {
+            mode: Mode::Short,
+            seed: seed_from_env(),
+            relay_bin: relay_binary_for_tests()?,
+            chaos_bin,
+            events: None,
+            relay_kills: None,
+            keep: false,
+            fence: true,
+            brokers,
+            python,
+        })
+    }
+}
+
 /// The `walrelay` binary of the profile a test binary was built with:
 /// `target/<profile>/deps/<test>-<hash>` → `target/<profile>/walrelay`
 /// (`scripts/test.sh` builds it before the tests).

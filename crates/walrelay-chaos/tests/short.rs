@@ -13,24 +13,14 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use walrelay_chaos::{Mode, Options};
+use walrelay_chaos::Options;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_chaos_run_loses_nothing_and_processes_everything_once() -> Result<()> {
-    let seed = walrelay_chaos::seed_from_env();
-    let report = walrelay_chaos::run(Options {
-        mode: Mode::Short,
-        seed,
-        relay_bin: walrelay_chaos::relay_binary_for_tests()?,
-        chaos_bin: PathBuf::from(env!("CARGO_BIN_EXE_walrelay-chaos")),
-        events: None,
-        relay_kills: None,
-        keep: false,
-        fence: true,
-        brokers: 1,
-        python: None,
-    })
-    .await?;
+    let options =
+        Options::short_test(PathBuf::from(env!("CARGO_BIN_EXE_walrelay-chaos")), 1, None)?;
+    let seed = options.seed;
+    let report = walrelay_chaos::run(options).await?;
     println!("{}", report.table);
     assert!(
         report.passed(),

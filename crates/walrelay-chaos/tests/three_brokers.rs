@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use walrelay_chaos::{Mode, Options};
+use walrelay_chaos::Options;
 use walrelay_testkit::{python_interpreter, BrokerKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,20 +24,13 @@ async fn three_broker_chaos_run_loses_nothing_and_both_consumers_apply_everythin
         eprintln!("skipped: Apache Kafka only (WALRELAY_BROKER=kafka, scripts/test.sh)");
         return Ok(());
     }
-    let seed = walrelay_chaos::seed_from_env();
-    let report = walrelay_chaos::run(Options {
-        mode: Mode::Short,
-        seed,
-        relay_bin: walrelay_chaos::relay_binary_for_tests()?,
-        chaos_bin: PathBuf::from(env!("CARGO_BIN_EXE_walrelay-chaos")),
-        events: None,
-        relay_kills: None,
-        keep: false,
-        fence: true,
-        brokers: 3,
-        python: python_interpreter()?,
-    })
-    .await?;
+    let options = Options::short_test(
+        PathBuf::from(env!("CARGO_BIN_EXE_walrelay-chaos")),
+        3,
+        python_interpreter()?,
+    )?;
+    let seed = options.seed;
+    let report = walrelay_chaos::run(options).await?;
     println!("{}", report.table);
     assert!(
         report.passed(),

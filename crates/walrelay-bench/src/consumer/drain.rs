@@ -42,6 +42,7 @@ pub(super) async fn drain(
     let (stop_tx, stop_rx) = watch::channel(false);
     let db_cpu = env.db_cpu_window()?;
     let cpu0 = procstat::self_cpu_seconds()?;
+    let started = std::time::Instant::now();
     let task = start(
         env,
         consumer,
@@ -109,6 +110,7 @@ pub(super) async fn drain(
         partitions,
         repeat,
         records,
+        first_record_s: first.saturating_duration_since(started).as_secs_f64(),
         seconds,
         records_per_s: records as f64 / seconds,
         cpu_us_per_record: per(cpu),

@@ -155,6 +155,10 @@ pub struct ConsumerRun {
     pub partitions: i32,
     pub repeat: u32,
     pub records: u64,
+    /// From the consumer's start (client created, group joined, offsets
+    /// fetched) to the first record handed to it: what a deploy waits
+    /// before anything is applied.
+    pub first_record_s: f64,
     pub seconds: f64,
     pub records_per_s: f64,
     pub cpu_us_per_record: f64,

@@ -10,6 +10,8 @@ use crate::report::{Stat, TargetCheck};
 #[derive(Debug, Clone, Copy)]
 pub struct Summary {
     pub rate: Stat,
+    /// Seconds from the consumer's start to its first record.
+    pub first_record_s: Stat,
     pub cpu_us: Stat,
     pub db_cpu_us: Stat,
     pub state_rows: i64,
@@ -28,6 +30,7 @@ pub fn summary(runs: &[ConsumerRun], consumer: Consumer, partitions: i32) -> Opt
     let last = of.last()?;
     Some(Summary {
         rate: Stat::of(of.iter().map(|r| r.records_per_s))?,
+        first_record_s: Stat::of(of.iter().map(|r| r.first_record_s))?,
         cpu_us: Stat::of(of.iter().map(|r| r.cpu_us_per_record))?,
         db_cpu_us: Stat::of(of.iter().map(|r| r.db_cpu_us_per_record))?,
         state_rows: last.state_rows,
@@ -154,6 +157,20 @@ pub fn targets(runs: &[ConsumerRun]) -> Vec<TargetCheck> {
         }),
         met: python.map(|p| p.rate.median >= 20_000.0),
     });
+    // The time to the first record is the group join and the offset
+    // fetch, the same for a plain rdkafka loop: walrelay's loop adds
+    // nothing of its own (within half a second, for the noise).
+    let first = batch(4).zip(limit(4));
+    out.push(TargetCheck {
+        target: "consumer, batch handler: first record no later than the apply limit's + 0.5 s (4 partitions)".into(),
+        measured: first.map_or("not measured".into(), |(b, l)| {
+            format!(
+                "{:.2} s (apply limit {:.2} s)",
+                b.first_record_s.median, l.first_record_s.median
+            )
+        }),
+        met: first.map(|(b, l)| b.first_record_s.median <= l.first_record_s.median + 0.5),
+    });
     // One mark row per partition and source (one source here), whatever
     // the record count; the inbox keeps a row per record.
     let constant = batch(4).map(|b| b.state_rows <= 4);
@@ -190,9 +207,9 @@ pub fn markdown(runs: &[ConsumerRun], latency: &[ConsumerLatencyRun]) -> String 
     );
     let _ = writeln!(
         s,
-        "| consumer | partitions | records/s | × apply limit | CPU µs/record | DB CPU µs/record | dedupe state | records/batch | pauses |"
+        "| consumer | partitions | records/s | × apply limit | CPU µs/record | DB CPU µs/record | dedupe state | records/batch | pauses | first record after |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---|---:|---:|");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|");
     for (consumer, partitions) in ROWS {
         let Some(m) = summary(runs, consumer, partitions) else {
             continue;
@@ -202,7 +219,7 @@ pub fn markdown(runs: &[ConsumerRun], latency: &[ConsumerLatencyRun]) -> String 
             .map_or("–".to_owned(), |r| format!("{r:.2}x"));
         let _ = writeln!(
             s,
-            "| {} | {partitions} | {:.0} | {vs_limit} | {:.1} | {:.1} | {} rows, {} kB | {} | {} |",
+            "| {} | {partitions} | {:.0} | {vs_limit} | {:.1} | {:.1} | {} rows, {} kB | {} | {} | {:.2} s |",
             consumer.label(),
             m.rate.median,
             m.cpu_us.median,
@@ -210,7 +227,8 @@ pub fn markdown(runs: &[ConsumerRun], latency: &[ConsumerLatencyRun]) -> String 
             m.state_rows,
             m.state_bytes / 1024,
             opt(m.batch_mean),
-            opt(m.pauses)
+            opt(m.pauses),
+            m.first_record_s.median
         );
     }
     phase_table(&mut s, runs);
@@ -344,6 +362,7 @@ mod tests {
             partitions: 4,
             repeat: 0,
             records: 1000,
+            first_record_s: 0.5,
             seconds: 1000.0 / rate,
             records_per_s: rate,
             cpu_us_per_record: cpu,
@@ -422,6 +441,7 @@ mod tests {
                 ("12.0 µs".to_owned(), Some(true)),
                 ("0.95x".to_owned(), Some(true)),
                 ("19000 records/s".to_owned(), Some(false)),
+                ("0.50 s (apply limit 0.50 s)".to_owned(), Some(true)),
                 (
                     "marks: 4 rows, 8192 B; inbox: 1000 rows, 8192 B".to_owned(),
                     Some(true)
@@ -431,7 +451,7 @@ mod tests {
         let md = markdown(&runs, &[]);
         assert!(
             md.contains(
-                "| walrelay, batch handler | 4 | 60000 | 0.97x | 12.0 | 10.0 | 4 rows, 8 kB | – | – |"
+                "| walrelay, batch handler | 4 | 60000 | 0.97x | 12.0 | 10.0 | 4 rows, 8 kB | – | – | 0.50 s |"
             ),
             "{md}"
         );

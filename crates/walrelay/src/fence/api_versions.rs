@@ -24,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::durability::StrictMinIsr;
+use super::kafka_wire::Reader;
 
 const PRODUCE: i16 = 0;
 /// The first Produce version of Kafka 3.7, the first release with a strict
@@ -68,64 +69,11 @@ fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// Reads a response's fields in order.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.bytes.len() < n {
-            return Err(format!(
-                "the response ended early (wanted {n} more bytes, {} left)",
-                self.bytes.len()
-            ));
-        }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
-    }
-
-    fn i16(&mut self) -> Result<i16, String> {
-        Ok(i16::from_be_bytes(
-            self.take(2)?.try_into().expect("2 bytes"),
-        ))
-    }
-
-    fn i32(&mut self) -> Result<i32, String> {
-        Ok(i32::from_be_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
-    }
-
-    fn uvarint(&mut self) -> Result<u64, String> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.take(1)?[0];
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err("a varint longer than 64 bits".to_owned())
-    }
-
-    fn skip_tags(&mut self) -> Result<(), String> {
-        let n = self.uvarint()?;
-        for _ in 0..n {
-            let _tag = self.uvarint()?;
-            let size = usize::try_from(self.uvarint()?).map_err(|e| e.to_string())?;
-            self.take(size)?;
-        }
-        Ok(())
-    }
-}
-
 /// What an ApiVersions v3 response (without its length prefix) says: the
 /// Produce API's version range tells the release. A broker too old for v3
 /// (before 2.4) answers `UNSUPPORTED_VERSION`.
 pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<StrictMinIsr, String> {
-    let mut r = Reader { bytes };
+    let mut r = Reader::new(bytes);
     let got = r.i32()?;
     if got != correlation_id {
         return Err(format!("correlation id {got}, expected {correlation_id}"));

@@ -30,6 +30,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use super::kafka_wire::Reader;
+
 const LIST_OFFSETS: i16 = 2;
 /// `ListOffsetsRequest.DEBUGGING_REPLICA_ID`: answered with the log end.
 const DEBUGGING_REPLICA_ID: i32 = -2;
@@ -70,7 +72,7 @@ pub type LogEnd = (i32, Result<i64, i16>);
 /// A ListOffsets v1 response (without its length prefix): each
 /// partition's log end offset or error code.
 pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<Vec<LogEnd>, String> {
-    let mut r = Reader { bytes };
+    let mut r = Reader::new(bytes);
     let got = r.i32()?;
     if got != correlation_id {
         return Err(format!("correlation id {got}, expected {correlation_id}"));
@@ -88,45 +90,6 @@ pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<Vec<LogEnd>, 
         }
     }
     Ok(out)
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.bytes.len() < n {
-            return Err(format!(
-                "the response ended early (wanted {n} more bytes, {} left)",
-                self.bytes.len()
-            ));
-        }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
-    }
-
-    fn i16(&mut self) -> Result<i16, String> {
-        Ok(i16::from_be_bytes(self.take(2)?.try_into().expect("2")))
-    }
-
-    fn i32(&mut self) -> Result<i32, String> {
-        Ok(i32::from_be_bytes(self.take(4)?.try_into().expect("4")))
-    }
-
-    fn i64(&mut self) -> Result<i64, String> {
-        Ok(i64::from_be_bytes(self.take(8)?.try_into().expect("8")))
-    }
-
-    /// An array length; a bound on it keeps garbage from allocating.
-    fn count(&mut self) -> Result<usize, String> {
-        let n = self.i32()?;
-        usize::try_from(n)
-            .ok()
-            .filter(|n| *n <= self.bytes.len())
-            .ok_or_else(|| format!("an array of {n} entries"))
-    }
 }
 
 /// Asks `leader` (`host:port`, a plaintext listener) for the log end of

@@ -78,6 +78,7 @@
 pub mod api_versions;
 pub mod decide;
 pub mod durability;
+pub mod kafka_wire;
 pub mod log_end;
 pub mod replay;
 pub mod session;

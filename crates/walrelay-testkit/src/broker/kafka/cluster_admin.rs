@@ -7,14 +7,11 @@
 //! compile), so nothing but the JDK is needed to build it.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use anyhow::{bail, Context};
 
 use super::home::KafkaHome;
 use super::KafkaCluster;
-use crate::kafka::client_config;
 
 /// The Java source, next to this crate's `Cargo.toml`.
 fn source() -> PathBuf {
@@ -88,22 +85,5 @@ impl KafkaCluster {
             &["elect-preferred", topic, &partition.to_string()],
         )
         .map(drop)
-    }
-
-    /// The replicas (node ids, preferred leader first) of the partition.
-    pub fn partition_replicas(&self, topic: &str, partition: i32) -> anyhow::Result<Vec<i32>> {
-        let client: BaseConsumer = client_config(&self.bootstrap_servers())
-            .create()
-            .context("creating a Kafka client")?;
-        let md = client
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
-            .with_context(|| format!("metadata of {topic}"))?;
-        md.topics()
-            .iter()
-            .filter(|t| t.name() == topic)
-            .flat_map(|t| t.partitions())
-            .find(|p| p.id() == partition)
-            .map(|p| p.replicas().to_vec())
-            .ok_or_else(|| anyhow!("no partition {partition} of {topic} in the metadata"))
     }
 }

@@ -397,22 +397,35 @@ impl KafkaCluster {
     /// The leader (node id) and in-sync replicas of `topic`'s partition
     /// `partition`, as the metadata of a running node says.
     pub fn partition_state(&self, topic: &str, partition: i32) -> anyhow::Result<(i32, Vec<i32>)> {
+        let (leader, mut isr, _) = self.partition_metadata(topic, partition)?;
+        isr.sort_unstable();
+        Ok((leader, isr))
+    }
+
+    /// The replicas (node ids, preferred leader first) of the partition.
+    pub fn partition_replicas(&self, topic: &str, partition: i32) -> anyhow::Result<Vec<i32>> {
+        Ok(self.partition_metadata(topic, partition)?.2)
+    }
+
+    /// (leader, in-sync replicas, replicas) of the partition.
+    fn partition_metadata(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> anyhow::Result<(i32, Vec<i32>, Vec<i32>)> {
         let client: BaseConsumer = client_config(&self.bootstrap_servers())
             .create()
             .context("creating a Kafka client")?;
         let md = client
             .fetch_metadata(Some(topic), Duration::from_secs(10))
             .with_context(|| format!("metadata of {topic}"))?;
-        let p = md
-            .topics()
+        md.topics()
             .iter()
             .filter(|t| t.name() == topic)
             .flat_map(|t| t.partitions())
             .find(|p| p.id() == partition)
-            .ok_or_else(|| anyhow!("no partition {partition} of {topic} in the metadata"))?;
-        let mut isr = p.isr().to_vec();
-        isr.sort_unstable();
-        Ok((p.leader(), isr))
+            .map(|p| (p.leader(), p.isr().to_vec(), p.replicas().to_vec()))
+            .ok_or_else(|| anyhow!("no partition {partition} of {topic} in the metadata"))
     }
 
     /// Waits until `check` holds for the partition's (leader, in-sync
