@@ -138,6 +138,35 @@ pub async fn inject(
             restart(cluster, i32::try_from(id)?).await?;
             Ok(format!("node {id}, coordinator of group {GROUP}"))
         }
+        FaultKind::BelowMinIsr => {
+            // Every replica must be in sync for a write to the topic; one
+            // follower of its partition 0 dies (the other partitions that
+            // broker follows or leads are under min ISR too).
+            let (topic, _) = some_partition(rng);
+            let follower = on(cluster, move |c| {
+                c.set_topic_config(topic, "min.insync.replicas", "3")?;
+                let follower = c.kill_a_follower(topic, 0)?;
+                c.await_partition(
+                    topic,
+                    0,
+                    RECOVERY,
+                    "the killed follower out of the in-sync set",
+                    |_, isr| !isr.contains(&follower),
+                )?;
+                Ok(follower)
+            })
+            .await?;
+            let down = Duration::from_millis(rng.random_range(5_000..40_000));
+            tokio::time::sleep(down).await;
+            restart(cluster, follower).await?;
+            on(cluster, move |c| {
+                c.set_topic_config(topic, "min.insync.replicas", "2")
+            })
+            .await?;
+            Ok(format!(
+                "{topic} with min.insync.replicas=3, node {follower} down {down:?}"
+            ))
+        }
         other => Err(anyhow!("{other} is not a broker fault")),
     }
 }

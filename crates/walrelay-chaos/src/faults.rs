@@ -52,6 +52,11 @@ pub enum FaultKind {
     /// Three brokers: a partition leader killed, then the relay `kill -9`ed
     /// and restarted at once: its fence reads while the leadership moves.
     RelayKillInElection,
+    /// Three brokers: a topic's `min.insync.replicas` raised to 3 and a
+    /// follower killed, so its partitions are under min ISR (the relay
+    /// stalls on them, and past `message.timeout.ms` its session fails);
+    /// the broker returns after 5-40 s, then the setting goes back to 2.
+    BelowMinIsr,
 }
 
 impl FaultKind {
@@ -69,7 +74,7 @@ impl FaultKind {
     /// The faults of a run on three Apache Kafka brokers: the relay,
     /// PostgreSQL and consumer faults, and the cluster's own (no proxy:
     /// brokers die instead of connections).
-    pub const THREE_BROKERS: [FaultKind; 11] = [
+    pub const THREE_BROKERS: [FaultKind; 12] = [
         FaultKind::RelayKill9,
         FaultKind::RelaySigterm,
         FaultKind::TerminateWalsender,
@@ -81,6 +86,7 @@ impl FaultKind {
         FaultKind::ControllerRestart,
         FaultKind::CoordinatorKill,
         FaultKind::RelayKillInElection,
+        FaultKind::BelowMinIsr,
     ];
 
     pub fn describe(self) -> &'static str {
@@ -98,6 +104,7 @@ impl FaultKind {
             FaultKind::ControllerRestart => "active controller kill -9",
             FaultKind::CoordinatorKill => "group coordinator kill -9",
             FaultKind::RelayKillInElection => "relay kill -9 in a leader election",
+            FaultKind::BelowMinIsr => "a topic under min.insync.replicas",
         }
     }
 }
@@ -240,7 +247,8 @@ pub async fn inject(
         | FaultKind::Reassignment
         | FaultKind::ControllerRestart
         | FaultKind::CoordinatorKill
-        | FaultKind::RelayKillInElection => {
+        | FaultKind::RelayKillInElection
+        | FaultKind::BelowMinIsr => {
             let cluster = services
                 .cluster()
                 .with_context(|| format!("{kind} needs three brokers (--brokers 3)"))?;

@@ -8,6 +8,7 @@
 //   java -cp 'KAFKA/libs/*' ClusterAdmin.java BOOTSTRAP coordinator GROUP
 //   java -cp 'KAFKA/libs/*' ClusterAdmin.java BOOTSTRAP reassign TOPIC PARTITION 2,3,1
 //   java -cp 'KAFKA/libs/*' ClusterAdmin.java BOOTSTRAP elect-preferred TOPIC PARTITION
+//   java -cp 'KAFKA/libs/*' ClusterAdmin.java BOOTSTRAP set-topic-config TOPIC NAME VALUE
 //
 // Prints one line, `ok <value>`, and exits 0; on failure the exception on
 // stderr and exit 1. `reassign` returns once the reassignment completed.
@@ -23,9 +24,12 @@ import java.util.stream.Collectors;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
 
 public final class ClusterAdmin {
     private static final long TIMEOUT_S = 60;
@@ -56,6 +60,13 @@ public final class ClusterAdmin {
                     // "Election not needed" (the preferred replica leads
                     // already) is success here.
                     yield result.get(tp).map(t -> t.getClass().getSimpleName()).orElse("elected");
+                }
+                case "set-topic-config" -> {
+                    ConfigResource topic = new ConfigResource(ConfigResource.Type.TOPIC, args[2]);
+                    admin.incrementalAlterConfigs(Map.of(topic, List.of(new AlterConfigOp(
+                            new ConfigEntry(args[3], args[4]), AlterConfigOp.OpType.SET))))
+                        .all().get(TIMEOUT_S, TimeUnit.SECONDS);
+                    yield args[3] + "=" + args[4];
                 }
                 default -> throw new IllegalArgumentException("unknown command " + args[1]);
             };

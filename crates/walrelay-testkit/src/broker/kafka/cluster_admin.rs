@@ -1,10 +1,11 @@
 //! Cluster operations for fault tests that librdkafka's admin API does not
 //! offer: the active controller (the KRaft quorum's leader), a consumer
-//! group's coordinator, a partition reassignment and a preferred-leader
-//! election. Each runs Kafka's own Admin client once, through
-//! `java/ClusterAdmin.java` launched as a single source file against the
-//! installed jars (about two seconds: a JVM start and an in-memory
-//! compile), so nothing but the JDK is needed to build it.
+//! group's coordinator, a partition reassignment, a preferred-leader
+//! election and a topic configuration change. Each runs Kafka's own Admin
+//! client once, through `java/ClusterAdmin.java` launched as a single
+//! source file against the installed jars (about two seconds: a JVM start
+//! and an in-memory compile), so nothing but the JDK is needed to build
+//! it.
 
 use std::path::PathBuf;
 
@@ -83,6 +84,17 @@ impl KafkaCluster {
             &self.home,
             &self.bootstrap_servers(),
             &["elect-preferred", topic, &partition.to_string()],
+        )
+        .map(drop)
+    }
+
+    /// Sets a topic configuration (`incrementalAlterConfigs`), e.g.
+    /// `min.insync.replicas`; returns once the controller accepted it.
+    pub fn set_topic_config(&self, topic: &str, name: &str, value: &str) -> anyhow::Result<()> {
+        run(
+            &self.home,
+            &self.bootstrap_servers(),
+            &["set-topic-config", topic, name, value],
         )
         .map(drop)
     }
