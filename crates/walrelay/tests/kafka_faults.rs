@@ -127,7 +127,14 @@ async fn below_min_isr_the_relay_confirms_nothing_and_resumes_by_itself() -> Res
     walrelay::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
-    let mut relay = spawn_relay(&env, &bootstrap, &log, &["--log", "info"])?;
+    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let metrics_flag = metrics_addr.to_string();
+    let mut relay = spawn_relay(
+        &env,
+        &bootstrap,
+        &log,
+        &["--log", "info", "--metrics-addr", &metrics_flag],
+    )?;
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
 
     emit(&env, 0, 5).await?;
@@ -176,6 +183,25 @@ async fn below_min_isr_the_relay_confirms_nothing_and_resumes_by_itself() -> Res
         .unwrap_or_default()
         .to_owned();
     println!("while below min ISR the relay said: {said}");
+    // Readiness and the metrics say so too: /readyz is 503 while Kafka
+    // acknowledges nothing (or the session failed), and the delivery
+    // timeout is counted.
+    let mut readyz = None;
+    await_condition(Duration::from_secs(30), Duration::from_millis(200), || {
+        readyz = support::http_get(metrics_addr, "/readyz").ok();
+        let not_ready = readyz.as_ref().is_some_and(|(status, _)| *status == 503);
+        async move { Ok(not_ready) }
+    })
+    .await
+    .with_context(|| format!("/readyz while below min ISR: {readyz:?}"))?;
+    println!("/readyz while below min ISR: {readyz:?}");
+    let (_, metrics) = support::http_get(metrics_addr, "/metrics")?;
+    ensure!(
+        metrics.lines().any(|l| l.starts_with(
+            "walrelay_kafka_errors_total{kind=\"delivery\",code=\"MessageTimedOut\"}"
+        )),
+        "the delivery timeout is counted:\n{metrics}"
+    );
 
     // The broker returns: the relay resumes by itself.
     let returned = Instant::now();

@@ -24,8 +24,8 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -232,14 +232,7 @@ impl Relay {
 
     /// `/readyz`: status and body.
     fn readyz(&self) -> Result<(u16, String)> {
-        let mut s = TcpStream::connect(self.metrics)?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        s.write_all(b"GET /readyz HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n")?;
-        let mut raw = String::new();
-        s.read_to_string(&mut raw)?;
-        let (head, body) = raw.split_once("\r\n\r\n").context("no end of headers")?;
-        let status = head.split(' ').nth(1).context("no status")?.parse()?;
-        Ok((status, body.to_owned()))
+        support::http_get(self.metrics, "/readyz")
     }
 
     /// Waits until `/readyz` answers `status` with a body holding `text`.

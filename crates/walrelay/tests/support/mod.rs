@@ -241,6 +241,28 @@ pub fn spawn_relay(
         .spawn()?)
 }
 
+/// `GET path` from walrelay's metrics endpoint at `addr`: the status and
+/// the body.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n").as_bytes(),
+    )?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("no end of headers in {raw:?}"))?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("no status in {head:?}"))?
+        .parse()?;
+    Ok((status, body.to_owned()))
+}
+
 /// `walrelay [global] status [args]` against `env`'s cluster (as the
 /// superuser, logging at WARN): the exit code and standard output.
 pub fn walrelay_status(env: &Env, global: &[&str], args: &[&str]) -> Result<(i32, String)> {
