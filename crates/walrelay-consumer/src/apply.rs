@@ -4,10 +4,13 @@
 //!
 //! Round trips per batch: `BEGIN`, the lock of the batch's mark rows (one
 //! statement for every source, plus one insert the first time a source is
-//! seen), the handler's own statements, one `UPDATE` of the marks and
-//! `COMMIT`. So a batch of a thousand records costs about what one record
-//! costs, and the handler decides how cheap its part is (one multi-row
-//! `INSERT`, `COPY`, `unnest`).
+//! seen), the handler's own statements and `COMMIT`. The `UPDATE` that
+//! raises the marks costs no round trip of its own: the lock tells which
+//! records are new and how far each mark goes, so the update is sent
+//! before the handler's first statement, in the same pipeline, and its
+//! outcome is checked before `COMMIT`. So a batch of a thousand records
+//! costs about what one record costs, and the handler decides how cheap
+//! its part is (one multi-row `INSERT`, `COPY`, `unnest`).
 
 use std::collections::BTreeMap;
 
@@ -223,17 +226,36 @@ impl PgHwmStore {
             .copied()
             .filter(|&i| Some(i) != parked_index)
             .collect();
-        if !apply.is_empty() {
-            let new: Vec<Delivery<'_>> = apply.iter().map(|&i| records[i]).collect();
-            if let Err(failed) = handler(&tx, &new).await {
-                if let Err(rollback) = tx.rollback().await {
-                    tracing::debug!("rollback after a handler error failed: {rollback}");
-                }
-                return Err(BatchError::Handler {
-                    index: failed.index.and_then(|i| apply.get(i).copied()),
-                    source: failed.error,
-                });
+        // The marks' update goes out first; the handler's statements follow
+        // it in the connection's pipeline without waiting for its reply.
+        let raise = async {
+            if plan.raised.is_empty() {
+                Ok(())
+            } else {
+                advance(&tx, position, &plan).await
             }
+        };
+        let run = async {
+            if apply.is_empty() {
+                return Ok(());
+            }
+            let new: Vec<Delivery<'_>> = apply.iter().map(|&i| records[i]).collect();
+            handler(&tx, &new).await
+        };
+        let (raised, ran) = futures_util::future::join(raise, run).await;
+        // A failed update aborts the transaction, so the handler's later
+        // statements fail too: the update's error is the cause, and it is
+        // not the records' fault (no attempt is counted against them).
+        if let Err(e) = raised {
+            rollback(tx).await;
+            return Err(e);
+        }
+        if let Err(failed) = ran {
+            rollback(tx).await;
+            return Err(BatchError::Handler {
+                index: failed.index.and_then(|i| apply.get(i).copied()),
+                source: failed.error,
+            });
         }
         if let (Some(park), true, Some(i)) = (park, parked_is_new, parked_index) {
             let rows = parked::insert(&tx, &records[i], &park.error, park.attempts).await?;
@@ -247,9 +269,6 @@ impl PgHwmStore {
                 });
             }
         }
-        if !plan.raised.is_empty() {
-            advance(&tx, position, &plan).await?;
-        }
         tx.commit().await?;
 
         log_gaps(position, &plan);
@@ -262,6 +281,12 @@ impl PgHwmStore {
             parked: parked_is_new,
             marks: committed,
         })
+    }
+}
+
+async fn rollback(tx: Transaction<'_>) {
+    if let Err(e) = tx.rollback().await {
+        tracing::debug!("rollback after a failed batch failed: {e}");
     }
 }
 

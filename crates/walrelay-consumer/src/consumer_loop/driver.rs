@@ -31,8 +31,10 @@ use crate::settings::Settings;
 use crate::store::{PgHwmStore, Position};
 
 /// Records taken from librdkafka per queue and wake-up before the loop
-/// looks at its batches again.
-const POLL_BURST: usize = 1024;
+/// looks at its batches again. Batches in flight are futures of the
+/// loop's task: a database reply waits while the loop copies and parses a
+/// burst (~4 µs a record), so a burst stays short.
+const POLL_BURST: usize = 16;
 
 /// How long a shutdown waits for the batches in flight.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
@@ -290,8 +292,10 @@ impl<'a> Driver<'a> {
 
     /// Takes the records already prefetched for each partition with room,
     /// up to two batches queued (a full partition's stay in librdkafka).
+    /// Notes whether more is already fetched ([`Partition::more_fetched`]).
     fn read_partitions(&mut self, queues: &HashMap<TopicPartition, PartitionQueue>) {
         for (tp, queue) in queues {
+            let mut more = true;
             for _ in 0..POLL_BURST {
                 let Some(p) = self.partitions.get(tp) else {
                     break;
@@ -303,10 +307,17 @@ impl<'a> Driver<'a> {
                     Some(Ok(message)) => self.enqueue(message.detach()),
                     Some(Err(e)) => {
                         tracing::warn!("Kafka consumer error: {e}");
+                        more = false;
                         break;
                     }
-                    None => break,
+                    None => {
+                        more = false;
+                        break;
+                    }
                 }
+            }
+            if let Some(p) = self.partitions.get_mut(tp) {
+                p.more_fetched = more;
             }
         }
     }
@@ -362,6 +373,10 @@ impl<'a> Driver<'a> {
                         // it disables the queue's wake-ups, which the new
                         // handle enables again.
                         queues.remove(tp);
+                        if let Some(p) = self.partitions.get_mut(tp) {
+                            // Known again at the next read of its queue.
+                            p.more_fetched = false;
+                        }
                         match self.consumer.split_partition_queue(&tp.0, tp.1) {
                             Some(queue) => {
                                 queues.insert(tp.clone(), queue);

@@ -138,6 +138,11 @@ pub(crate) struct Partition {
     pub oldest: Option<Instant>,
     /// The offset of the last record queued (see [`Partition::is_new`]).
     pub last_offset: Option<i64>,
+    /// More of the partition's records wait in librdkafka, already
+    /// fetched: the loop's last read of its queue ended on the burst
+    /// limit, not on an empty queue. A batch does not start short while
+    /// this holds (see [`Partition::next_step`]).
+    pub more_fetched: bool,
 }
 
 impl Partition {
@@ -159,6 +164,7 @@ impl Partition {
             generation,
             oldest: None,
             last_offset: None,
+            more_fetched: false,
         }
     }
 
@@ -245,6 +251,13 @@ impl Partition {
                 && self.oldest.is_some_and(|o| o + s.batch_linger > now))
         {
             Phase::Backoff
+        } else if self.more_fetched
+            && self.queue.len() < s.max_batch_records
+            && self.failing.is_none()
+            && self.isolate == 0
+        {
+            // Filling its batch from what librdkafka already holds.
+            Phase::Polling
         } else {
             // Ready: only a connection is missing.
             Phase::Pool
@@ -347,6 +360,19 @@ impl Partition {
                 }
                 None => take = 1,
             }
+        }
+        // Under a backlog, a batch takes what is already fetched up to
+        // `max_batch_records` before it starts: the loop reads a few
+        // records per partition and turn (so that its batches in flight are
+        // served promptly), and starting on a part of them would make many
+        // small transactions, each paying its round trips and its `COMMIT`.
+        if take == self.queue.len()
+            && take < s.max_batch_records
+            && self.more_fetched
+            && self.failing.is_none()
+            && self.isolate == 0
+        {
+            return Step::Idle;
         }
         if take < s.max_batch_records && !s.batch_linger.is_zero() && self.failing.is_none() {
             if let Some(oldest) = self.oldest {

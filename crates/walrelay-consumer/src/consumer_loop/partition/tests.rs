@@ -452,3 +452,23 @@ fn attempts_are_counted_per_record_not_per_batch() {
     p.committed(7, later);
     assert_eq!(p.record_failures, BTreeMap::from([(7, 5)]));
 }
+
+#[test]
+fn a_short_batch_waits_while_more_is_fetched() {
+    let s = settings(OnPoison::Stop);
+    let now = Instant::now();
+    let mut p = partition(&[Some(1), Some(2)]);
+    p.more_fetched = true;
+    assert!(matches!(p.next_step(&s, now), Step::Idle));
+    // Nothing more waiting in librdkafka: the short batch starts.
+    p.more_fetched = false;
+    assert!(matches!(p.next_step(&s, now), Step::Apply { take: 2, .. }));
+    // A full batch starts whatever waits behind it.
+    let mut p = partition(&[Some(1), Some(2), Some(3), Some(4)]);
+    p.more_fetched = true;
+    assert!(matches!(p.next_step(&s, now), Step::Apply { take: 3, .. }));
+    // A batch cut short by a record without headers starts too.
+    let mut p = partition(&[Some(1), None]);
+    p.more_fetched = true;
+    assert!(matches!(p.next_step(&s, now), Step::Apply { take: 1, .. }));
+}
