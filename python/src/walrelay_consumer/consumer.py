@@ -930,7 +930,5 @@ def _resume_assigned(consumer: Consumer, partitions: list[TopicPartition]) -> No
 
 
 def _deliveries(p: Partition, records: list[Queued]) -> list[Delivery]:
-    return [
-        Delivery(record=q.record, meta=q.meta, position=p.position)  # type: ignore[arg-type]
-        for q in records
-    ]
+    position = p.position
+    return [Delivery(q.record, q.meta, position) for q in records]  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ twice (:class:`DuplicateHeader`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -115,9 +116,16 @@ def is_reserved(name: str) -> bool:
     return lowered == IDEMPOTENCY_KEY or lowered.startswith(_RESERVED_PREFIX)
 
 
+_LSN = re.compile(r"([0-9a-fA-F]{1,8})/([0-9a-fA-F]{1,8})")
+
+
 def parse_lsn(text: str) -> int:
     """Parses ``HIGH/LOW`` with 1-8 hex digits (either case) per half, the
     format PostgreSQL's ``pg_lsn`` accepts. Raises :class:`ValueError`."""
+    match = _LSN.fullmatch(text)
+    if match is not None:
+        return (int(match[1], 16) << 32) | int(match[2], 16)
+    # Not an LSN: find what is wrong with it.
     high, sep, low = text.partition("/")
     if not sep:
         raise ValueError("an LSN is HIGH/LOW in hex, the '/' is missing")
@@ -160,16 +168,12 @@ class RecordMeta:
         are optional, and an empty or null ``walrelay-prev-key`` means
         "first record of a session".
         """
-        found: dict[str, bytes | str | None] = {}
-        reserved: set[str] = set()
-        for name, value in headers or ():
-            if is_reserved(name):
-                if name in reserved:
-                    raise DuplicateHeader(name)
-                reserved.add(name)
-            if name in _KNOWN and name not in found:
-                found[name] = value
-
+        # Runs for every record, so the names go into a dict at C speed;
+        # only a record with a name twice is looked at name by name.
+        pairs = headers if isinstance(headers, (list, tuple)) else list(headers or ())
+        found: dict[str, bytes | str | None] = dict(pairs)
+        if len(found) != len(pairs):
+            _refuse_duplicates(pairs)
         key_text = _required(IDEMPOTENCY_KEY, found)
         key = _key(IDEMPOTENCY_KEY, key_text)
         source = _required(SOURCE, found)
@@ -177,26 +181,35 @@ class RecordMeta:
             raise EmptySource()
         prev_text = _optional(PREV_KEY, found)
         prev_key = _key(PREV_KEY, prev_text) if prev_text else None
+        # Positional, in field order: key, source, lsn, commit_lsn, prev_key.
         return cls(
-            key=key,
-            source=source,
-            lsn=_lsn(LSN, _optional(LSN, found)),
-            commit_lsn=_lsn(COMMIT_LSN, _optional(COMMIT_LSN, found)),
-            prev_key=prev_key,
+            key,
+            source,
+            _lsn(LSN, _optional(LSN, found)),
+            _lsn(COMMIT_LSN, _optional(COMMIT_LSN, found)),
+            prev_key,
         )
 
     def __str__(self) -> str:
         return f"key {self.key} from {self.source}"
 
 
-_KNOWN = frozenset((IDEMPOTENCY_KEY, SOURCE, LSN, COMMIT_LSN, PREV_KEY))
+def _refuse_duplicates(pairs: Iterable[tuple[str, bytes | str | None]]) -> None:
+    """Raises :class:`DuplicateHeader` for the first reserved name that
+    occurs twice (other names may repeat)."""
+    reserved: set[str] = set()
+    for name, _ in pairs:
+        if is_reserved(name):
+            if name in reserved:
+                raise DuplicateHeader(name)
+            reserved.add(name)
 
 
 def _text(name: str, value: bytes | str) -> str:
     if isinstance(value, str):
         return value
     try:
-        return bytes(value).decode("utf-8")
+        return (value if isinstance(value, bytes) else bytes(value)).decode("utf-8")
     except UnicodeDecodeError:
         raise NotUtf8(name) from None
 

@@ -37,7 +37,7 @@ class Queued:
             meta = RecordMeta.from_headers(record.headers)
         except MetaError as e:
             meta = e
-        return cls(record=record, meta=meta, bytes=record.size)
+        return cls(record, meta, record.size)
 
 
 @dataclass(slots=True)

@@ -37,13 +37,15 @@ class Record:
     @classmethod
     def from_message(cls, message: Any) -> Record:
         """Copies a ``confluent_kafka.Message``."""
+        # Positional: a frozen dataclass's keyword call costs a third more,
+        # once per record.
         return cls(
-            topic=message.topic(),
-            partition=message.partition(),
-            offset=message.offset(),
-            key=message.key(),
-            value=message.value(),
-            headers=tuple(message.headers() or ()),
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            message.key(),
+            message.value(),
+            tuple(message.headers() or ()),
         )
 
     @property
