@@ -135,9 +135,12 @@ impl PgHwmStore {
     ///    deadlock), creating missing ones at 32 zeros.
     /// 2. Walks the batch with a running mark per source
     ///    ([`crate::batch::plan`]): records at or below it are duplicates.
-    /// 3. Runs `handler` once with the new records (in batch order), unless
-    ///    there are none.
-    /// 4. Raises each mark to the highest key applied and commits.
+    /// 3. Raises each mark to the highest new key and runs `handler` once
+    ///    with the new records (in batch order), unless there are none. The
+    ///    update is sent first and the handler's statements follow it in
+    ///    the connection's pipeline: inside the transaction the handler
+    ///    already sees the raised marks.
+    /// 4. Commits once both succeeded.
     ///
     /// Every record must come from `position`'s partition, in offset order.
     /// An error rolls everything back: no side effect, no mark moved.
