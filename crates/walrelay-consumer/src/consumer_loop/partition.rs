@@ -251,17 +251,23 @@ impl Partition {
                 && self.oldest.is_some_and(|o| o + s.batch_linger > now))
         {
             Phase::Backoff
-        } else if self.more_fetched
-            && self.queue.len() < s.max_batch_records
-            && self.failing.is_none()
-            && self.isolate == 0
-        {
-            // Filling its batch from what librdkafka already holds.
+        } else if self.is_filling(s) {
             Phase::Polling
         } else {
             // Ready: only a connection is missing.
             Phase::Pool
         }
+    }
+
+    /// Whether the partition fills its next batch from what librdkafka
+    /// already fetched before starting it (see [`Partition::next_step`]);
+    /// its phase then is [`Phase::Polling`]. One rule for both, so that
+    /// the time breakdown names the wait the loop makes.
+    fn is_filling(&self, s: &Settings) -> bool {
+        self.more_fetched
+            && self.queue.len() < s.max_batch_records
+            && self.failing.is_none()
+            && self.isolate == 0
     }
 
     /// Raises the cached marks.
@@ -366,12 +372,7 @@ impl Partition {
         // records per partition and turn (so that its batches in flight are
         // served promptly), and starting on a part of them would make many
         // small transactions, each paying its round trips and its `COMMIT`.
-        if take == self.queue.len()
-            && take < s.max_batch_records
-            && self.more_fetched
-            && self.failing.is_none()
-            && self.isolate == 0
-        {
+        if take == self.queue.len() && self.is_filling(s) {
             return Step::Idle;
         }
         if take < s.max_batch_records && !s.batch_linger.is_zero() && self.failing.is_none() {
