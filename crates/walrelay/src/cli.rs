@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, ConfigError, KafkaConfig, MessageRoute, OutboxConfig};
+use crate::config::{Config, ConfigError, HeaderSet, KafkaConfig, MessageRoute, OutboxConfig};
 
 /// Relay a PostgreSQL logical replication slot to Kafka, with ordered
 /// 128-bit idempotency keys so consumers can process every event exactly
@@ -177,6 +177,13 @@ pub struct Options {
     #[arg(long, env = "WALRELAY_SOURCE_ID", global = true)]
     pub source_id: Option<String>,
 
+    /// Which of walrelay's headers every record carries: lean (idempotency
+    /// key, source, layout, previous key) or full (also the commit LSN,
+    /// the event's LSN, the transaction id and the commit time)
+    /// [default: lean].
+    #[arg(long, env = "WALRELAY_HEADERS", global = true, value_enum)]
+    pub headers: Option<HeaderSet>,
+
     /// Topic for events that cannot be routed (malformed envelope, unknown
     /// prefix, NULL outbox key, outbox UPDATE, ...): they become
     /// dead-letter records there and the relay keeps going, instead of
@@ -305,6 +312,9 @@ impl Options {
         if let Some(v) = &self.source_id {
             c.relay.source_id = Some(v.clone());
         }
+        if let Some(v) = self.headers {
+            c.relay.headers = v;
+        }
         if let Some(v) = self.max_in_flight_events {
             c.relay.max_in_flight_events = v;
         }
@@ -345,7 +355,7 @@ pub fn render(config: &Config) -> String {
         ));
     }
     out.push_str(&format!(
-        "\n[relay]\n{}max_in_flight_events = {}\nmax_in_flight_bytes = {}\nignore_prefixes = {:?}\nmax_backoff = {:?}\nstandby_poll = {:?}\nfence = {}\nfence_timeout = {:?}\n",
+        "\n[relay]\n{}max_in_flight_events = {}\nmax_in_flight_bytes = {}\nignore_prefixes = {:?}\nmax_backoff = {:?}\nstandby_poll = {:?}\nfence = {}\nfence_timeout = {:?}\nheaders = {:?}\n",
         config
             .relay
             .source_id
@@ -358,7 +368,8 @@ pub fn render(config: &Config) -> String {
         humantime::format_duration(config.relay.max_backoff).to_string(),
         humantime::format_duration(config.relay.standby_poll).to_string(),
         config.relay.fence,
-        humantime::format_duration(config.relay.fence_timeout).to_string()
+        humantime::format_duration(config.relay.fence_timeout).to_string(),
+        config.relay.headers.as_str()
     ));
     for m in &config.messages {
         out.push_str(&format!(

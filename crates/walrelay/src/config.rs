@@ -184,6 +184,41 @@ pub struct RelayConfig {
     /// the session fails (and is retried).
     #[serde(deserialize_with = "duration")]
     pub fence_timeout: Duration,
+    /// Which of walrelay's headers every record carries
+    /// ([`HeaderSet`]).
+    pub headers: HeaderSet,
+}
+
+/// Which of walrelay's headers every record carries.
+///
+/// Both sets carry what the contract, the tail fence and gap detection
+/// read: `idempotency-key`, `walrelay-source`, `walrelay-layout` and
+/// `walrelay-prev-key`, with the same names and values, so every reader
+/// (both consumer libraries, `walrelay verify`, the fence) reads a topic
+/// holding records of either set, and switching between sessions keeps the
+/// fence. `Full` adds four headers a reader can mostly derive: the commit
+/// LSN (the key's high 64 bits), the event's LSN, the transaction id and
+/// the commit time (the record's timestamp under `CreateTime`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum HeaderSet {
+    /// The four headers the contract needs (about 60% of the bytes of
+    /// `Full`).
+    #[default]
+    Lean,
+    /// Also `walrelay-commit-lsn`, `walrelay-lsn`, `walrelay-xid` and
+    /// `walrelay-commit-time`.
+    Full,
+}
+
+impl HeaderSet {
+    /// The value in the configuration file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeaderSet::Lean => "lean",
+            HeaderSet::Full => "full",
+        }
+    }
 }
 
 impl Default for RelayConfig {
@@ -197,6 +232,7 @@ impl Default for RelayConfig {
             standby_poll: Duration::from_secs(1),
             fence: true,
             fence_timeout: Duration::from_secs(30),
+            headers: HeaderSet::Lean,
         }
     }
 }

@@ -428,13 +428,18 @@ async fn with_a_dead_letter_topic_each_bad_input_becomes_a_dead_letter_and_the_r
         assert_eq!(key.high(), b.high(), "{}: same transaction", case.name);
         let lsn: Lsn = d.header_str("walrelay-lsn").context("lsn")?.parse()?;
         assert_eq!(key.low(), lsn.0.max(b.low() + 1), "{}", case.name);
+        // A dead letter carries the full header set whatever
+        // `relay.headers` says (the good records here carry the lean one).
+        assert_eq!(before.header_str("walrelay-xid"), None, "lean by default");
         assert_eq!(
             d.header_str("walrelay-commit-lsn"),
-            before.header_str("walrelay-commit-lsn")
+            Some(Lsn(b.high()).to_string().as_str())
         );
-        assert_eq!(
-            d.header_str("walrelay-xid"),
-            before.header_str("walrelay-xid")
+        assert!(d.header_str("walrelay-xid").is_some(), "{}", case.name);
+        assert!(
+            d.header_str("walrelay-commit-time").is_some(),
+            "{}",
+            case.name
         );
         assert_eq!(d.header_str("walrelay-source"), Some(source));
         // Kafka key: the idempotency key's hex digits.
@@ -529,8 +534,9 @@ async fn with_a_dead_letter_topic_each_bad_input_becomes_a_dead_letter_and_the_r
         r.offset = 0;
         r.headers.retain(|(k, _)| k != "walrelay-prev-key");
         // A non-transactional message has no commit time: the producer
-        // stamps it (docs/relay.md).
-        if r.header("walrelay-commit-lsn").is_none() {
+        // stamps it (docs/relay.md). Such a record is a dead letter here,
+        // with the full header set: an LSN but no commit LSN.
+        if r.header("walrelay-commit-lsn").is_none() && r.header("walrelay-lsn").is_some() {
             r.timestamp_ms = None;
         }
         r

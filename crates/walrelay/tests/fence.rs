@@ -705,10 +705,16 @@ async fn twenty_kill_9_during_a_mixed_workload_leave_every_event_exactly_once_on
     // `walrelay verify` agrees: no replayed duplicates, nothing out of
     // order, no gaps (the first record after each fence names the fence
     // key, which is in the partition, as its predecessor).
+    verify_clean(&bootstrap, &topics, expected.len()).await
+}
+
+/// `walrelay verify` over `topics` finds `distinct` keys and no
+/// duplicate, nothing out of order and no gap.
+async fn verify_clean(bootstrap: &str, topics: &[&str], distinct: usize) -> Result<()> {
     let mut verify = Command::new(env!("CARGO_BIN_EXE_walrelay"));
     verify.args([
         "--bootstrap-servers",
-        &bootstrap,
+        bootstrap,
         "verify",
         "--json",
         "--idle-timeout",
@@ -732,10 +738,83 @@ async fn twenty_kill_9_during_a_mixed_workload_leave_every_event_exactly_once_on
             && totals["duplicates"] == 0
             && totals["out_of_order"] == 0
             && totals["gaps"] == 0
-            && totals["distinct"] == expected.len(),
+            && totals["distinct"] == distinct,
         "walrelay verify: {doc:#}"
     );
     Ok(())
+}
+
+/// `relay.headers` switched between sessions, each time over a crash
+/// whose replay the next session fences: both header sets carry what the
+/// fence reads (key, source, layout, previous key), so every switch keeps
+/// the fence, the topic holds records of both sets, each event once, and
+/// `walrelay verify` reads it whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_the_header_set_between_sessions_keeps_the_fence() -> Result<()> {
+    let env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    env.create_topics(&["orders", OUTBOX_TOPIC])?;
+    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let topics = ["orders", OUTBOX_TOPIC];
+    const FULL: &[&str] = &["--headers", "full"];
+
+    // Full, killed; then the default (lean) fences its replay.
+    let mut ids = write_transactions(&env, "full", 3).await?;
+    write_unconfirmed_and_kill(&env, &bootstrap, &log, &topics, ids.len(), FULL).await?;
+    let lean = write_transactions(&env, "lean", 3).await?;
+    ids.extend(lean.iter().cloned());
+    write_unconfirmed_and_kill(&env, &bootstrap, &log, &topics, ids.len(), &[]).await?;
+    // Back to full over the lean session's crash.
+    ids.extend(write_transactions(&env, "again", 2).await?);
+    relay_to_the_end(&env, &bootstrap, &log, FULL).await?;
+
+    let records = read_until_quiet(&bootstrap, &topics, Duration::from_secs(1), WAIT).await?;
+    let counts = check_wire(&records)?;
+    let all: Vec<&ConsumedRecord> = records.iter().collect();
+    check_each_once(&all, &ids)?;
+    ensure!(
+        counts.values().all(|n| *n == 1) && records.len() == ids.len(),
+        "{} records for {} events: a switch of the header set wrote a replay again",
+        records.len(),
+        ids.len()
+    );
+    for r in &records {
+        let id = event_id(r);
+        let full = [
+            "walrelay-commit-lsn",
+            "walrelay-lsn",
+            "walrelay-xid",
+            "walrelay-commit-time",
+        ];
+        let has: Vec<bool> = full.iter().map(|h| r.header(h).is_some()).collect();
+        let want = !id.starts_with("lean-");
+        ensure!(
+            has.iter().all(|h| *h == want),
+            "{id}: full-set headers {has:?}, expected all {want}"
+        );
+        for h in [
+            "idempotency-key",
+            "walrelay-source",
+            "walrelay-layout",
+            "walrelay-prev-key",
+        ] {
+            ensure!(r.header(h).is_some(), "{id}: no {h}");
+        }
+    }
+    let text = log_text(&log);
+    ensure!(
+        !text.contains("tail fence off"),
+        "a switch of the header set unfenced a topic: {text}"
+    );
+    ensure!(
+        text.matches("the replay caught up with the partition")
+            .count()
+            >= 2,
+        "both replays skipped what Kafka had: {text}"
+    );
+    verify_clean(&bootstrap, &topics, ids.len()).await
 }
 
 /// Every header of `r`, as a copy of it carries them.

@@ -48,7 +48,10 @@ impl Running {
 async fn relays_every_committed_event_with_topic_partition_key_value_and_headers() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
-    let config = env.config(&bootstrap);
+    let mut config = env.config(&bootstrap);
+    // The full header set, whose LSNs are checked against the key below
+    // (the lean default is a subset: tests/fence.rs switches between them).
+    config.relay.headers = walrelay::config::HeaderSet::Full;
 
     let steps = setup::setup(&config).await?;
     assert!(steps.iter().any(|s| matches!(s, Step::Created(t) if t.contains("publication walrelay for public.outbox"))), "{steps:?}");

@@ -119,7 +119,7 @@ impl EventStep {
         match decoded {
             PgOutputMessage::Begin(b) => {
                 self.keys.begin(b.final_lsn)?;
-                self.tx = Some(TxInfo::new(b.final_lsn, b.xid, b.timestamp));
+                self.tx = Some(self.router.tx_info(b.final_lsn, b.xid, b.timestamp));
                 Ok(Step::Nothing)
             }
             PgOutputMessage::Commit(c) => {

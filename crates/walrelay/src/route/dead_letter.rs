@@ -6,6 +6,7 @@ use bytes::Bytes;
 use walrelay_pgoutput::{ColumnValue, Lsn, Message, Row};
 
 use super::{Router, TxInfo};
+use crate::config::HeaderSet;
 use crate::envelope;
 use crate::key::EventKey;
 use crate::record::Record;
@@ -241,7 +242,11 @@ impl Router {
         if !error.dead_letterable() {
             return Err(error);
         }
-        let mut headers = self.base_headers(key, lsn, tx, 3);
+        // Always the full set: whoever looks into a dead-letter topic wants
+        // the event's LSN and transaction to find it in the WAL, and such
+        // records are rare.
+        let full_tx = tx.map(|t| TxInfo::new(t.final_lsn, t.xid, t.commit_time));
+        let mut headers = self.headers_of(HeaderSet::Full, key, lsn, full_tx.as_ref(), 3);
         let reason = Bytes::from(error.to_string());
         let kind = error.kind();
         headers.push((self.names.reason.clone(), reason.clone()));

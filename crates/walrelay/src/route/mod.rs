@@ -28,7 +28,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use walrelay_pgoutput::{Lsn, PgTimestamp};
 
-use crate::config::Config;
+use crate::config::{Config, HeaderSet};
 use crate::key::EventKey;
 use crate::record::{header, Record};
 
@@ -56,17 +56,30 @@ pub struct TxInfo {
 }
 
 impl TxInfo {
+    /// With the header values of the full set formatted (tests, and
+    /// [`Router::tx_info`] under `relay.headers = "full"`).
     pub fn new(final_lsn: Lsn, xid: u32, commit_time: PgTimestamp) -> TxInfo {
         let system_time = commit_time.to_system_time();
         TxInfo {
-            final_lsn,
-            xid,
-            commit_time,
             commit_lsn_text: Bytes::from(final_lsn.to_string()),
             xid_text: Bytes::from(xid.to_string()),
             commit_time_text: system_time
                 .map(|t| Bytes::from(humantime::format_rfc3339_micros(t).to_string()))
                 .unwrap_or_default(),
+            ..TxInfo::lean(final_lsn, xid, commit_time)
+        }
+    }
+
+    /// Without them: the lean set sends none of the three, so nothing is
+    /// formatted per transaction.
+    fn lean(final_lsn: Lsn, xid: u32, commit_time: PgTimestamp) -> TxInfo {
+        TxInfo {
+            final_lsn,
+            xid,
+            commit_time,
+            commit_lsn_text: Bytes::new(),
+            xid_text: Bytes::new(),
+            commit_time_text: Bytes::new(),
             timestamp_ms: i64::try_from(commit_time.unix_micros().div_euclid(1000)).ok(),
         }
     }
@@ -98,6 +111,9 @@ pub struct Router {
     outbox: Vec<OutboxRoute>,
     topics: HashMap<String, Arc<str>>,
     names: Names,
+    /// `relay.headers`: whether records carry the four derivable headers
+    /// too.
+    header_set: HeaderSet,
     /// `dead_letter.topic`: where events that cannot be routed go; `None`
     /// stops the relay at them instead.
     dead_letter: Option<Arc<str>>,
@@ -142,7 +158,17 @@ impl Router {
                 prefix: header::DEAD_LETTER_PREFIX.into(),
                 table: header::DEAD_LETTER_TABLE.into(),
             },
+            header_set: config.relay.headers,
             dead_letter: config.dead_letter.topic.as_deref().map(Arc::from),
+        }
+    }
+
+    /// What the records of a transaction share, from its BEGIN: with the
+    /// full header set, its header values formatted once.
+    pub fn tx_info(&self, final_lsn: Lsn, xid: u32, commit_time: PgTimestamp) -> TxInfo {
+        match self.header_set {
+            HeaderSet::Lean => TxInfo::lean(final_lsn, xid, commit_time),
+            HeaderSet::Full => TxInfo::new(final_lsn, xid, commit_time),
         }
     }
 
@@ -160,7 +186,10 @@ impl Router {
         t
     }
 
-    /// walrelay's own headers, first on every record.
+    /// walrelay's own headers, first on every record: the key and the
+    /// source, then with the full set the commit LSN, the event's LSN,
+    /// the xid and the commit time (the last three of the four are absent
+    /// for a non-transactional message, which has no transaction).
     fn base_headers(
         &self,
         key: EventKey,
@@ -168,13 +197,33 @@ impl Router {
         tx: Option<&TxInfo>,
         extra: usize,
     ) -> Vec<(Arc<str>, Bytes)> {
-        // Six of walrelay's, the ones the pipeline adds once the partition
-        // is known, and the caller's.
-        let mut h = Vec::with_capacity(6 + Record::PLACEMENT_HEADERS + extra);
+        self.headers_of(self.header_set, key, lsn, tx, extra)
+    }
+
+    /// [`Router::base_headers`] of the set `set`; with the full set, `tx`
+    /// must have its texts formatted ([`TxInfo::new`]).
+    fn headers_of(
+        &self,
+        set: HeaderSet,
+        key: EventKey,
+        lsn: Lsn,
+        tx: Option<&TxInfo>,
+        extra: usize,
+    ) -> Vec<(Arc<str>, Bytes)> {
+        let own = match set {
+            HeaderSet::Lean => 2,
+            HeaderSet::Full => 6,
+        };
+        // walrelay's, the ones the pipeline adds once the partition is
+        // known, and the caller's: one allocation.
+        let mut h = Vec::with_capacity(own + Record::PLACEMENT_HEADERS + extra);
         let mut hex = [0u8; 32];
         key.write_hex(&mut hex);
         h.push((self.names.key.clone(), Bytes::copy_from_slice(&hex)));
         h.push((self.names.source.clone(), self.source.clone()));
+        if set == HeaderSet::Lean {
+            return h;
+        }
         if let Some(tx) = tx {
             h.push((self.names.commit_lsn.clone(), tx.commit_lsn_text.clone()));
         }

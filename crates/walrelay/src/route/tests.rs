@@ -44,15 +44,20 @@ fn header<'a>(r: &'a Record, name: &str) -> Option<&'a [u8]> {
         .map(|(_, v)| &v[..])
 }
 
+fn full() -> Config {
+    let mut c = config();
+    c.relay.headers = HeaderSet::Full;
+    c
+}
+
 #[test]
 fn raw_message_goes_to_its_topic_keyless() {
-    let mut router = Router::new(&config(), "src");
+    let mut router = Router::new(&full(), "src");
     let msg = message("orders", b"{\"a\":1}".to_vec());
     let route = router.classify_message(&msg).unwrap();
     let key = EventKey::new(0x16_B374_D848, 0x100);
-    let r = router
-        .message_record(&route, Some(&tx()), key, &msg)
-        .unwrap();
+    let tx = router.tx_info(Lsn(0x16_B374_D848), 42, PgTimestamp(0));
+    let r = router.message_record(&route, Some(&tx), key, &msg).unwrap();
     assert_eq!(&*r.topic, "orders-topic");
     assert_eq!(r.key, None);
     assert_eq!(r.value.as_deref(), Some(&b"{\"a\":1}"[..]));
@@ -72,8 +77,29 @@ fn raw_message_goes_to_its_topic_keyless() {
 }
 
 #[test]
-fn envelope_message_names_topic_key_and_headers() {
+fn the_lean_set_is_the_default_key_and_source_with_the_commit_time_as_timestamp() {
+    assert_eq!(Config::default().relay.headers, HeaderSet::Lean);
     let mut router = Router::new(&config(), "src");
+    let msg = message("orders", b"{}".to_vec());
+    let route = router.classify_message(&msg).unwrap();
+    let key = EventKey::new(0x16_B374_D848, 0x100);
+    let tx = router.tx_info(Lsn(0x16_B374_D848), 42, PgTimestamp(0));
+    let r = router.message_record(&route, Some(&tx), key, &msg).unwrap();
+    let names: Vec<&str> = r.headers.iter().map(|(k, _)| &**k).collect();
+    // The pipeline adds walrelay-layout and walrelay-prev-key once the
+    // partition is known; room for them is reserved.
+    assert_eq!(names, ["idempotency-key", "walrelay-source"]);
+    assert!(r.headers.capacity() >= 2 + Record::PLACEMENT_HEADERS);
+    assert_eq!(
+        header(&r, "idempotency-key"),
+        Some(&b"00000016b374d8480000000000000100"[..])
+    );
+    assert_eq!(r.timestamp_ms, Some(946_684_800_000));
+}
+
+#[test]
+fn envelope_message_names_topic_key_and_headers() {
+    let mut router = Router::new(&full(), "src");
     let content = envelope::encode(
         "payments",
         Some("p-1"),
