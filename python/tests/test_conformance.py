@@ -49,7 +49,7 @@ KEY_FORMAT = "{0x100 + seq:016x}{partition:016x}"
 
 #: Every action with its required and optional fields.
 ACTIONS: dict[str, tuple[set[str], set[str]]] = {
-    "produce": ({"source", "partitions", "seqs"}, {"prev_seq", "poison", "poison_at_commit", "fails"}),
+    "produce": ({"source", "partitions", "seqs"}, {"prev_seq", "poison", "poison_at_commit", "fails", "headers"}),
     "restart_relay": ({"source"}, set()),
     "replay_last": ({"source", "partitions", "count"}, set()),
     "produce_more": ({"source", "partitions", "count"}, set()),
@@ -87,6 +87,9 @@ class Planned:
     at_commit: bool = False
     #: The handler fails on it this many times, then applies it.
     fails: int = 0
+    #: The relay's header set: "full" (``walrelay-prev-key``, 32 hex digits)
+    #: or "lean" (``walrelay-prev``, ``HIGH/LOW``).
+    headers: str = "full"
 
     def payload(self) -> bytes:
         if self.poison:
@@ -278,6 +281,13 @@ class World:
                 errors.append(str(err))
 
         for r in planned:
+            assert r.headers in ("full", "lean"), f"unknown header set {r.headers!r}"
+            if r.headers == "full":
+                prev = ("walrelay-prev-key", r.prev.encode())
+            elif r.prev:
+                prev = ("walrelay-prev", f"{int(r.prev[:16], 16):x}/{int(r.prev[16:], 16):x}".encode())
+            else:
+                prev = ("walrelay-prev", b"")
             self.producer.produce(
                 self.topic,
                 value=r.payload(),
@@ -286,7 +296,7 @@ class World:
                 headers=[
                     ("idempotency-key", r.key.encode()),
                     ("walrelay-source", r.source.encode()),
-                    ("walrelay-prev-key", r.prev.encode()),
+                    prev,
                 ],
                 on_delivery=delivered,
             )
@@ -414,6 +424,7 @@ class World:
             for p in planned:
                 p.at_commit = step.get("poison_at_commit", False)
                 p.fails = step.get("fails", 0)
+                p.headers = step.get("headers", "full")
             self.send(planned)
         elif action == "restart_relay":
             self.ledger.restart(step["source"])

@@ -10,6 +10,7 @@ from walrelay_consumer import (
     MissingHeader,
     NotUtf8,
     RecordMeta,
+    TwoPreviousKeys,
     is_reserved,
 )
 
@@ -39,6 +40,37 @@ def test_good_headers():
     assert meta.lsn == 0x0153200A
     assert meta.prev_key == PREV
     assert str(meta) == f"key {KEY} from 7312/app/walrelay"
+
+
+def test_the_lean_set_key_source_and_the_compact_previous_key():
+    meta = RecordMeta.from_headers(
+        h(
+            ("idempotency-key", KEY),
+            ("walrelay-source", "7312/app/walrelay"),
+            ("walrelay-layout", "0/4/9f86d081884c7d65"),
+            ("walrelay-prev", "1531f10/1532000"),
+            ("trace", "x"),
+        )
+    )
+    assert meta.key == KEY
+    assert (meta.lsn, meta.commit_lsn) == (None, None)
+    assert meta.prev_key == PREV
+    assert RecordMeta.from_headers(h(("idempotency-key", KEY), ("walrelay-source", "s"), ("walrelay-prev", ""))).prev_key is None
+    assert RecordMeta.from_headers(h(("idempotency-key", KEY), ("walrelay-source", "s"), ("walrelay-prev", "1531F10/0"))).prev_key == "0000000001531f100000000000000000"
+    for bad in [PREV, "1/", "/1", "1/2/3", "g/1", "10000000000000000/0", " 1/1"]:
+        with pytest.raises(BadKey) as e:
+            RecordMeta.from_headers(h(("idempotency-key", KEY), ("walrelay-source", "s"), ("walrelay-prev", bad)))
+        assert e.value.header == "walrelay-prev"
+    with pytest.raises(TwoPreviousKeys) as two:
+        RecordMeta.from_headers(
+            h(
+                ("idempotency-key", KEY),
+                ("walrelay-source", "s"),
+                ("walrelay-prev-key", PREV),
+                ("walrelay-prev", "1531f10/1532000"),
+            )
+        )
+    assert "walrelay-prev-key" in str(two.value)
 
 
 def test_uppercase_keys_are_canonicalized_so_string_order_holds():

@@ -34,6 +34,10 @@ pub struct DrainRun {
     pub peak_rss_bytes: Option<u64>,
     /// walrelay's tail fence read at its first record (from its log).
     pub fence: Option<FenceCost>,
+    /// CPU seconds of the broker during the drain, when measured.
+    pub broker_cpu_seconds: Option<f64>,
+    /// Bytes the broker stores for the drain's topic, when measured.
+    pub kafka_bytes: Option<u64>,
 }
 
 /// What the tail fence's read of a topic's partition tails cost, as the
@@ -168,6 +172,7 @@ pub async fn walrelay(
             db_cpu_seconds,
             peak_rss_bytes: Some(peak),
             fence: FenceCost::from_log(&std::fs::read_to_string(log).unwrap_or_default()),
+            ..Default::default()
         })
     }
     .await;
@@ -233,8 +238,7 @@ pub async fn pg_recvlogical(
         seconds,
         cpu_seconds,
         db_cpu_seconds,
-        peak_rss_bytes: None,
-        fence: None,
+        ..Default::default()
     })
 }
 

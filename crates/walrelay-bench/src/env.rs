@@ -56,6 +56,41 @@ impl BenchEnv {
             .bootstrap_servers()
     }
 
+    /// The broker's process (the Kafka node's JVM, or Tansu), for its CPU
+    /// time.
+    pub fn broker_pid(&self) -> Option<u32> {
+        let broker = self.broker.as_ref()?;
+        match broker.as_kafka() {
+            Some(kafka) => kafka.nodes().first()?.pid(),
+            None => broker.as_tansu()?.pid(),
+        }
+    }
+
+    /// The broker's CPU seconds so far (`None` without a process to read).
+    pub fn broker_cpu_seconds(&self) -> Option<f64> {
+        procstat::cpu_seconds(self.broker_pid()?).ok()
+    }
+
+    /// Bytes the broker stores for `topic`: the size of its partitions'
+    /// log segments (`<log.dirs>/<topic>-<partition>/*.log`), batches,
+    /// record and header framing included; `None` on Tansu (memory
+    /// storage).
+    pub fn topic_log_bytes(&self, topic: &str) -> Option<u64> {
+        let kafka = self.broker.as_ref()?.as_kafka()?;
+        let data = kafka.nodes().first()?.dir().join("data");
+        let mut total = 0;
+        for p in 0..PARTITIONS {
+            let dir = data.join(format!("{topic}-{p}"));
+            for entry in std::fs::read_dir(&dir).ok()? {
+                let entry = entry.ok()?;
+                if entry.path().extension().is_some_and(|e| e == "log") {
+                    total += entry.metadata().ok()?.len();
+                }
+            }
+        }
+        Some(total)
+    }
+
     /// Replaces the broker by a new, empty one, so that no run pays for
     /// the records of the runs before it (Tansu's memory storage only
     /// grows; a Kafka node's page cache and log segments too).

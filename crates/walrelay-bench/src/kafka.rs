@@ -53,27 +53,46 @@ fn assign_from_beginning(consumer: &BaseConsumer, topic: &str) -> Result<()> {
     Ok(())
 }
 
+/// What [`count_records`] read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counted {
+    pub records: u64,
+    /// Bytes of walrelay's own headers (`idempotency-key` and every
+    /// `walrelay-*`), names and values, over all of them.
+    pub walrelay_header_bytes: u64,
+}
+
 /// Counts the records in `topic` by reading it (Tansu's watermarks are
-/// wrong). Stops at `expect` records, after `quiet` without a record once
-/// records have started to arrive (Tansu can take several seconds to
-/// answer the first fetch of a topic holding a million records), or at
-/// `timeout`. Blocking.
+/// wrong), and the bytes of walrelay's headers on them. Stops at `expect`
+/// records, after `quiet` without a record once records have started to
+/// arrive (Tansu can take several seconds to answer the first fetch of a
+/// topic holding a million records), or at `timeout`. Blocking.
 pub fn count_records(
     bootstrap: &str,
     topic: &str,
     expect: u64,
     quiet: Duration,
     timeout: Duration,
-) -> Result<u64> {
+) -> Result<Counted> {
     let consumer: BaseConsumer = consumer_config(bootstrap).create()?;
     assign_from_beginning(&consumer, topic)?;
     let start = Instant::now();
     let mut last = start;
-    let mut n = 0u64;
-    while n < expect && (n == 0 || last.elapsed() < quiet) && start.elapsed() < timeout {
+    let mut n = Counted::default();
+    while n.records < expect
+        && (n.records == 0 || last.elapsed() < quiet)
+        && start.elapsed() < timeout
+    {
         match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(_)) => {
-                n += 1;
+            Some(Ok(m)) => {
+                n.records += 1;
+                if let Some(hs) = m.headers() {
+                    n.walrelay_header_bytes += hs
+                        .iter()
+                        .filter(|h| walrelay::record::header::is_reserved(h.key))
+                        .map(|h| (h.key.len() + h.value.map_or(0, <[u8]>::len)) as u64)
+                        .sum::<u64>();
+                }
                 last = Instant::now();
             }
             Some(Err(e)) => tracing::debug!("count {topic}: {e}"),
@@ -205,24 +224,36 @@ pub struct ProduceRun {
 
 /// The produce limit: a plain rdkafka producer with walrelay's settings
 /// sends `w.events` records shaped like walrelay's (same value size, the
-/// same seven headers with values of the same lengths, keyed by
-/// `aggregateid` for outbox workloads and keyless with one partition per
-/// transaction for messages) and waits for every ack. Blocking.
+/// same headers as walrelay's default, lean set, with values of the same
+/// lengths, keyed by `aggregateid` for outbox workloads and keyless with
+/// one partition per transaction for messages) and waits for every ack.
+/// Blocking.
 pub fn produce_limit(bootstrap: &str, topic: &str, w: &Workload) -> Result<ProduceRun> {
     let producer: BaseProducer<Counting> =
         walrelay_producer_config(bootstrap)?.create_with_context(Counting::default())?;
     let value = crate::workload::payload(0, w.payload);
-    let source = "7300000000000000000/postgres/bench_wr_0";
+    // As long as the drained relays' default source (their slots' names).
+    let source = "7300000000000000000/postgres/wr_msg_100tx_200b_0";
     let cpu0 = crate::procstat::self_cpu_seconds()?;
     let t0 = Instant::now();
-    let mut prev = String::new();
+    let mut prev = vec![String::new(); PARTITIONS as usize];
     for i in 0..w.events {
         let tx = i / w.per_tx;
         let lsn = 0x1_0000_0000u64 + tx * 300;
         let key_hex = format!("{:016x}{:016x}", lsn, i % w.per_tx);
-        let lsn_text = format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff);
-        let xid = (1000 + tx).to_string();
-        let mut headers = OwnedHeaders::new_with_capacity(9)
+        let agg = format!("agg-{}", i % 1000);
+        // Where walrelay puts it: one partition per keyless transaction,
+        // murmur2 of the key for outbox rows.
+        let partition = match w.kind {
+            Kind::Messages => (tx % PARTITIONS as u64) as i32,
+            Kind::Outbox => {
+                walrelay::partition::partition_for_key(agg.as_bytes(), PARTITIONS as u32) as i32
+            }
+        };
+        let layout = format!("{partition}/{PARTITIONS}/9f86d081884c7d65");
+        let key = walrelay::key::EventKey::new(lsn, i % w.per_tx);
+        let prev_key = std::mem::replace(&mut prev[partition as usize], key.to_compact());
+        let mut headers = OwnedHeaders::new_with_capacity(6)
             .insert(Header {
                 key: "idempotency-key",
                 value: Some(&key_hex),
@@ -232,32 +263,19 @@ pub fn produce_limit(bootstrap: &str, topic: &str, w: &Workload) -> Result<Produ
                 value: Some(source),
             })
             .insert(Header {
-                key: "walrelay-commit-lsn",
-                value: Some(&lsn_text),
+                key: "walrelay-layout",
+                value: Some(&layout),
             })
             .insert(Header {
-                key: "walrelay-lsn",
-                value: Some(&lsn_text),
-            })
-            .insert(Header {
-                key: "walrelay-xid",
-                value: Some(&xid),
-            })
-            .insert(Header {
-                key: "walrelay-commit-time",
-                value: Some("2026-11-22T06:00:00.123456Z"),
-            })
-            .insert(Header {
-                key: "walrelay-prev-key",
-                value: Some(&prev),
+                key: "walrelay-prev",
+                value: Some(&prev_key),
             });
-        let agg;
         let id;
-        let mut record: BaseRecord<'_, str, str> = BaseRecord::to(topic).payload(&value);
+        let mut record: BaseRecord<'_, str, str> = BaseRecord::to(topic)
+            .payload(value.as_str())
+            .partition(partition);
         match w.kind {
-            Kind::Messages => {
-                record = record.partition((tx % PARTITIONS as u64) as i32);
-            }
+            Kind::Messages => {}
             Kind::Outbox => {
                 id = i.to_string();
                 headers = headers
@@ -269,7 +287,6 @@ pub fn produce_limit(bootstrap: &str, topic: &str, w: &Workload) -> Result<Produ
                         key: "type",
                         value: Some("Created"),
                     });
-                agg = format!("agg-{}", i % 1000);
                 record = record.key(&agg);
             }
         }
@@ -287,7 +304,6 @@ pub fn produce_limit(bootstrap: &str, topic: &str, w: &Workload) -> Result<Produ
         if i % 1024 == 0 {
             producer.poll(Duration::ZERO);
         }
-        prev = key_hex;
     }
     producer
         .flush(Duration::from_secs(120))

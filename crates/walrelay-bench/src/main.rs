@@ -416,7 +416,7 @@ async fn drain_workload(
     let slot = |tool: &str, r: u32| format!("{tool}_{}_{r}", w.id.replace('-', "_"));
     let walrelays = bins.walrelays();
     for r in 0..repeats {
-        for (_, name, _, _) in &walrelays {
+        for (_, name, _, _, _) in &walrelays {
             env.create_slot(&slot(name, r)).await?;
         }
         if bins.references {
@@ -436,7 +436,7 @@ async fn drain_workload(
     }
     let timeout = Duration::from_secs(900);
     let bootstrap = env.bootstrap();
-    let push = |results: &mut Results, tool, r, d: drain::DrainRun, n: Option<u64>| {
+    let push = |results: &mut Results, tool, r, d: drain::DrainRun, n: Option<kafka::Counted>| {
         results.drain.push(ToolRun {
             tool,
             workload: w.id.clone(),
@@ -447,7 +447,10 @@ async fn drain_workload(
             cpu_seconds: d.cpu_seconds,
             db_cpu_seconds: Some(d.db_cpu_seconds),
             peak_rss_bytes: d.peak_rss_bytes,
-            records_in_broker: n,
+            records_in_broker: n.map(|n| n.records),
+            broker_cpu_seconds: d.broker_cpu_seconds,
+            kafka_bytes: d.kafka_bytes,
+            walrelay_header_bytes: n.map(|n| n.walrelay_header_bytes),
             fence: d.fence,
         });
         tracing::info!(
@@ -468,7 +471,7 @@ async fn drain_workload(
         let mut order = walrelays.clone();
         let n = order.len();
         order.rotate_left(r as usize % n);
-        for (tool, name, fence, walrelay_bin) in order {
+        for (tool, name, fence, walrelay_bin, extra) in order {
             let topic = format!("bench.{}.{name}{r}", w.id);
             env.create_topic(&topic)?;
             let config = scratch.join("walrelay.toml");
@@ -482,10 +485,16 @@ async fn drain_workload(
                 fence,
             )?;
             let log = scratch.join(format!("walrelay-{}-{name}-{r}.log", w.id));
-            let d = drain::walrelay(
+            let args: Vec<String> = walrelay_args
+                .iter()
+                .cloned()
+                .chain(extra.iter().map(|a| a.to_string()))
+                .collect();
+            let broker0 = env.broker_cpu_seconds();
+            let mut d = drain::walrelay(
                 env,
                 walrelay_bin,
-                walrelay_args,
+                &args,
                 &config,
                 &slot(name, r),
                 end,
@@ -493,26 +502,30 @@ async fn drain_workload(
                 timeout,
             )
             .await?;
+            d.broker_cpu_seconds = broker0.zip(env.broker_cpu_seconds()).map(|(a, b)| b - a);
+            d.kafka_bytes = env.topic_log_bytes(&topic);
             let (b, t, n) = (bootstrap.clone(), topic.clone(), w.events);
             let counted = tokio::task::spawn_blocking(move || {
                 kafka::count_records(&b, &t, n, Duration::from_secs(15), Duration::from_secs(300))
             })
             .await??;
-            if counted > w.events {
+            if counted.records > w.events {
                 bail!(
-                    "walrelay: {counted} records in {topic}, {} expected",
+                    "walrelay: {} records in {topic}, {} expected",
+                    counted.records,
                     w.events
                 );
             }
-            if counted < w.events {
+            if counted.records < w.events {
                 // The drain itself is proven by the confirmed position
                 // (walrelay confirms only what Kafka acknowledged); reading
                 // the topic back is a cross-check, and Tansu's memory
                 // storage can stall serving a topic of a million records.
                 let note = format!(
-                    "{} repeat {r} ({}): read back {counted} of {} records from walrelay's topic before the reader went quiet (a cross-check only; the drain is confirmed by the slot position)",
+                    "{} repeat {r} ({}): read back {} of {} records from walrelay's topic before the reader went quiet (a cross-check only; the drain is confirmed by the slot position)",
                     w.id,
                     tool.label(),
+                    counted.records,
                     w.events
                 );
                 tracing::warn!("{note}");
@@ -535,18 +548,20 @@ async fn drain_workload(
         env.create_topic(&topic)?;
         let (b, t, wl) = (bootstrap.clone(), topic.clone(), w.clone());
         let db = env.db_cpu_window()?;
+        let broker0 = env.broker_cpu_seconds();
         let p = tokio::task::spawn_blocking(move || kafka::produce_limit(&b, &t, &wl)).await??;
         let d = drain::DrainRun {
             seconds: p.seconds,
             cpu_seconds: p.cpu_seconds,
             db_cpu_seconds: db.finish().await?,
-            peak_rss_bytes: None,
-            fence: None,
+            broker_cpu_seconds: broker0.zip(env.broker_cpu_seconds()).map(|(a, b)| b - a),
+            kafka_bytes: env.topic_log_bytes(&topic),
+            ..Default::default()
         };
         push(results, Tool::Producer, r, d, None);
     }
     for r in 0..repeats {
-        for (_, name, _, _) in &walrelays {
+        for (_, name, _, _, _) in &walrelays {
             env.drop_slot(&slot(name, r)).await?;
         }
         if bins.references {
@@ -579,14 +594,16 @@ async fn drain_workload(
                 seconds,
                 cpu_seconds: procstat::self_cpu_seconds()? - cpu0,
                 db_cpu_seconds: db.finish().await?,
-                peak_rss_bytes: None,
-                fence: None,
+                ..Default::default()
             };
             push(results, Tool::Polling, r, d, None);
         }
     }
     Ok(())
 }
+
+/// One walrelay drained ([`Binaries::walrelays`]).
+type WalrelayRun<'a> = (Tool, &'static str, bool, &'a Path, &'static [&'static str]);
 
 /// The binaries a drain runs.
 #[derive(Debug, Clone, Copy)]
@@ -602,13 +619,22 @@ struct Binaries<'a> {
 impl<'a> Binaries<'a> {
     /// The walrelay drains of one repeat: tool, slot and topic name, tail
     /// fence on, binary.
-    fn walrelays(&self) -> Vec<(Tool, &'static str, bool, &'a Path)> {
+    /// Each walrelay drained: its tool, slot and topic tag, whether its
+    /// fence is on, its binary and its extra arguments.
+    fn walrelays(&self) -> Vec<WalrelayRun<'a>> {
         let mut v = vec![
-            (Tool::Walrelay, "wr", true, self.walrelay),
-            (Tool::WalrelayNoFence, "wn", false, self.walrelay),
+            (Tool::Walrelay, "wr", true, self.walrelay, &[][..]),
+            (Tool::WalrelayNoFence, "wn", false, self.walrelay, &[][..]),
+            (
+                Tool::WalrelayFullHeaders,
+                "wf",
+                true,
+                self.walrelay,
+                &["--headers", "full"][..],
+            ),
         ];
         if let Some(b) = self.baseline {
-            v.push((Tool::WalrelayBaseline, "wb", true, b));
+            v.push((Tool::WalrelayBaseline, "wb", true, b, &[][..]));
         }
         v
     }
@@ -618,6 +644,7 @@ fn tool_name(t: Tool) -> &'static str {
     match t {
         Tool::Walrelay => "walrelay",
         Tool::WalrelayNoFence => "walrelay (fence off)",
+        Tool::WalrelayFullHeaders => "walrelay (full header set)",
         Tool::WalrelayBaseline => "walrelay (baseline binary)",
         Tool::PgRecvlogical => "pg_recvlogical",
         Tool::Producer => "rdkafka producer",

@@ -13,7 +13,7 @@ const TOP: f64 = 50.0;
 const BOTTOM: f64 = 90.0;
 /// One colour per [`Tool::ALL`] entry, in its order.
 const COLORS: [&str; Tool::ALL.len()] = [
-    "#2b6cb0", "#90cdf4", "#805ad5", "#718096", "#a0aec0", "#dd6b20",
+    "#2b6cb0", "#90cdf4", "#38a169", "#805ad5", "#718096", "#a0aec0", "#dd6b20",
 ];
 
 fn escape(s: &str) -> String {

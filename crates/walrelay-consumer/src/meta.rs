@@ -23,9 +23,10 @@ pub struct RecordMeta {
     /// absent for non-transactional messages.
     pub commit_lsn: Option<Lsn>,
     /// The key the relay sent before this one to the same topic and
-    /// partition in the same session (`walrelay-prev-key`). `None` for the
-    /// first record of a session there (empty header), and for records of
-    /// relays that do not send the header.
+    /// partition in the same session (`walrelay-prev-key`, or
+    /// `walrelay-prev` in the compact form of the lean header set). `None`
+    /// for the first record of a session there (empty header), and for
+    /// records of relays that do not send the header.
     pub prev_key: Option<EventKey>,
 }
 
@@ -77,6 +78,16 @@ pub enum MetaError {
         /// The header's name.
         header: String,
     },
+    /// The previous key in both forms (`walrelay-prev-key` and
+    /// `walrelay-prev`): walrelay writes one of them, so one was added by
+    /// someone else and neither can be trusted.
+    #[error(
+        "the record carries both {full:?} and {lean:?}: walrelay writes one of them (the full \
+         or the lean header set), so one was added by someone else; the record is not trusted",
+        full = header::PREV_KEY,
+        lean = header::PREV
+    )]
+    TwoPreviousKeys,
     /// An LSN header that is not `HIGH/LOW` hex.
     #[error("the {header:?} header {value:?} is not an LSN: {source}")]
     BadLsn {
@@ -97,8 +108,10 @@ impl RecordMeta {
     /// copy could take a forged key as its high-water mark.
     ///
     /// `idempotency-key` and `walrelay-source` are required. `walrelay-lsn`,
-    /// `walrelay-commit-lsn` and `walrelay-prev-key` are optional; an empty
-    /// or null `walrelay-prev-key` means "first record of a session".
+    /// `walrelay-commit-lsn` (both only in the full header set) and the
+    /// previous key (`walrelay-prev-key`, or `walrelay-prev` in the lean
+    /// set, never both) are optional; an empty or null previous key means
+    /// "first record of a session".
     pub fn from_headers<'a, I>(headers: I) -> Result<RecordMeta, MetaError>
     where
         I: IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
@@ -108,6 +121,7 @@ impl RecordMeta {
         let mut lsn = None;
         let mut commit_lsn = None;
         let mut prev_key = None;
+        let mut prev = None;
         let mut reserved: Vec<&str> = Vec::new();
         for (name, value) in headers {
             if is_reserved(name) {
@@ -124,6 +138,7 @@ impl RecordMeta {
                 header::LSN => &mut lsn,
                 header::COMMIT_LSN => &mut commit_lsn,
                 header::PREV_KEY => &mut prev_key,
+                header::PREV => &mut prev,
                 _ => continue,
             };
             if slot.is_none() {
@@ -137,9 +152,24 @@ impl RecordMeta {
         if source.is_empty() {
             return Err(MetaError::EmptySource);
         }
-        let prev_key = match optional(header::PREV_KEY, prev_key)? {
-            None | Some("") => None,
-            Some(text) => Some(parse_key(header::PREV_KEY, text)?),
+        let prev_key = match (prev_key, prev) {
+            (Some(_), Some(_)) => return Err(MetaError::TwoPreviousKeys),
+            (None, Some(compact)) => match optional(header::PREV, Some(compact))? {
+                None | Some("") => None,
+                Some(text) => {
+                    Some(
+                        EventKey::from_compact(text).map_err(|source| MetaError::BadKey {
+                            header: header::PREV,
+                            value: text.to_owned(),
+                            source,
+                        })?,
+                    )
+                }
+            },
+            (hex, None) => match optional(header::PREV_KEY, hex)? {
+                None | Some("") => None,
+                Some(text) => Some(parse_key(header::PREV_KEY, text)?),
+            },
         };
         Ok(RecordMeta {
             key,
@@ -256,6 +286,50 @@ mod tests {
             meta.to_string(),
             format!("key {KEY} from 7312/app/walrelay")
         );
+    }
+
+    #[test]
+    fn the_lean_set_key_source_and_the_compact_previous_key() {
+        let meta = RecordMeta::from_headers(h(&[
+            (header::IDEMPOTENCY_KEY, KEY),
+            (header::SOURCE, "7312/app/walrelay"),
+            (header::LAYOUT, "0/4/9f86d081884c7d65"),
+            (header::PREV, "1531f10/1532000"),
+            ("trace", "x"),
+        ]))
+        .unwrap();
+        assert_eq!(meta.key, EventKey::new(0x0153_1f10, 0x0153_200a));
+        assert_eq!((meta.lsn, meta.commit_lsn), (None, None));
+        assert_eq!(meta.prev_key, Some(EventKey::new(0x0153_1f10, 0x0153_2000)));
+        // A session's first record: empty.
+        let first = RecordMeta::from_headers(h(&[
+            (header::IDEMPOTENCY_KEY, KEY),
+            (header::SOURCE, "s"),
+            (header::PREV, ""),
+        ]))
+        .unwrap();
+        assert_eq!(first.prev_key, None);
+        // Not a compact key.
+        let err = RecordMeta::from_headers(h(&[
+            (header::IDEMPOTENCY_KEY, KEY),
+            (header::SOURCE, "s"),
+            (header::PREV, PREV),
+        ]))
+        .unwrap_err();
+        assert!(
+            matches!(err, MetaError::BadKey { header, .. } if header == header::PREV),
+            "{err}"
+        );
+        // Both forms: walrelay writes one.
+        let err = RecordMeta::from_headers(h(&[
+            (header::IDEMPOTENCY_KEY, KEY),
+            (header::SOURCE, "s"),
+            (header::PREV_KEY, PREV),
+            (header::PREV, "1531f10/1532000"),
+        ]))
+        .unwrap_err();
+        assert_eq!(err, MetaError::TwoPreviousKeys);
+        assert!(err.to_string().contains("walrelay-prev-key"), "{err}");
     }
 
     #[test]

@@ -23,6 +23,11 @@ pub const COMMIT_TIME: &str = "walrelay-commit-time";
 /// below it has missed something (gap detection). Unlike everything else
 /// in a record it depends on the session, not only on the WAL.
 pub const PREV_KEY: &str = "walrelay-prev-key";
+/// The same key as [`PREV_KEY`] in the compact form `HIGH/LOW`
+/// (`EventKey::from_compact`), written by the lean header set (the
+/// default) instead of `walrelay-prev-key`: 13 + about 21 bytes instead of
+/// 17 + 32. A record carries one of the two, never both.
+pub const PREV: &str = "walrelay-prev";
 /// How the record was routed: `<partitions>/<fingerprint>`, the partition
 /// count of its topic and a fingerprint of the relay's routing
 /// configuration. The relay's tail fence trusts a partition's last record

@@ -128,6 +128,59 @@ impl EventKey {
         }
         Ok(EventKey(value))
     }
+
+    /// Writes the compact form, `HIGH/LOW`: each half in lowercase hex
+    /// without leading zeros (like an LSN's text, e.g.
+    /// `16b374d848/16b374d800`), into `buf` without allocating. The lean
+    /// header set writes the previous key (`walrelay-prev`) this way: about
+    /// 21 characters instead of 32 for keys of today's WAL positions.
+    #[inline]
+    pub fn write_compact<'b>(&self, buf: &'b mut [u8; 33]) -> &'b str {
+        let mut n = write_half(self.high(), buf);
+        buf[n] = b'/';
+        n += 1;
+        let mut rest = [0u8; 16];
+        let m = write_half(self.low(), &mut rest);
+        buf[n..n + m].copy_from_slice(&rest[..m]);
+        match std::str::from_utf8(&buf[..n + m]) {
+            Ok(text) => text,
+            Err(_) => unreachable!("hex digits and '/' are ASCII"),
+        }
+    }
+
+    /// The compact form ([`EventKey::write_compact`]) as a `String`.
+    #[must_use]
+    pub fn to_compact(&self) -> String {
+        let mut buf = [0u8; 33];
+        self.write_compact(&mut buf).to_owned()
+    }
+
+    /// Parses the compact form `HIGH/LOW`: each half 1 to 16 hex digits
+    /// (either case, leading zeros allowed), nothing else.
+    pub fn from_compact(text: &str) -> Result<Self, ParseEventKeyError> {
+        let half = |t: &str| -> Option<u64> {
+            if t.is_empty() || t.len() > 16 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            u64::from_str_radix(t, 16).ok()
+        };
+        text.split_once('/')
+            .and_then(|(high, low)| Some(EventKey::new(half(high)?, half(low)?)))
+            .ok_or(ParseEventKeyError::Compact)
+    }
+}
+
+/// `value` in lowercase hex without leading zeros (`0` for zero) at the
+/// start of `buf`; returns the number of digits.
+#[inline]
+fn write_half(value: u64, buf: &mut [u8]) -> usize {
+    let digits = (16 - value.leading_zeros() as usize / 4).max(1);
+    for (i, slot) in buf[..digits].iter_mut().enumerate() {
+        let shift = 4 * (digits - 1 - i);
+        // Truncation intended: a single nibble.
+        *slot = HEX_DIGITS[((value >> shift) & 0xf) as usize];
+    }
+    digits
 }
 
 impl fmt::Display for EventKey {
@@ -212,6 +265,9 @@ pub enum ParseEventKeyError {
         /// The offending character.
         found: char,
     },
+    /// Not the compact form ([`EventKey::from_compact`]).
+    #[error("a compact event key is HIGH/LOW, each half 1 to 16 hex digits")]
+    Compact,
 }
 
 #[cfg(test)]
@@ -220,6 +276,41 @@ mod tests {
 
     fn key(high: u64, low: u64) -> EventKey {
         EventKey::new(high, low)
+    }
+
+    #[test]
+    fn the_compact_form_round_trips_and_refuses_anything_else() {
+        for (k, text) in [
+            (key(0x16_B374_D848, 0x16_B374_D800), "16b374d848/16b374d800"),
+            (key(0, 0), "0/0"),
+            (key(1, 0x10), "1/10"),
+            (EventKey::MAX, "ffffffffffffffff/ffffffffffffffff"),
+        ] {
+            assert_eq!(k.to_compact(), text);
+            assert_eq!(EventKey::from_compact(text), Ok(k));
+        }
+        assert_eq!(EventKey::from_compact("0016B/0A"), Ok(key(0x16b, 0xa)));
+        for bad in [
+            "",
+            "/",
+            "1/",
+            "/1",
+            "1",
+            "1/2/3",
+            "g/1",
+            "1/-1",
+            "+1/1",
+            " 1/1",
+            "1/1 ",
+            "10000000000000000/0",
+            "00000016b374d8480000000000000100",
+        ] {
+            assert_eq!(
+                EventKey::from_compact(bad),
+                Err(ParseEventKeyError::Compact),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -29,8 +29,9 @@ pub struct Record {
     pub value: Option<Bytes>,
     /// Headers in order: walrelay's own first (each exactly once, all of
     /// them [`header::is_reserved`]), then the application's (none of them
-    /// reserved). The pipeline adds `walrelay-layout` and
-    /// `walrelay-prev-key` after walrelay's others ([`Record::insert_walrelay_header`]).
+    /// reserved). The pipeline adds `walrelay-layout` and the previous
+    /// key (`walrelay-prev`, or `walrelay-prev-key` with the full header
+    /// set) after walrelay's others ([`Record::insert_walrelay_header`]).
     pub headers: Vec<(Arc<str>, Bytes)>,
     /// The event's idempotency key (also in the `idempotency-key` header).
     pub event_key: EventKey,
@@ -42,7 +43,7 @@ pub struct Record {
 
 impl Record {
     /// The headers added once the partition is known (`walrelay-layout`
-    /// and `walrelay-prev-key`, see `pipeline/placement.rs`): whoever
+    /// and the previous key, see `pipeline/placement.rs`): whoever
     /// builds a record leaves room for them, so adding them does not
     /// reallocate.
     pub const PLACEMENT_HEADERS: usize = 2;

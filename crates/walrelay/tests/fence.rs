@@ -794,13 +794,22 @@ async fn switching_the_header_set_between_sessions_keeps_the_fence() -> Result<(
             has.iter().all(|h| *h == want),
             "{id}: full-set headers {has:?}, expected all {want}"
         );
-        for h in [
-            "idempotency-key",
-            "walrelay-source",
-            "walrelay-layout",
-            "walrelay-prev-key",
-        ] {
+        for h in ["idempotency-key", "walrelay-source", "walrelay-layout"] {
             ensure!(r.header(h).is_some(), "{id}: no {h}");
+        }
+        // The previous key: 32 hex digits in the full set, HIGH/LOW in the
+        // lean one (the first lean record's predecessor is a full one's).
+        let (prev, other) = if want {
+            ("walrelay-prev-key", "walrelay-prev")
+        } else {
+            ("walrelay-prev", "walrelay-prev-key")
+        };
+        ensure!(
+            r.header(prev).is_some() && r.header(other).is_none(),
+            "{id}: the previous key is not in {prev} alone"
+        );
+        if let Some(text) = r.header_str("walrelay-prev").filter(|t| !t.is_empty()) {
+            EventKey::from_compact(text)?;
         }
     }
     let text = log_text(&log);
@@ -944,7 +953,7 @@ async fn a_copied_record_at_a_partition_tail_never_makes_the_replay_skip() -> Re
 }
 
 /// An aborted transactional copy of records of this source (the same
-/// partition, a continuous `walrelay-prev-key` chain: everything else about
+/// partition, a continuous chain of previous keys: everything else about
 /// it would be trusted) must never become a fence key, even when the
 /// user's Kafka properties ask for `read_uncommitted`: the fence reader
 /// pins `read_committed`. Needs transaction isolation, so Apache Kafka.
@@ -979,7 +988,7 @@ async fn an_aborted_transactional_copy_never_becomes_a_fence_key() -> Result<()>
     mirrored.sort_by_key(|r| r.offset);
     ensure!(!mirrored.is_empty());
     ensure!(
-        mirrored[0].header_str("walrelay-prev-key") == Some(last.to_hex().as_str()),
+        mirrored[0].header_str("walrelay-prev") == Some(last.to_compact().as_str()),
         "the copies continue the partition's chain"
     );
     let transactional: rdkafka::producer::BaseProducer = ClientConfig::new()

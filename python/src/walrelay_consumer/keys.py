@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["INITIAL_HWM", "KeyFormatError", "parse_key"]
+__all__ = ["INITIAL_HWM", "KeyFormatError", "parse_key", "parse_compact_key"]
 
 #: The high-water mark of a row that has seen nothing yet: 32 zeros, below
 #: every key walrelay issues.
@@ -47,3 +47,18 @@ def parse_key(text: str) -> str:
         if char not in _HEX:
             raise KeyFormatError(text, f"an event key is exactly 32 hex digits, found {char!r} at byte {index}")
     return text.lower()
+
+
+#: ``HIGH/LOW``, each half 1 to 16 ASCII hex digits.
+_COMPACT = re.compile(r"([0-9a-fA-F]{1,16})/([0-9a-fA-F]{1,16})")
+
+
+def parse_compact_key(text: str) -> str:
+    """Parses a key in the compact form of the lean header set's
+    ``walrelay-prev`` (``HIGH/LOW``, each half 1 to 16 hex digits, like
+    ``16b374d848/16b374d800``) and returns it as the canonical 32 lowercase
+    hex digits; raises :class:`KeyFormatError` otherwise."""
+    match = _COMPACT.fullmatch(text)
+    if match is None:
+        raise KeyFormatError(text, "a compact event key is HIGH/LOW, each half 1 to 16 hex digits")
+    return f"{match[1].lower():0>16}{match[2].lower():0>16}"

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .keys import KeyFormatError, parse_key
+from .keys import KeyFormatError, parse_compact_key, parse_key
 
 __all__ = [
     "IDEMPOTENCY_KEY",
@@ -20,6 +20,7 @@ __all__ = [
     "LSN",
     "COMMIT_LSN",
     "PREV_KEY",
+    "PREV",
     "RecordMeta",
     "MetaError",
     "MissingHeader",
@@ -27,6 +28,7 @@ __all__ = [
     "EmptySource",
     "BadKey",
     "DuplicateHeader",
+    "TwoPreviousKeys",
     "BadLsn",
     "is_reserved",
     "parse_lsn",
@@ -37,6 +39,9 @@ SOURCE = "walrelay-source"
 LSN = "walrelay-lsn"
 COMMIT_LSN = "walrelay-commit-lsn"
 PREV_KEY = "walrelay-prev-key"
+#: The previous key in the compact form ``HIGH/LOW`` (the lean header set,
+#: walrelay's default); a record carries this or ``walrelay-prev-key``.
+PREV = "walrelay-prev"
 _RESERVED_PREFIX = "walrelay-"
 
 Header = tuple[str, "bytes | None"]
@@ -100,6 +105,20 @@ class DuplicateHeader(MetaError):
         self.header = header
 
 
+class TwoPreviousKeys(MetaError):
+    """The previous key in both forms (``walrelay-prev-key`` and
+    ``walrelay-prev``): walrelay writes one of them, so one was added by
+    someone else and neither can be trusted."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"the record carries both {PREV_KEY!r} and {PREV!r}: walrelay writes one of them (the "
+            "full or the lean header set), so one was added by someone else; the record is not "
+            "trusted"
+        )
+        self.header = PREV
+
+
 class BadLsn(MetaError):
     """An LSN header that is not ``HIGH/LOW`` hex."""
 
@@ -152,8 +171,10 @@ class RecordMeta:
     #: Start of the transaction's commit record (``walrelay-commit-lsn``).
     commit_lsn: int | None = None
     #: The key the relay sent before this one to the same topic and
-    #: partition in the same session (``walrelay-prev-key``); ``None`` for
-    #: the first record of a session, and for relays that do not send it.
+    #: partition in the same session (``walrelay-prev-key``, or
+    #: ``walrelay-prev`` in the lean header set's compact form), as 32
+    #: lowercase hex digits; ``None`` for the first record of a session,
+    #: and for relays that do not send it.
     prev_key: str | None = None
 
     @classmethod
@@ -164,9 +185,10 @@ class RecordMeta:
         twice raises :class:`DuplicateHeader`.
 
         ``idempotency-key`` and ``walrelay-source`` are required;
-        ``walrelay-lsn``, ``walrelay-commit-lsn`` and ``walrelay-prev-key``
-        are optional, and an empty or null ``walrelay-prev-key`` means
-        "first record of a session".
+        ``walrelay-lsn``, ``walrelay-commit-lsn`` (both only in the full
+        header set) and the previous key (``walrelay-prev-key``, or
+        ``walrelay-prev`` in the lean set, never both) are optional, and an
+        empty or null previous key means "first record of a session".
         """
         # Runs for every record, so the names go into a dict at C speed;
         # only a record with a name twice is looked at name by name.
@@ -179,8 +201,14 @@ class RecordMeta:
         source = _required(SOURCE, found)
         if not source:
             raise EmptySource()
-        prev_text = _optional(PREV_KEY, found)
-        prev_key = _key(PREV_KEY, prev_text) if prev_text else None
+        if PREV in found:
+            if PREV_KEY in found:
+                raise TwoPreviousKeys()
+            compact = _optional(PREV, found)
+            prev_key = _compact_key(compact) if compact else None
+        else:
+            prev_text = _optional(PREV_KEY, found)
+            prev_key = _key(PREV_KEY, prev_text) if prev_text else None
         # Positional, in field order: key, source, lsn, commit_lsn, prev_key.
         return cls(
             key,
@@ -231,6 +259,13 @@ def _key(name: str, text: str) -> str:
         return parse_key(text)
     except KeyFormatError as e:
         raise BadKey(name, text, e.reason) from None
+
+
+def _compact_key(text: str) -> str:
+    try:
+        return parse_compact_key(text)
+    except KeyFormatError as e:
+        raise BadKey(PREV, text, e.reason) from None
 
 
 def _lsn(name: str, text: str | None) -> int | None:

@@ -128,6 +128,8 @@ impl Results {
             );
         }
 
+        self.bytes_markdown(&mut s);
+
         let lat = self.latency_summary();
         if !lat.is_empty() {
             let _ = writeln!(
@@ -248,6 +250,65 @@ impl Results {
                 r.median,
                 r.min,
                 r.max
+            );
+        }
+    }
+
+    /// Bytes in Kafka and broker CPU per event: walrelay with its default
+    /// (lean) header set, with the full set, and the plain producer with
+    /// the lean set's headers, same run.
+    fn bytes_markdown(&self, s: &mut String) {
+        let have = self.workloads.iter().any(|w| {
+            self.summary(&w.id, Tool::WalrelayFullHeaders)
+                .is_some_and(|x| x.header_bytes_per_record.is_some())
+        });
+        if !have {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "\n## Bytes and broker CPU per event: the lean header set (default) against the full set\n"
+        );
+        let _ = writeln!(
+            s,
+            "walrelay's header bytes are names and values of `idempotency-key` and every `walrelay-*` header, per record read back; bytes in Kafka are the topic's log segments per event (batch, record and header framing included; none on Tansu); broker CPU is the broker process's CPU seconds per million events during the drain. The plain producer sends the lean set's headers.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| workload | header bytes, lean | header bytes, full | lean / full | bytes in Kafka per event, lean | full | plain producer | broker CPU, lean | full | plain producer |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let f0 = |x: f64| format!("{x:.0}");
+        let f2 = |x: f64| format!("{x:.2}");
+        for w in &self.workloads {
+            let get = |t| self.summary(&w.id, t);
+            let (a, f, p) = (
+                get(Tool::Walrelay),
+                get(Tool::WalrelayFullHeaders),
+                get(Tool::Producer),
+            );
+            let hb = |x: Option<ToolSummary>| x.and_then(|x| x.header_bytes_per_record);
+            let ratio = match (hb(a), hb(f)) {
+                (Some(x), Some(y)) if y.median > 0.0 => {
+                    format!("{:.0} %", x.median / y.median * 100.0)
+                }
+                _ => "–".into(),
+            };
+            let kb = |x: Option<ToolSummary>| x.and_then(|x| x.kafka_bytes_per_event);
+            let bc = |x: Option<ToolSummary>| x.and_then(|x| x.broker_cpu_per_m);
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | **{}** | {} | {} | {} | {} | {} | {} |",
+                w.label(),
+                cell(hb(a), f0),
+                cell(hb(f), f0),
+                ratio,
+                cell(kb(a), f0),
+                cell(kb(f), f0),
+                cell(kb(p), f0),
+                cell(bc(a), f2),
+                cell(bc(f), f2),
+                cell(bc(p), f2),
             );
         }
     }

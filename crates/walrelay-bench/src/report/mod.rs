@@ -27,6 +27,9 @@ pub enum Tool {
     /// The `walrelay` binary with `relay.fence = false`: what the tail
     /// fence costs.
     WalrelayNoFence,
+    /// The `walrelay` binary with `relay.headers = "full"`: what the
+    /// lean header set (the default) saves in bytes and broker CPU.
+    WalrelayFullHeaders,
     /// `--baseline-bin`: another walrelay build (e.g. the previous
     /// commit's), fence on, drained in the same repeats.
     WalrelayBaseline,
@@ -39,9 +42,10 @@ pub enum Tool {
 }
 
 impl Tool {
-    pub const ALL: [Tool; 6] = [
+    pub const ALL: [Tool; 7] = [
         Tool::Walrelay,
         Tool::WalrelayNoFence,
+        Tool::WalrelayFullHeaders,
         Tool::WalrelayBaseline,
         Tool::PgRecvlogical,
         Tool::Producer,
@@ -52,6 +56,7 @@ impl Tool {
         match self {
             Tool::Walrelay => "walrelay",
             Tool::WalrelayNoFence => "walrelay, fence off",
+            Tool::WalrelayFullHeaders => "walrelay, full header set",
             Tool::WalrelayBaseline => "walrelay, baseline binary",
             Tool::PgRecvlogical => "decode limit (pg_recvlogical)",
             Tool::Producer => "produce limit (rdkafka)",
@@ -77,6 +82,13 @@ pub struct ToolRun {
     pub peak_rss_bytes: Option<u64>,
     /// Records found in the broker afterwards (walrelay's topic).
     pub records_in_broker: Option<u64>,
+    /// CPU seconds of the broker during the run.
+    pub broker_cpu_seconds: Option<f64>,
+    /// Bytes the broker stores for the run's topic (Kafka's log segments).
+    pub kafka_bytes: Option<u64>,
+    /// Bytes of walrelay's own headers (names and values) over the
+    /// records read back.
+    pub walrelay_header_bytes: Option<u64>,
     /// walrelay's tail fence read at its first record.
     pub fence: Option<crate::drain::FenceCost>,
 }
@@ -194,6 +206,12 @@ pub struct ToolSummary {
     pub cpu_per_m: Option<Stat>,
     pub db_cpu_per_m: Option<Stat>,
     pub peak_rss_max: Option<u64>,
+    /// The broker's CPU seconds per million events.
+    pub broker_cpu_per_m: Option<Stat>,
+    /// Bytes the broker stores per event.
+    pub kafka_bytes_per_event: Option<Stat>,
+    /// Bytes of walrelay's headers per record read back.
+    pub header_bytes_per_record: Option<Stat>,
 }
 
 impl Results {
@@ -213,6 +231,18 @@ impl Results {
                     .filter_map(|r| r.db_cpu_seconds.map(|c| per_m(c, r))),
             ),
             peak_rss_max: runs.iter().filter_map(|r| r.peak_rss_bytes).max(),
+            broker_cpu_per_m: Stat::of(
+                runs.iter()
+                    .filter_map(|r| r.broker_cpu_seconds.map(|c| per_m(c, r))),
+            ),
+            kafka_bytes_per_event: Stat::of(
+                runs.iter()
+                    .filter_map(|r| r.kafka_bytes.map(|b| b as f64 / r.events as f64)),
+            ),
+            header_bytes_per_record: Stat::of(runs.iter().filter_map(|r| {
+                let n = r.records_in_broker.filter(|n| *n > 0)?;
+                Some(r.walrelay_header_bytes? as f64 / n as f64)
+            })),
         })
     }
 

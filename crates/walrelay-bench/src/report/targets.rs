@@ -86,6 +86,29 @@ impl Results {
         })
     }
 
+    /// The lean header set (the default) against the full set, on the
+    /// records read back after the same drain.
+    fn header_bytes_target(&self) -> Option<TargetCheck> {
+        let shares: Vec<(String, f64)> = self
+            .workloads
+            .iter()
+            .filter_map(|w| {
+                let bytes = |t| self.summary(&w.id, t)?.header_bytes_per_record;
+                let (lean, full) = (bytes(Tool::Walrelay)?, bytes(Tool::WalrelayFullHeaders)?);
+                (full.median > 0.0).then(|| (w.id.clone(), lean.median / full.median))
+            })
+            .collect();
+        (!shares.is_empty()).then(|| TargetCheck {
+            target: "lean header set: walrelay's header bytes per record <= 60 % of the full set's on every workload".into(),
+            measured: shares
+                .iter()
+                .map(|(w, r)| format!("{w} {:.0} %", r * 100.0))
+                .collect::<Vec<_>>()
+                .join(", "),
+            met: Some(shares.iter().all(|(_, r)| *r <= 0.6)),
+        })
+    }
+
     fn fence_target(&self) -> TargetCheck {
         let ratios = self.fence_ratios();
         TargetCheck {
@@ -209,6 +232,7 @@ impl Results {
             met: (!poll.is_empty()).then(|| poll.iter().all(|(_, r, a, b)| *r >= 3.0 && a < b)),
         });
         out.push(self.fence_target());
+        out.extend(self.header_bytes_target());
         out.extend(self.baseline_target());
         out.extend(crate::consumer::report::targets(&self.consumer));
         out

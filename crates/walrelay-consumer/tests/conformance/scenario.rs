@@ -103,6 +103,17 @@ pub enum LastTag {
     Last,
 }
 
+/// Which of the relay's header sets a `produce` step writes: `full` has
+/// the previous key as `walrelay-prev-key` (32 hex digits), `lean` as
+/// `walrelay-prev` (`HIGH/LOW`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeaderSet {
+    #[default]
+    Full,
+    Lean,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Step {
@@ -118,6 +129,9 @@ pub enum Step {
         poison_at_commit: bool,
         #[serde(default)]
         fails: u32,
+        /// `lean` or `full` (the default): the header set of the records.
+        #[serde(default)]
+        headers: HeaderSet,
     },
     RestartRelay {
         source: String,
@@ -238,6 +252,8 @@ pub struct Planned {
     pub at_commit: bool,
     /// The handler fails on it this many times, then applies it.
     pub fails: u32,
+    /// The header set it is written with.
+    pub headers: HeaderSet,
 }
 
 impl Planned {
@@ -300,6 +316,7 @@ impl Ledger {
                     poison,
                     at_commit: false,
                     fails: 0,
+                    headers: HeaderSet::Full,
                 });
             }
             first = false;

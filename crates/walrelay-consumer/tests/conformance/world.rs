@@ -198,6 +198,7 @@ impl World<'_> {
                 poison,
                 poison_at_commit,
                 fails,
+                headers,
             } => {
                 let mut planned =
                     self.ledger
@@ -205,6 +206,7 @@ impl World<'_> {
                 for p in &mut planned {
                     p.at_commit = *poison_at_commit;
                     p.fails = *fails;
+                    p.headers = *headers;
                 }
                 self.send(planned).await
             }
@@ -405,6 +407,17 @@ impl World<'_> {
     async fn send(&self, planned: Vec<scenario::Planned>) -> anyhow::Result<()> {
         let mut deliveries = Vec::new();
         for record in &planned {
+            // The previous key as the relay's header set writes it.
+            let (prev_header, prev) = match record.headers {
+                scenario::HeaderSet::Full => (header::PREV_KEY, record.prev.clone()),
+                scenario::HeaderSet::Lean if record.prev.is_empty() => {
+                    (header::PREV, String::new())
+                }
+                scenario::HeaderSet::Lean => (
+                    header::PREV,
+                    walrelay_contract::EventKey::from_hex(&record.prev)?.to_compact(),
+                ),
+            };
             let headers = OwnedHeaders::new()
                 .insert(Header {
                     key: header::IDEMPOTENCY_KEY,
@@ -415,8 +428,8 @@ impl World<'_> {
                     value: Some(record.source.as_str()),
                 })
                 .insert(Header {
-                    key: header::PREV_KEY,
-                    value: Some(record.prev.as_str()),
+                    key: prev_header,
+                    value: Some(prev.as_str()),
                 });
             let payload = record.payload();
             let delivery = self

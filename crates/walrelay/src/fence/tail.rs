@@ -423,17 +423,30 @@ fn own_record<M: Message>(msg: &M, source: &[u8]) -> Option<OwnRecord> {
             .ok()
             .and_then(|t| EventKey::from_hex(t).ok())
     };
-    let (mut key, mut from, mut layout, mut prev) = (None, false, None, None);
+    let compact = |value: &[u8]| {
+        std::str::from_utf8(value)
+            .ok()
+            .and_then(|t| EventKey::from_compact(t).ok())
+    };
+    let (mut key, mut from, mut layout) = (None, false, None);
+    // The previous key in either header set's form; walrelay writes one.
+    let (mut prev_hex, mut prev_compact) = (None, None);
     for h in headers.iter() {
         let value = h.value.unwrap_or_default();
         match h.key {
             header::IDEMPOTENCY_KEY => key = hex(value),
             header::SOURCE => from = value == source,
             header::LAYOUT => layout = Layout::parse(value),
-            header::PREV_KEY => prev = hex(value),
+            header::PREV_KEY => prev_hex = Some(hex(value)),
+            header::PREV => prev_compact = Some(compact(value)),
             _ => {}
         }
     }
+    let prev = match (prev_hex, prev_compact) {
+        (Some(p), None) | (None, Some(p)) => p,
+        // Both (not walrelay's doing) or neither: no known predecessor.
+        _ => None,
+    };
     Some(OwnRecord {
         offset: msg.offset(),
         key: key.filter(|_| from)?,

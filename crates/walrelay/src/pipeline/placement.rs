@@ -14,6 +14,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tracing::info;
 
+use crate::config::HeaderSet;
 use crate::error::RelayError;
 use crate::fence::{FenceError, ReplayCheck, SessionFence, TopicState};
 use crate::key::EventKey;
@@ -51,17 +52,24 @@ pub struct Placement {
     replay: ReplayCheck,
     topics: HashMap<Arc<str>, Destination>,
     layout_header: Arc<str>,
-    prev_key_header: Arc<str>,
+    /// `walrelay-prev` (compact form, the lean set) or
+    /// `walrelay-prev-key` (32 hex digits, the full set).
+    prev_header: Arc<str>,
+    header_set: HeaderSet,
 }
 
 impl Placement {
-    pub fn new(fence: SessionFence, replay: ReplayCheck) -> Placement {
+    pub fn new(fence: SessionFence, replay: ReplayCheck, header_set: HeaderSet) -> Placement {
         Placement {
             fence,
             replay,
             topics: HashMap::new(),
             layout_header: Arc::from(header::LAYOUT),
-            prev_key_header: Arc::from(header::PREV_KEY),
+            prev_header: Arc::from(match header_set {
+                HeaderSet::Lean => header::PREV,
+                HeaderSet::Full => header::PREV_KEY,
+            }),
+            header_set,
         }
     }
 
@@ -115,17 +123,20 @@ impl Placement {
         let prev = last
             .replace(record.event_key)
             .or_else(|| dest.fence.last_in_kafka(partition));
-        let prev = match prev {
-            Some(k) => {
-                let mut hex = [0u8; 32];
-                k.write_hex(&mut hex);
-                Bytes::copy_from_slice(&hex)
+        let prev = match (prev, self.header_set) {
+            (None, _) => Bytes::new(),
+            (Some(k), HeaderSet::Lean) => {
+                let mut text = [0u8; 33];
+                Bytes::copy_from_slice(k.write_compact(&mut text).as_bytes())
             }
-            None => Bytes::new(),
+            (Some(k), HeaderSet::Full) => {
+                let mut hex = [0u8; 32];
+                Bytes::copy_from_slice(k.write_hex(&mut hex).as_bytes())
+            }
         };
         record.insert_walrelay_header(self.layout_header.clone(), dest.fence.layout(partition));
         // With walrelay's own headers, before the application's.
-        record.insert_walrelay_header(self.prev_key_header.clone(), prev);
+        record.insert_walrelay_header(self.prev_header.clone(), prev);
         Ok(Placed::Send {
             partition,
             counters: dest.counters.as_ref(),

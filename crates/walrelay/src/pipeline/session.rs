@@ -172,6 +172,7 @@ impl<'a> Session<'a> {
             placement: Placement::new(
                 SessionFence::new(config, c.fence_reader, c.fence_admin, &c.source),
                 ReplayCheck::new(confirmed, c.server_wal, &c.source),
+                config.relay.headers,
             ),
             tracker: CheckpointTracker::with_confirmed(confirmed),
             trace,

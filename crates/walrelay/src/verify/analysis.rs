@@ -296,6 +296,12 @@ fn parse_key(value: &[u8]) -> Option<u128> {
     EventKey::from_hex(text).ok().map(|k| k.0)
 }
 
+/// The compact form of a key (`HIGH/LOW`, `walrelay-prev`).
+fn parse_compact_key(value: &[u8]) -> Option<u128> {
+    let text = std::str::from_utf8(value).ok()?;
+    EventKey::from_compact(text).ok().map(|k| k.0)
+}
+
 /// The incremental form of [`analyze`]: feed records in the order read
 /// (per partition in offset order; partitions may interleave).
 #[derive(Debug, Default)]
@@ -330,12 +336,18 @@ impl Analyzer {
         p.records += 1;
         let first_offset = *p.first_offset.get_or_insert(offset);
         p.last_offset = Some(offset);
-        if let Some(name) = duplicated_reserved(headers) {
+        let both_prev = find_header(headers, header::PREV_KEY).is_some()
+            && find_header(headers, header::PREV).is_some();
+        let duplicated = duplicated_reserved(headers).map(str::to_owned).or_else(|| {
+            // The previous key in both forms: walrelay writes one of them.
+            both_prev.then(|| format!("{} and {}", header::PREV_KEY, header::PREV))
+        });
+        if let Some(name) = duplicated {
             p.malformed += 1;
             if p.findings.len() < MAX_FINDINGS {
                 p.findings.push(Finding::DuplicateHeader {
                     offset,
-                    header: name.to_owned(),
+                    header: name,
                 });
             }
             return;
@@ -348,13 +360,23 @@ impl Analyzer {
             p.malformed(offset, header::IDEMPOTENCY_KEY, raw_key);
             return;
         };
-        let prev = match find_header(headers, header::PREV_KEY) {
+        // The full set's 32 hex digits, or the lean set's compact form.
+        let (name, raw, parse): (_, _, fn(&[u8]) -> Option<u128>) =
+            match find_header(headers, header::PREV) {
+                Some(raw) => (header::PREV, Some(raw), parse_compact_key),
+                None => (
+                    header::PREV_KEY,
+                    find_header(headers, header::PREV_KEY),
+                    parse_key,
+                ),
+            };
+        let prev = match raw {
             // No header (older relay) or a session's first record.
             None | Some(b"") => None,
-            Some(raw) => match parse_key(raw) {
+            Some(raw) => match parse(raw) {
                 Some(prev) => Some(prev),
                 None => {
-                    p.malformed(offset, header::PREV_KEY, raw);
+                    p.malformed(offset, name, raw);
                     None
                 }
             },

@@ -66,6 +66,65 @@ fn only_source(report: &Report) -> &SourceReport {
     &report.partitions[0].sources[0]
 }
 
+/// `records` with their previous keys in the lean set's compact form
+/// (`walrelay-prev`) instead of `walrelay-prev-key`.
+fn lean(mut records: Vec<Rec>) -> Vec<Rec> {
+    for r in &mut records {
+        for (name, value) in &mut r.headers {
+            if *name == header::PREV_KEY {
+                *name = header::PREV;
+                if !value.is_empty() {
+                    let key = EventKey::from_hex(std::str::from_utf8(value).unwrap()).unwrap();
+                    *value = key.to_compact().into_bytes();
+                }
+            }
+        }
+        r.headers.retain(|(name, _)| *name != header::LSN);
+    }
+    records
+}
+
+#[test]
+fn both_header_sets_chain_in_one_partition_and_gaps_show_in_either() {
+    // Full, then a lean session, then full again: one clean chain.
+    let keys = [1u128 << 64 | 5, 2 << 64 | 7, 3 << 64 | 9, 4 << 64 | 11];
+    let mut records = session(0, 0, SRC, &keys[..2]);
+    records.extend(lean(vec![rec(0, 2, SRC, keys[2], Some(keys[1]))]));
+    records.push(rec(0, 3, SRC, keys[3], Some(keys[2])));
+    let report = run(&records);
+    let s = only_source(&report);
+    assert_eq!(
+        (s.records, s.distinct, s.gaps, s.out_of_order),
+        (4, 4, 0, 0)
+    );
+    assert_eq!(report.verdict(), Verdict::Clean);
+
+    // A lean record whose predecessor is missing is a gap.
+    let gap = lean(vec![
+        rec(0, 0, SRC, keys[0], None),
+        rec(0, 1, SRC, keys[2], Some(keys[1])),
+    ]);
+    assert_eq!(only_source(&run(&gap)).gaps, 1);
+
+    // Both forms on one record: not walrelay's, not trusted.
+    let mut both = session(0, 0, SRC, &keys[..2]);
+    both[1]
+        .headers
+        .push((header::PREV, EventKey(keys[0]).to_compact().into_bytes()));
+    let p = &run(&both).partitions[0];
+    assert_eq!(p.malformed, 1);
+    assert!(
+        matches!(&p.findings[0], Finding::DuplicateHeader { header, .. } if header.contains("walrelay-prev")),
+        "{:?}",
+        p.findings
+    );
+
+    // A compact key that is not one.
+    let mut bad = lean(session(0, 0, SRC, &keys[..2]));
+    bad[1].headers[2].1 = b"12345".to_vec();
+    assert_eq!(run(&bad).partitions[0].malformed, 1);
+}
+
 #[test]
 fn clean_stream() {
     let report = run(&session(0, 0, SRC, &[1, 2, 3, 4]));
