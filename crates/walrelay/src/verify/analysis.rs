@@ -296,6 +296,9 @@ fn parse_key(value: &[u8]) -> Option<u128> {
     EventKey::from_hex(text).ok().map(|k| k.0)
 }
 
+/// How a previous-key header's value becomes a key.
+type KeyParser = fn(&[u8]) -> Option<u128>;
+
 /// The compact form of a key (`HIGH/LOW`, `walrelay-prev`).
 fn parse_compact_key(value: &[u8]) -> Option<u128> {
     let text = std::str::from_utf8(value).ok()?;
@@ -361,15 +364,14 @@ impl Analyzer {
             return;
         };
         // The full set's 32 hex digits, or the lean set's compact form.
-        let (name, raw, parse): (_, _, fn(&[u8]) -> Option<u128>) =
-            match find_header(headers, header::PREV) {
-                Some(raw) => (header::PREV, Some(raw), parse_compact_key),
-                None => (
-                    header::PREV_KEY,
-                    find_header(headers, header::PREV_KEY),
-                    parse_key,
-                ),
-            };
+        let (name, raw, parse): (_, _, KeyParser) = match find_header(headers, header::PREV) {
+            Some(raw) => (header::PREV, Some(raw), parse_compact_key),
+            None => (
+                header::PREV_KEY,
+                find_header(headers, header::PREV_KEY),
+                parse_key,
+            ),
+        };
         let prev = match raw {
             // No header (older relay) or a session's first record.
             None | Some(b"") => None,
