@@ -380,7 +380,7 @@ fn log_gaps(position: &Position, plan: &Plan) {
             hwm = %gap.hwm,
             prev = %gap.prev,
             "gap: the record sent before this one was never processed by group {:?} \
-             (high-water mark {} < walrelay-prev-key {})",
+             (high-water mark {} < previous key {})",
             position.group,
             gap.hwm,
             gap.prev

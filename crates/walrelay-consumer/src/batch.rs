@@ -10,7 +10,7 @@
 //!   lower keys after higher ones inside one batch too), dropped;
 //! * above it: new, applied, and the running mark becomes its key.
 //!
-//! A new record whose `walrelay-prev-key` is above the running mark is
+//! A new record whose previous key (`walrelay-prev` or `walrelay-prev-key`) is above the running mark is
 //! also a **gap**: the record the relay sent before it was never
 //! processed. It is still applied (see the crate docs); a running mark at
 //! its initial value is never compared, since new groups start mid-stream.
@@ -35,7 +35,7 @@ pub struct Gap {
     pub source: String,
     /// The running mark it was compared with.
     pub hwm: EventKey,
-    /// Its `walrelay-prev-key`, above the mark.
+    /// Its previous key (`walrelay-prev` or `walrelay-prev-key`), above the mark.
     pub prev: EventKey,
 }
 

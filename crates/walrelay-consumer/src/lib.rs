@@ -54,7 +54,8 @@
 //!
 //! # Gap detection
 //!
-//! Each record also carries `walrelay-prev-key`, the key the relay sent
+//! Each record also carries its previous key (`walrelay-prev`, or
+//! `walrelay-prev-key` with the full header set), the key the relay sent
 //! before it to the same partition in the same session. If it is above the
 //! HWM (and the HWM is not the initial 32 zeros), a record in between was
 //! never processed: [`PgHwmStore::process`] and the batch transaction log a

@@ -27,7 +27,7 @@ pub struct Counters {
     /// Deliveries skipped because their key was not above the high-water
     /// mark (replays, redeliveries after a rebalance or a crash).
     pub duplicates: Counter<u64, AtomicU64>,
-    /// Records whose `walrelay-prev-key` was above the high-water mark:
+    /// Records whose previous key (`walrelay-prev` or `walrelay-prev-key`) was above the high-water mark:
     /// something before them was never processed (see the crate docs for
     /// what this can and cannot detect).
     pub gaps: Counter<u64, AtomicU64>,
@@ -80,7 +80,7 @@ impl Counters {
         );
         r.register(
             "gaps",
-            "Records whose walrelay-prev-key was above the high-water mark",
+            "Records whose previous key (walrelay-prev or walrelay-prev-key) was above the high-water mark",
             self.gaps.clone(),
         );
         r.register(

@@ -375,7 +375,7 @@ impl PgHwmStore {
                 prev = %prev,
                 key = %meta.key,
                 "gap: the record sent before this one was never processed by group {:?} \
-                 (high-water mark {hwm} < walrelay-prev-key {prev})",
+                 (high-water mark {hwm} < previous key {prev})",
                 position.group
             );
         }

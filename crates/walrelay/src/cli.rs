@@ -479,6 +479,25 @@ mod tests {
     }
 
     #[test]
+    fn the_header_set_is_lean_by_default_full_on_request_and_nothing_else() {
+        let config = |a: &[&str]| {
+            let mut args = vec!["walrelay"];
+            args.extend_from_slice(a);
+            args.push("config");
+            Cli::try_parse_from(args).map(|c| c.options.effective_config().unwrap())
+        };
+        assert_eq!(config(&[]).unwrap().relay.headers, HeaderSet::Lean);
+        let full = config(&["--headers", "full"]).unwrap();
+        assert_eq!(full.relay.headers, HeaderSet::Full);
+        assert!(render(&full).contains("headers = \"full\""));
+        assert!(config(&["--headers", "all"]).is_err());
+        let file: Config = Config::from_toml("[relay]\nheaders = \"full\"\n", "t").unwrap();
+        assert_eq!(file.relay.headers, HeaderSet::Full);
+        let err = Config::from_toml("[relay]\nheaders = \"lite\"\n", "t").unwrap_err();
+        assert!(err.to_string().contains("lean"), "{err}");
+    }
+
+    #[test]
     fn an_empty_source_id_is_refused() {
         let cli = Cli::try_parse_from(["walrelay", "--source-id", "", "config"]).unwrap();
         let err = cli.options.effective_config().unwrap_err().to_string();

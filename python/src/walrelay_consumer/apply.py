@@ -423,7 +423,7 @@ def _log_gaps(position: Position, plan: batch.Plan) -> None:
     for gap in plan.gaps:
         log.warning(
             "gap: the record sent before this one was never processed by group %r "
-            "(high-water mark %s < walrelay-prev-key %s) topic=%s partition=%d source=%s",
+            "(high-water mark %s < previous key %s) topic=%s partition=%d source=%s",
             position.group,
             gap.hwm,
             gap.prev,

@@ -10,7 +10,7 @@ every record taken) decides each record:
   keys after higher ones inside one batch too), dropped;
 * above it: new, applied, and the running mark becomes its key.
 
-A new record whose ``walrelay-prev-key`` is above the running mark is also
+A new record whose previous key (``walrelay-prev`` or ``walrelay-prev-key``) is above the running mark is also
 a **gap**: the record the relay sent before it was never processed. It is
 still applied; a running mark at its initial value is never compared,
 since new groups start mid-stream.
@@ -39,7 +39,7 @@ class Gap:
     source: str
     #: The running mark it was compared with.
     hwm: str
-    #: Its ``walrelay-prev-key``, above the mark.
+    #: Its previous key (``walrelay-prev`` or ``walrelay-prev-key``), above the mark.
     prev: str
 
 

@@ -19,7 +19,7 @@ class Counters:
     processed: int = 0
     #: Records dropped because their mark already covered them.
     duplicates: int = 0
-    #: Gaps detected from ``walrelay-prev-key``.
+    #: Gaps detected from previous key (``walrelay-prev`` or ``walrelay-prev-key``).
     gaps: int = 0
     #: Records parked in ``walrelay_consumer_parked``.
     parked: int = 0

@@ -48,7 +48,7 @@ class Metrics:
             "Deliveries skipped because the high-water mark already covered them",
             registry=r,
         )
-        self.gaps = pc.Counter(p + "gaps", "Records whose walrelay-prev-key was above the high-water mark", registry=r)
+        self.gaps = pc.Counter(p + "gaps", "Records whose previous key (walrelay-prev or walrelay-prev-key) was above the high-water mark", registry=r)
         self.failed_attempts = pc.Counter(
             p + "failed_attempts", "Batch or record attempts that failed and were rolled back", registry=r
         )
