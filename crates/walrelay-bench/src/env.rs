@@ -18,9 +18,10 @@ pub struct BenchEnv {
     broker: Option<TestBroker>,
 }
 
-/// A broker of `kind` of the bench's own (a single KRaft node for Kafka).
+/// A broker of `kind` of the bench's own (a single KRaft node for Kafka,
+/// its JVM run as Kafka's start scripts run it).
 async fn start_broker(kind: BrokerKind) -> Result<TestBroker> {
-    tokio::task::spawn_blocking(move || TestBroker::start_own(kind))
+    tokio::task::spawn_blocking(move || TestBroker::start_own_stock(kind))
         .await?
         .with_context(|| format!("starting {kind}"))
 }

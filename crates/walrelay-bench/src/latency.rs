@@ -69,7 +69,7 @@ impl Mode {
         }
     }
 
-    fn kind(self) -> Kind {
+    pub fn kind(self) -> Kind {
         match self {
             Mode::WalrelayMessages | Mode::WalrelayMessagesLinger20 => Kind::Messages,
             Mode::WalrelayOutbox | Mode::PollingOutbox => Kind::Outbox,

@@ -306,6 +306,9 @@ async fn main() -> Result<()> {
                 // runs' records answers measurably slower (Tansu's memory
                 // storage only grows).
                 env.fresh_broker().await?;
+                // A JVM broker's first seconds of load are slow (it
+                // compiles its produce path): not part of a latency.
+                warm_up_broker(&env, &Workload::new(mode.kind(), 1, 200, 100_000)).await?;
                 let runs = latency::run_mode(&env, mode, r, &options)
                     .await
                     .with_context(|| format!("latency, {}", mode.label()))?;
@@ -358,7 +361,7 @@ fn parse_broker(s: &str) -> Result<BrokerKind> {
 fn broker_description(kind: BrokerKind) -> String {
     match kind {
         BrokerKind::Kafka => {
-            format!("Apache Kafka {KAFKA_VERSION} (one KRaft node, stock settings)")
+            format!("Apache Kafka {KAFKA_VERSION} (one KRaft node, stock settings, the JVM of its start scripts: 1 GB heap, G1)")
         }
         BrokerKind::Tansu => "Tansu 0.6.0 (memory storage)".into(),
     }

@@ -58,8 +58,9 @@ use std::time::{Duration, Instant};
 pub use bin::{PgBin, DEBIAN_PG15_BIN, PG_BIN_ENV};
 pub use broker::kafka::{KAFKA_HOME_ENV, KAFKA_VERSION};
 pub use broker::{
-    AclOperation, AclResource, BrokerKind, KafkaCluster, KafkaHome, KafkaOptions, KafkaSecurity,
-    ScramUser, SharedKafka, TansuBroker, TestBroker, BROKER_ENV, KEEP_BROKER_ENV, TANSU_BIN_ENV,
+    AclOperation, AclResource, BrokerKind, Jvm, KafkaCluster, KafkaHome, KafkaOptions,
+    KafkaSecurity, ScramUser, SharedKafka, TansuBroker, TestBroker, BROKER_ENV, KEEP_BROKER_ENV,
+    TANSU_BIN_ENV,
 };
 pub use cluster::{
     Auth, ClusterOptions, PasswordMethod, PgCluster, HOST, KEEP_CLUSTER_ENV, SUPERUSER,

@@ -41,7 +41,7 @@ pub enum Command {
     ///
     /// Per partition and source: replayed duplicates (fine), keys out of
     /// order (a high-water-mark consumer would drop them), gaps (via
-    /// walrelay-prev-key). Needs only Kafka settings (docs/verify.md).
+    /// the previous key). Needs only Kafka settings (docs/verify.md).
     /// Exit codes: 0 clean, 1 a key out of order, 2 usage error, 3 gaps or
     /// malformed headers, 4 could not verify (Kafka, topic missing).
     Verify(crate::verify::VerifyArgs),

@@ -18,8 +18,8 @@ mod tansu;
 mod util;
 
 pub use kafka::{
-    AclOperation, AclResource, KafkaCluster, KafkaHome, KafkaNode, KafkaOptions, KafkaSecurity,
-    ScramUser, SharedKafka,
+    AclOperation, AclResource, Jvm, KafkaCluster, KafkaHome, KafkaNode, KafkaOptions,
+    KafkaSecurity, ScramUser, SharedKafka,
 };
 pub use tansu::{TansuBroker, TANSU_BIN_ENV};
 pub use util::KEEP_BROKER_ENV;
@@ -97,6 +97,22 @@ impl TestBroker {
     pub fn start_kind(kind: BrokerKind) -> anyhow::Result<TestBroker> {
         let backend = match kind {
             BrokerKind::Kafka => Backend::Kafka(SharedKafka::lease()?),
+            BrokerKind::Tansu => Backend::Tansu(TansuBroker::start()?),
+        };
+        Ok(TestBroker { backend })
+    }
+
+    /// A broker of `kind` of the caller's own, running as its users run
+    /// it: for Apache Kafka, the JVM of Kafka's start scripts
+    /// ([`Jvm::Stock`]: 1 GB heap, G1) rather than the tests' small serial
+    /// one, whose collection pauses would show in every latency. For the
+    /// bench.
+    pub fn start_own_stock(kind: BrokerKind) -> anyhow::Result<TestBroker> {
+        let backend = match kind {
+            BrokerKind::Kafka => Backend::KafkaOwn(KafkaCluster::start(KafkaOptions {
+                jvm: Jvm::Stock,
+                ..KafkaOptions::default()
+            })?),
             BrokerKind::Tansu => Backend::Tansu(TansuBroker::start()?),
         };
         Ok(TestBroker { backend })

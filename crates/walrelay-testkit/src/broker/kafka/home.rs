@@ -96,8 +96,15 @@ impl KafkaHome {
     }
 
     /// A `java` command with Kafka's jars on the class path, the log4j2
-    /// configuration, and `heap` as the maximum heap (`-Xmx`).
+    /// configuration, and `heap` as the maximum heap (`-Xmx`), with the
+    /// serial collector (a small footprint, for tools and test nodes).
     pub(crate) fn java(&self, heap: &str) -> anyhow::Result<std::process::Command> {
+        self.java_with(&[&format!("-Xmx{heap}"), "-Xms64m", "-XX:+UseSerialGC"])
+    }
+
+    /// A `java` command with Kafka's jars on the class path, the log4j2
+    /// configuration and the JVM options `jvm`.
+    pub(crate) fn java_with(&self, jvm: &[&str]) -> anyhow::Result<std::process::Command> {
         let java = match std::env::var_os("JAVA_HOME").filter(|v| !v.is_empty()) {
             Some(home) => PathBuf::from(home).join("bin/java"),
             None => PathBuf::from("java"),
@@ -105,8 +112,8 @@ impl KafkaHome {
         let classpath = self.dir.join("libs/*");
         let log_config = self.dir.join("config/log4j2.properties");
         let mut cmd = std::process::Command::new(java);
-        cmd.arg(format!("-Xmx{heap}"))
-            .args(["-Xms64m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"])
+        cmd.args(jvm)
+            .arg("-Djava.awt.headless=true")
             .arg(format!(
                 "-Dlog4j2.configurationFile={}",
                 log_config.to_str().context("non-UTF-8 Kafka home")?

@@ -43,7 +43,7 @@ pub use security::{KafkaSecurity, ScramUser, SCRAM_MECHANISM};
 
 pub use config::NodePorts;
 pub use home::{KafkaHome, KAFKA_HOME_ENV, KAFKA_VERSION};
-pub use node::KafkaNode;
+pub use node::{Jvm, KafkaNode};
 pub use shared::SharedKafka;
 
 /// How often a start is retried when another process took a chosen port.
@@ -75,6 +75,8 @@ pub struct KafkaOptions {
     /// A SASL_SSL listener, SCRAM users and the authorizer
     /// ([`KafkaSecurity`]); none by default.
     pub security: Option<KafkaSecurity>,
+    /// How the nodes' JVMs run ([`Jvm::Test`] by default).
+    pub jvm: Jvm,
 }
 
 impl Default for KafkaOptions {
@@ -85,6 +87,7 @@ impl Default for KafkaOptions {
             features: Vec::new(),
             server_properties: Vec::new(),
             security: None,
+            jvm: Jvm::Test,
         }
     }
 }
@@ -229,6 +232,7 @@ impl KafkaCluster {
                 dir,
                 advertised.as_deref(),
                 opts.security.as_ref(),
+                opts.jvm,
             )?;
             if !opts.server_properties.is_empty() {
                 let path = node.dir().join("server.properties");

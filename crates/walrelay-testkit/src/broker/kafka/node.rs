@@ -20,6 +20,45 @@ use crate::broker::util::{keep_broker, kill_child, last_lines};
 /// The JVM heap of a test node.
 const HEAP: &str = "512m";
 
+/// How a node's JVM runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Jvm {
+    /// For tests: a 512 MB heap and the serial collector, a small
+    /// footprint on a 2-core machine running many nodes. Its
+    /// stop-the-world collections pause the broker for tens to hundreds of
+    /// milliseconds under load, so latencies measured on it are not a
+    /// user's.
+    #[default]
+    Test,
+    /// As Kafka's own start scripts run a broker (`kafka-server-start.sh`,
+    /// `kafka-run-class.sh`): a 1 GB heap and G1 with a 20 ms pause
+    /// target. What users run; for the bench.
+    Stock,
+}
+
+impl Jvm {
+    fn options(self) -> Vec<String> {
+        match self {
+            Jvm::Test => vec![
+                format!("-Xmx{HEAP}"),
+                "-Xms64m".into(),
+                "-XX:+UseSerialGC".into(),
+            ],
+            Jvm::Stock => [
+                "-Xmx1G",
+                "-Xms1G",
+                "-server",
+                "-XX:+UseG1GC",
+                "-XX:MaxGCPauseMillis=20",
+                "-XX:InitiatingHeapOccupancyPercent=35",
+                "-XX:+ExplicitGCInvokesConcurrent",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
+}
+
 /// `sh -c WATCHDOG watchdog PID NODE_DIR keep|remove`: waits for EOF on
 /// stdin, then kills the JVM and removes the node's directory (and the
 /// cluster's, once empty).
@@ -33,6 +72,7 @@ pub struct KafkaNode {
     ports: NodePorts,
     dir: PathBuf,
     process: Option<Process>,
+    jvm: Jvm,
 }
 
 #[derive(Debug)]
@@ -53,6 +93,7 @@ impl KafkaNode {
         dir: PathBuf,
         advertised: Option<&str>,
         security: Option<&KafkaSecurity>,
+        jvm: Jvm,
     ) -> anyhow::Result<KafkaNode> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let data = dir.join("data");
@@ -66,6 +107,7 @@ impl KafkaNode {
             ports: all[id - 1],
             dir,
             process: None,
+            jvm,
         })
     }
 
@@ -154,7 +196,9 @@ impl KafkaNode {
             .append(true)
             .open(self.log_path())
             .with_context(|| format!("opening {}", self.log_path().display()))?;
-        let mut cmd = home.java(HEAP)?;
+        let jvm = self.jvm.options();
+        let jvm: Vec<&str> = jvm.iter().map(String::as_str).collect();
+        let mut cmd = home.java_with(&jvm)?;
         cmd.arg("kafka.Kafka")
             .arg(self.dir.join("server.properties"))
             .current_dir(&self.dir)
