@@ -84,7 +84,7 @@ impl HttpServer {
         let _ = self.stop.send(true);
         let _ = self.task.await;
         if let Some(p) = self.probe {
-            p.stop();
+            p.stop().await;
         }
     }
 }
@@ -184,6 +184,12 @@ fn respond(metrics: &Metrics, req: &Request<Incoming>) -> Response<Full<Bytes>> 
 #[derive(Debug)]
 pub struct KafkaProbe {
     stop: std_mpsc::Sender<()>,
+    /// Joined by [`KafkaProbe::stop`]: the process must not exit while the
+    /// thread still holds its client. librdkafka's threads (TLS
+    /// connections included) would then run on while the process's exit
+    /// handlers tear down OpenSSL: a SIGSEGV instead of exit code 0 after
+    /// SIGTERM, seen once in `tests/kafka_security.rs` (SASL_SSL).
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl KafkaProbe {
@@ -194,15 +200,23 @@ impl KafkaProbe {
         let spawned = std::thread::Builder::new()
             .name("walrelay-kafka-probe".into())
             .spawn(move || probe_loop(&kafka, &metrics, &stop_rx));
-        if let Err(e) = spawned {
-            warn!(error = %e, "cannot start the Kafka readiness probe");
-        }
-        KafkaProbe { stop }
+        let thread = match spawned {
+            Ok(thread) => Some(thread),
+            Err(e) => {
+                warn!(error = %e, "cannot start the Kafka readiness probe");
+                None
+            }
+        };
+        KafkaProbe { stop, thread }
     }
 
-    /// Ends the probe thread after its current probe.
-    pub fn stop(self) {
+    /// Ends the probe thread after its current probe (at most
+    /// [`PROBE_TIMEOUT`]) and waits until it has dropped its client.
+    pub async fn stop(mut self) {
         let _ = self.stop.send(());
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
     }
 }
 
