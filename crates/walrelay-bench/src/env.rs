@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use tokio_postgres::Client;
-use walrelay_testkit::{BrokerKind, ClusterOptions, PgCluster, TestBroker};
+use walrelay_testkit::{BrokerKind, ClusterOptions, Jvm, PgCluster, TestBroker};
 
 use crate::procstat;
 use crate::workload::SCHEMA;
@@ -15,13 +15,30 @@ pub struct BenchEnv {
     pub cluster: PgCluster,
     pub client: Client,
     kind: BrokerKind,
+    jvm: Jvm,
     broker: Option<TestBroker>,
 }
 
+/// The broker's CPU from [`BenchEnv::broker_cpu_window`] on.
+pub struct BrokerCpuWindow {
+    cpu0: Option<f64>,
+    t0: std::time::Instant,
+}
+
+impl BrokerCpuWindow {
+    /// The broker's CPU seconds since the window began, net of
+    /// `idle_per_s` (what it spends idle) over the window's wall time;
+    /// never below zero.
+    pub fn finish(&self, env: &BenchEnv, idle_per_s: f64) -> Option<f64> {
+        let used = env.broker_cpu_seconds()? - self.cpu0?;
+        Some((used - idle_per_s * self.t0.elapsed().as_secs_f64()).max(0.0))
+    }
+}
+
 /// A broker of `kind` of the bench's own (a single KRaft node for Kafka,
-/// its JVM run as Kafka's start scripts run it).
-async fn start_broker(kind: BrokerKind) -> Result<TestBroker> {
-    tokio::task::spawn_blocking(move || TestBroker::start_own_stock(kind))
+/// its JVM run as Kafka's start scripts run it, or with `jvm`'s collector).
+async fn start_broker(kind: BrokerKind, jvm: Jvm) -> Result<TestBroker> {
+    tokio::task::spawn_blocking(move || TestBroker::start_own_jvm(kind, jvm))
         .await?
         .with_context(|| format!("starting {kind}"))
 }
@@ -30,7 +47,7 @@ impl BenchEnv {
     /// A fresh cluster (room for many slots, a large `max_wal_size` so
     /// generation does not checkpoint constantly) with the bench schema,
     /// and a fresh broker of `kind`.
-    pub async fn start(kind: BrokerKind) -> Result<BenchEnv> {
+    pub async fn start(kind: BrokerKind, jvm: Jvm) -> Result<BenchEnv> {
         let opts = ClusterOptions::default()
             .conf("max_replication_slots", "32")
             .conf("max_wal_senders", "32")
@@ -41,11 +58,12 @@ impl BenchEnv {
             .context("starting PostgreSQL")?;
         let client = cluster.client().await?;
         client.batch_execute(SCHEMA).await.context("bench schema")?;
-        let broker = start_broker(kind).await?;
+        let broker = start_broker(kind, jvm).await?;
         Ok(BenchEnv {
             cluster,
             client,
             kind,
+            jvm,
             broker: Some(broker),
         })
     }
@@ -70,6 +88,25 @@ impl BenchEnv {
     /// The broker's CPU seconds so far (`None` without a process to read).
     pub fn broker_cpu_seconds(&self) -> Option<f64> {
         procstat::cpu_seconds(self.broker_pid()?).ok()
+    }
+
+    /// The broker's CPU seconds per second while nothing uses it, over
+    /// `window` (a JVM broker spends some on its own: timers, the KRaft
+    /// quorum's heartbeats, its collector), so that a run's broker CPU can
+    /// be told net of it.
+    pub async fn broker_idle_cpu_per_s(&self, window: std::time::Duration) -> Option<f64> {
+        let w = self.broker_cpu_window();
+        tokio::time::sleep(window).await;
+        w.finish(self, 0.0).map(|cpu| cpu / window.as_secs_f64())
+    }
+
+    /// Starts counting the broker's CPU seconds (see
+    /// [`BrokerCpuWindow::finish`]).
+    pub fn broker_cpu_window(&self) -> BrokerCpuWindow {
+        BrokerCpuWindow {
+            cpu0: self.broker_cpu_seconds(),
+            t0: std::time::Instant::now(),
+        }
     }
 
     /// Bytes the broker stores for `topic`: the size of its partitions'
@@ -97,7 +134,7 @@ impl BenchEnv {
     /// grows; a Kafka node's page cache and log segments too).
     pub async fn fresh_broker(&mut self) -> Result<()> {
         drop(self.broker.take());
-        self.broker = Some(start_broker(self.kind).await?);
+        self.broker = Some(start_broker(self.kind, self.jvm).await?);
         Ok(())
     }
 

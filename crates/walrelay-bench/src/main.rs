@@ -53,6 +53,11 @@ struct Cli {
     /// node, from scripts/install-kafka.sh) or `tansu` (memory storage).
     #[arg(long, default_value = "kafka", value_parser = parse_broker)]
     broker: BrokerKind,
+    /// The Kafka node's collector: `g1` as Kafka's start scripts run it,
+    /// or `zgc` (pauses under a millisecond), for an A/B of what the
+    /// broker's pauses add to a latency.
+    #[arg(long, value_enum, default_value_t = BrokerJvm::G1)]
+    broker_jvm: BrokerJvm,
     /// Small counts, one repeat, short latency phases (a CI smoke test,
     /// well under a minute).
     #[arg(long)]
@@ -69,10 +74,18 @@ struct Cli {
     /// Seconds of live load per rate [default: 10; quick: 1].
     #[arg(long)]
     latency_seconds: Option<f64>,
+    /// Seconds of live load at the first rate before each latency mode's
+    /// measured rates, not counted [default: 5; quick: 1].
+    #[arg(long)]
+    latency_warmup_seconds: Option<f64>,
     /// Rates for the latency runs, events/s; "max" is as fast as the
     /// generator can.
     #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000,max")]
     rates: Vec<String>,
+    /// Only these latency modes: plain, dual, wr_msg, wr_outbox, wr_msg_l20,
+    /// poll_outbox (default all).
+    #[arg(long, value_delimiter = ',')]
+    latency_modes: Vec<String>,
     /// Only these workloads (ids such as msg-100tx-200b; default all).
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
@@ -131,6 +144,22 @@ struct Cli {
     /// A note for the report (repeatable), e.g. what else ran.
     #[arg(long)]
     note: Vec<String>,
+}
+
+/// `--broker-jvm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BrokerJvm {
+    G1,
+    Zgc,
+}
+
+impl BrokerJvm {
+    fn jvm(self) -> walrelay_testkit::Jvm {
+        match self {
+            BrokerJvm::G1 => walrelay_testkit::Jvm::Stock,
+            BrokerJvm::Zgc => walrelay_testkit::Jvm::StockZgc,
+        }
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -211,13 +240,16 @@ async fn main() -> Result<()> {
     let scratch = scratch_dir.path().to_path_buf();
 
     tracing::info!("starting PostgreSQL and {}", cli.broker);
-    let mut env = BenchEnv::start(cli.broker).await?;
+    let mut env = BenchEnv::start(cli.broker, cli.broker_jvm.jvm()).await?;
     let mut results = Results {
         command: command_line(),
         mode: if quick { "quick" } else { "full" }.into(),
         started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
         finished: None,
-        machine: Machine::detect(env.cluster.version(), broker_description(cli.broker)),
+        machine: Machine::detect(
+            env.cluster.version(),
+            broker_description(cli.broker, cli.broker_jvm),
+        ),
         repeats,
         latency_seconds: latency_secs,
         polling_batch: polling.batch,
@@ -289,9 +321,22 @@ async fn main() -> Result<()> {
             // dead rows, which autovacuum and checkpoints work through on
             // the same two cores while the latency is measured.
             drop(env);
-            env = BenchEnv::start(cli.broker)
+            env = BenchEnv::start(cli.broker, cli.broker_jvm.jvm())
                 .await
                 .context("starting PostgreSQL and the broker for the latency runs")?;
+        }
+        let latency_modes: Vec<Mode> = Mode::ALL
+            .into_iter()
+            .filter(|m| {
+                cli.latency_modes.is_empty() || cli.latency_modes.iter().any(|t| t == m.tag())
+            })
+            .collect();
+        if let Some(t) = cli
+            .latency_modes
+            .iter()
+            .find(|t| !Mode::ALL.iter().any(|m| m.tag() == t.as_str()))
+        {
+            bail!("--latency-modes: no mode {t:?} (plain, dual, wr_msg, wr_outbox, wr_msg_l20, poll_outbox)");
         }
         let options = latency::LatencyOptions {
             rates: rates.clone(),
@@ -299,9 +344,14 @@ async fn main() -> Result<()> {
             polling,
             payload_size: 200,
             kafka_properties: kafka_properties.clone(),
+            warmup: Duration::from_secs_f64(cli.latency_warmup_seconds.unwrap_or(if cli.quick {
+                1.0
+            } else {
+                5.0
+            })),
         };
         for r in 0..repeats {
-            for mode in Mode::ALL {
+            for mode in latency_modes.iter().copied() {
                 // A fresh broker per mode: a broker holding the previous
                 // runs' records answers measurably slower (Tansu's memory
                 // storage only grows).
@@ -321,7 +371,7 @@ async fn main() -> Result<()> {
         if !cli.no_drain && cli.no_latency {
             // As for the latency runs: not on the cluster the drains filled.
             drop(env);
-            env = BenchEnv::start(cli.broker)
+            env = BenchEnv::start(cli.broker, cli.broker_jvm.jvm())
                 .await
                 .context("starting PostgreSQL and the broker for the consumer runs")?;
         }
@@ -358,12 +408,15 @@ fn parse_broker(s: &str) -> Result<BrokerKind> {
 }
 
 /// The broker as the report names it (`machine.broker`).
-fn broker_description(kind: BrokerKind) -> String {
-    match kind {
-        BrokerKind::Kafka => {
+fn broker_description(kind: BrokerKind, jvm: BrokerJvm) -> String {
+    match (kind, jvm) {
+        (BrokerKind::Kafka, BrokerJvm::G1) => {
             format!("Apache Kafka {KAFKA_VERSION} (one KRaft node, stock settings, the JVM of its start scripts: 1 GB heap, G1)")
         }
-        BrokerKind::Tansu => "Tansu 0.6.0 (memory storage)".into(),
+        (BrokerKind::Kafka, BrokerJvm::Zgc) => {
+            format!("Apache Kafka {KAFKA_VERSION} (one KRaft node, stock settings, 1 GB heap, the Z collector instead of its start scripts' G1: --broker-jvm zgc)")
+        }
+        (BrokerKind::Tansu, _) => "Tansu 0.6.0 (memory storage)".into(),
     }
 }
 
@@ -414,6 +467,17 @@ async fn drain_workload(
     tracing::info!("workload {} ({} events)", w.id, w.events);
     env.fresh_broker().await?;
     warm_up_broker(env, w).await?;
+    // The broker's own idle CPU, subtracted from every run's below (a
+    // moment after the warm-up, whose last requests it may still finish).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let broker_idle = env
+        .broker_idle_cpu_per_s(Duration::from_secs(3))
+        .await
+        .unwrap_or(0.0);
+    results.notes.push(format!(
+        "{}: the broker's idle CPU, {:.3} s per s, is subtracted from its CPU per event",
+        w.id, broker_idle
+    ));
     env.client
         .batch_execute("TRUNCATE bench_outbox, bench_outbox_copy")
         .await?;
@@ -494,7 +558,7 @@ async fn drain_workload(
                 .cloned()
                 .chain(extra.iter().map(|a| a.to_string()))
                 .collect();
-            let broker0 = env.broker_cpu_seconds();
+            let broker_cpu = env.broker_cpu_window();
             let mut d = drain::walrelay(
                 env,
                 walrelay_bin,
@@ -506,7 +570,7 @@ async fn drain_workload(
                 timeout,
             )
             .await?;
-            d.broker_cpu_seconds = broker0.zip(env.broker_cpu_seconds()).map(|(a, b)| b - a);
+            d.broker_cpu_seconds = broker_cpu.finish(env, broker_idle);
             d.kafka_bytes = env.topic_log_bytes(&topic);
             let (b, t, n) = (bootstrap.clone(), topic.clone(), w.events);
             let counted = tokio::task::spawn_blocking(move || {
@@ -552,13 +616,13 @@ async fn drain_workload(
         env.create_topic(&topic)?;
         let (b, t, wl) = (bootstrap.clone(), topic.clone(), w.clone());
         let db = env.db_cpu_window()?;
-        let broker0 = env.broker_cpu_seconds();
+        let broker_cpu = env.broker_cpu_window();
         let p = tokio::task::spawn_blocking(move || kafka::produce_limit(&b, &t, &wl)).await??;
         let d = drain::DrainRun {
             seconds: p.seconds,
             cpu_seconds: p.cpu_seconds,
             db_cpu_seconds: db.finish().await?,
-            broker_cpu_seconds: broker0.zip(env.broker_cpu_seconds()).map(|(a, b)| b - a),
+            broker_cpu_seconds: broker_cpu.finish(env, broker_idle),
             kafka_bytes: env.topic_log_bytes(&topic),
             ..Default::default()
         };

@@ -65,9 +65,13 @@ impl Results {
         let _ = writeln!(s, "\n## Drain: a committed backlog, events/s\n");
         let _ = writeln!(
             s,
-            "| workload | events | walrelay | decode limit (pg_recvlogical) | walrelay / decode | produce limit (rdkafka) | polling relay | walrelay / polling |"
+            "The limits each run half of a relay's work alone on the machine. *Both limits* is the rate of the two halves sharing its cores, 1 / (1/decode + 1/produce): what `pg_recvlogical | producer` would reach where each half keeps the cores busy (see \"Where the cores go\").\n"
         );
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            s,
+            "| workload | events | walrelay | decode limit (pg_recvlogical) | walrelay / decode | produce limit (rdkafka) | walrelay / produce | walrelay / both limits | polling relay | walrelay / polling |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for w in &self.workloads {
             let get = |t| self.summary(&w.id, t).map(|x| x.rate);
             let (a, d, p, q) = (
@@ -80,15 +84,24 @@ impl Results {
                 (Some(x), Some(y)) if y.median > 0.0 => format!("{:.2}x", x.median / y.median),
                 _ => "–".into(),
             };
+            let both = match (d, p) {
+                (Some(d), Some(p)) if d.median > 0.0 && p.median > 0.0 => Some(Stat {
+                    median: 1.0 / (1.0 / d.median + 1.0 / p.median),
+                    ..d
+                }),
+                _ => None,
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | **{}** | {} | {} | {} |",
+                "| {} | {} | {} | {} | **{}** | {} | **{}** | {} | {} | {} |",
                 w.label(),
                 thousands(w.events),
                 cell(a, rate),
                 cell(d, rate),
                 ratio(a, d),
                 cell(p, rate),
+                ratio(a, p),
+                ratio(a, both),
                 cell(q, rate),
                 ratio(a, q),
             );
@@ -100,9 +113,9 @@ impl Results {
         let _ = writeln!(s, "\n## Cost: CPU seconds per million events, peak RSS\n");
         let _ = writeln!(
             s,
-            "| workload | walrelay CPU | pg_recvlogical CPU | walrelay peak RSS | DB CPU, walrelay drain | DB CPU, pg_recvlogical drain | DB CPU, polling drain | polling relay CPU | rdkafka producer CPU |"
+            "| workload | walrelay CPU | pg_recvlogical CPU | walrelay peak RSS | DB CPU, walrelay drain | DB CPU, pg_recvlogical drain | DB CPU, polling drain | polling relay CPU | rdkafka producer CPU | walrelay / producer | walrelay / (pg_recvlogical + producer) |"
         );
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         let f2 = |x: f64| format!("{x:.2}");
         for w in &self.workloads {
             let get = |t| self.summary(&w.id, t);
@@ -112,9 +125,14 @@ impl Results {
                 get(Tool::Producer),
                 get(Tool::Polling),
             );
+            let cpu = |x: Option<ToolSummary>| x.and_then(|x| x.cpu_per_m).map(|c| c.median);
+            let over = |x: Option<f64>, y: Option<f64>| match (x, y) {
+                (Some(x), Some(y)) if y > 0.0 => format!("{:.2}x", x / y),
+                _ => "–".into(),
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 w.label(),
                 cell(a.and_then(|x| x.cpu_per_m), f2),
                 cell(d.and_then(|x| x.cpu_per_m), f2),
@@ -125,9 +143,12 @@ impl Results {
                 cell(q.and_then(|x| x.db_cpu_per_m), f2),
                 cell(q.and_then(|x| x.cpu_per_m), f2),
                 cell(p.and_then(|x| x.cpu_per_m), f2),
+                over(cpu(a), cpu(p)),
+                over(cpu(a), cpu(d).zip(cpu(p)).map(|(d, p)| d + p)),
             );
         }
 
+        self.cores_markdown(&mut s);
         self.bytes_markdown(&mut s);
 
         let lat = self.latency_summary();
@@ -254,6 +275,75 @@ impl Results {
         }
     }
 
+    /// Cores busy during each drain: the tool, PostgreSQL and the broker,
+    /// each its CPU per event times the drain's rate (medians). A total
+    /// near the machine's cores says the drain is bound by the machine:
+    /// each limit alone leaves out one of the three (the decode limit has
+    /// no broker, the produce limit no walsender), so on a small machine
+    /// their lower one is not reachable by a process that needs both.
+    fn cores_markdown(&self, s: &mut String) {
+        let cores = |x: Option<ToolSummary>| {
+            let x = x?;
+            let per = |c: Option<Stat>| c.map(|c| c.median * x.rate.median / 1e6);
+            Some((
+                per(x.cpu_per_m),
+                per(x.db_cpu_per_m),
+                per(x.broker_cpu_per_m),
+            ))
+        };
+        let have = self
+            .workloads
+            .iter()
+            .any(|w| cores(self.summary(&w.id, Tool::Walrelay)).is_some_and(|c| c.2.is_some()));
+        if !have {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "\n## Where the cores go during a drain\n\nCores busy (CPU seconds per second of drain, medians) of the tool, the whole PostgreSQL server and the broker (net of its idle CPU), on a machine of {} cores.\n",
+            self.machine.cores
+        );
+        let _ = writeln!(
+            s,
+            "| workload | walrelay: relay + PostgreSQL + broker | total | decode limit: pg_recvlogical + PostgreSQL | total | produce limit: producer + broker | total |"
+        );
+        let _ = writeln!(s, "|---|---|---:|---|---:|---|---:|");
+        let c2 = |x: Option<f64>| x.map_or("–".into(), |x| format!("{x:.2}"));
+        let sum = |xs: &[Option<f64>]| -> String {
+            let t: f64 = xs.iter().flatten().sum();
+            if xs.iter().any(Option::is_some) {
+                format!("**{t:.2}**")
+            } else {
+                "–".into()
+            }
+        };
+        for w in &self.workloads {
+            let (a, d, p) = (
+                cores(self.summary(&w.id, Tool::Walrelay)),
+                cores(self.summary(&w.id, Tool::PgRecvlogical)),
+                cores(self.summary(&w.id, Tool::Producer)),
+            );
+            let (a0, a1, a2) = a.unwrap_or_default();
+            let (d0, d1, _) = d.unwrap_or_default();
+            let (p0, _, p2) = p.unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "| {} | {} + {} + {} | {} | {} + {} | {} | {} + {} | {} |",
+                w.label(),
+                c2(a0),
+                c2(a1),
+                c2(a2),
+                sum(&[a0, a1, a2]),
+                c2(d0),
+                c2(d1),
+                sum(&[d0, d1]),
+                c2(p0),
+                c2(p2),
+                sum(&[p0, p2]),
+            );
+        }
+    }
+
     /// Bytes in Kafka and broker CPU per event: walrelay with its default
     /// (lean) header set, with the full set, and the plain producer with
     /// the lean set's headers, same run.
@@ -271,7 +361,7 @@ impl Results {
         );
         let _ = writeln!(
             s,
-            "walrelay's header bytes are names and values of `idempotency-key` and every `walrelay-*` header, per record read back; bytes in Kafka are the topic's log segments per event (batch, record and header framing included; none on Tansu); broker CPU is the broker process's CPU seconds per million events during the drain. The plain producer sends the lean set's headers.\n"
+            "walrelay's header bytes are names and values of `idempotency-key` and every `walrelay-*` header, per record read back; bytes in Kafka are the topic's log segments per event (batch, record and header framing included; none on Tansu); broker CPU is the broker process's CPU seconds per million events during the drain, net of its idle CPU (measured for 3 s before each workload, in the notes). The plain producer sends the lean set's headers.\n"
         );
         let _ = writeln!(
             s,

@@ -108,9 +108,15 @@ impl TestBroker {
     /// one, whose collection pauses would show in every latency. For the
     /// bench.
     pub fn start_own_stock(kind: BrokerKind) -> anyhow::Result<TestBroker> {
+        Self::start_own_jvm(kind, Jvm::Stock)
+    }
+
+    /// As [`TestBroker::start_own_stock`], with the Kafka node's JVM run as
+    /// `jvm` says (Tansu has none).
+    pub fn start_own_jvm(kind: BrokerKind, jvm: Jvm) -> anyhow::Result<TestBroker> {
         let backend = match kind {
             BrokerKind::Kafka => Backend::KafkaOwn(KafkaCluster::start(KafkaOptions {
-                jvm: Jvm::Stock,
+                jvm,
                 ..KafkaOptions::default()
             })?),
             BrokerKind::Tansu => Backend::Tansu(TansuBroker::start()?),

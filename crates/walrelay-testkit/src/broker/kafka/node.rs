@@ -34,6 +34,10 @@ pub enum Jvm {
     /// `kafka-run-class.sh`): a 1 GB heap and G1 with a 20 ms pause
     /// target. What users run; for the bench.
     Stock,
+    /// [`Jvm::Stock`] with the Z collector instead of G1: collections run
+    /// beside the application threads, with pauses under a millisecond.
+    /// For the bench's A/B of what G1's pauses add to a latency.
+    StockZgc,
 }
 
 impl Jvm {
@@ -55,6 +59,9 @@ impl Jvm {
             ]
             .map(String::from)
             .to_vec(),
+            Jvm::StockZgc => ["-Xmx1G", "-Xms1G", "-server", "-XX:+UseZGC"]
+                .map(String::from)
+                .to_vec(),
         }
     }
 }

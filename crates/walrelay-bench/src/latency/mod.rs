@@ -12,13 +12,22 @@
 //!   reports every Kafka delivery report on its trace channel; a task takes
 //!   the time when it receives it. The polling relay takes it when each
 //!   delivery future resolves.
+//! * **the references** ([`plain`]): a plain rdkafka producer with
+//!   walrelay's settings sends the same records at the same rate, alone
+//!   (its "commit" is the moment it hands a record to librdkafka: what the
+//!   broker costs) and as a dual write (it commits the event's transaction
+//!   first, then sends: the same database load, and the floor of any relay
+//!   that starts after the commit). Its ack is the delivery report.
 //! * **consumer**: a consumer thread reading the topic (`fetch.wait.max.ms
 //!   = 5`) takes the time when a record is returned to it.
 //!
 //! Events are joined by their sequence number (message content prefix,
 //! outbox `id`); walrelay's acks carry the idempotency key, which the
-//! consumer maps to the sequence number. The first event of each mode is a
-//! warm-up (connection, metadata) and is not counted.
+//! consumer maps to the sequence number. The first event of each mode
+//! (connection, metadata) and a warm-up of a few seconds at the first rate
+//! (a fresh broker and relay are slow for their first seconds of load) are
+//! not counted. Every run names its stalls ([`stalls`]): the windows of
+//! commit time in which events waited longer than [`STALL_MS`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,11 +44,25 @@ use walrelay::pipeline::{self, Trace};
 use crate::env::BenchEnv;
 use crate::kafka::TimestampingConsumer;
 use crate::polling::{Acks, PollingOptions, PollingRelay};
-use crate::workload::{payload, Kind, PREFIX, PUBLICATION};
+use crate::workload::{Kind, PREFIX, PUBLICATION};
+
+mod load;
+mod plain;
+pub mod stalls;
+
+pub(crate) use load::{connect_clients, generate};
+
+pub use stalls::Stall;
 
 /// Who relays, and what the application writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Mode {
+    /// The reference: no database, a plain producer at the same rate.
+    #[serde(rename = "plain producer, messages")]
+    PlainProducer,
+    /// The reference under the same database load: commit, then produce.
+    #[serde(rename = "dual write, messages")]
+    DualWrite,
     #[serde(rename = "walrelay, messages")]
     WalrelayMessages,
     #[serde(rename = "walrelay, outbox")]
@@ -53,7 +76,9 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 4] = [
+    pub const ALL: [Mode; 6] = [
+        Mode::PlainProducer,
+        Mode::DualWrite,
         Mode::WalrelayMessages,
         Mode::WalrelayOutbox,
         Mode::WalrelayMessagesLinger20,
@@ -62,6 +87,8 @@ impl Mode {
 
     pub fn label(self) -> &'static str {
         match self {
+            Mode::PlainProducer => "plain producer (reference)",
+            Mode::DualWrite => "dual write: commit, then produce (reference)",
             Mode::WalrelayMessages => "walrelay, messages",
             Mode::WalrelayOutbox => "walrelay, outbox",
             Mode::WalrelayMessagesLinger20 => "walrelay linger.ms=20, messages",
@@ -71,13 +98,19 @@ impl Mode {
 
     pub fn kind(self) -> Kind {
         match self {
-            Mode::WalrelayMessages | Mode::WalrelayMessagesLinger20 => Kind::Messages,
+            Mode::PlainProducer
+            | Mode::DualWrite
+            | Mode::WalrelayMessages
+            | Mode::WalrelayMessagesLinger20 => Kind::Messages,
             Mode::WalrelayOutbox | Mode::PollingOutbox => Kind::Outbox,
         }
     }
 
-    fn tag(self) -> &'static str {
+    /// The mode's short name (`--latency-modes`, topic and slot names).
+    pub fn tag(self) -> &'static str {
         match self {
+            Mode::PlainProducer => "plain",
+            Mode::DualWrite => "dual",
             Mode::WalrelayMessages => "wr_msg",
             Mode::WalrelayOutbox => "wr_outbox",
             Mode::WalrelayMessagesLinger20 => "wr_msg_l20",
@@ -122,7 +155,14 @@ pub struct LatencyRun {
     /// Events acknowledged before the client had its commit reply (counted
     /// as 0 ms).
     pub ack_before_commit_reply: u64,
+    /// The windows of commit time whose events waited longer than
+    /// [`STALL_MS`] for their ack (the slowest few, in time order).
+    #[serde(default)]
+    pub ack_stalls: Vec<Stall>,
 }
+
+/// An event waiting longer than this for its ack is part of a stall.
+pub const STALL_MS: f64 = 50.0;
 
 /// Clients the generator uses.
 pub const CLIENTS: u64 = 4;
@@ -139,6 +179,8 @@ pub struct LatencyOptions {
     pub payload_size: usize,
     /// Extra librdkafka properties for walrelay's producer.
     pub kafka_properties: Vec<(String, String)>,
+    /// Live load at the first rate before the measured rates, not counted.
+    pub warmup: Duration,
 }
 
 /// Runs `mode` at each rate for `duration`, with a fresh slot (walrelay)
@@ -155,6 +197,7 @@ pub async fn run_mode(
         polling,
         payload_size,
         kafka_properties,
+        warmup,
     } = options;
     let (duration, polling, payload_size) = (*duration, *polling, *payload_size);
     // A checkpoint first, so that one started by the drains before does
@@ -173,7 +216,23 @@ pub async fn run_mode(
     let poll_acks: Acks = Arc::default();
     let ack_count = Arc::new(AtomicU64::new(0));
     let slot = format!("lat_{tag}");
+    let plain_producer = match mode {
+        Mode::PlainProducer | Mode::DualWrite => Some(plain::producer(&bootstrap)?),
+        _ => None,
+    };
     let relay = match mode {
+        Mode::PlainProducer | Mode::DualWrite => {
+            // Nothing relays: the generator produces itself.
+            let mut stop = stop_rx;
+            tokio::spawn(async move {
+                while !*stop.borrow() {
+                    if stop.changed().await.is_err() {
+                        break;
+                    }
+                }
+                Ok(())
+            })
+        }
         Mode::WalrelayMessages | Mode::WalrelayOutbox | Mode::WalrelayMessagesLinger20 => {
             env.create_slot(&slot).await?;
             let mut c = relay_config(env, &slot, &topic, kafka_properties);
@@ -204,7 +263,10 @@ pub async fn run_mode(
         }
     };
     // Acks: the polling relay's list, or walrelay's count from the trace.
-    let polled = matches!(mode, Mode::PollingOutbox);
+    let polled = matches!(
+        mode,
+        Mode::PollingOutbox | Mode::PlainProducer | Mode::DualWrite
+    );
     let acked = || -> u64 {
         if polled {
             poll_acks.lock().expect("lock").len() as u64
@@ -218,33 +280,83 @@ pub async fn run_mode(
         // Warm-up: one event, seen by the consumer.
         let mut next_seq = 1u64;
         let mut expected = 0u64;
-        let warm = generate(
-            &clients,
-            mode.kind(),
-            payload_size,
-            None,
-            Duration::ZERO,
-            next_seq,
-            1,
-        )
-        .await?;
+        let load = |rate: Option<u64>, duration: Duration, first: u64, n_clients: u64| {
+            let (clients, topic, poll_acks) = (&clients, &topic, &poll_acks);
+            let plain_producer = plain_producer.as_ref();
+            async move {
+                Ok::<_, anyhow::Error>(match (plain_producer, rate) {
+                    (Some(p), Some(rate)) => Some(
+                        plain::generate(
+                            p,
+                            (mode == Mode::DualWrite).then_some(clients.as_slice()),
+                            topic,
+                            payload_size,
+                            rate,
+                            duration,
+                            first,
+                            n_clients,
+                            poll_acks,
+                        )
+                        .await?,
+                    ),
+                    // "As fast as it can" has no meaning for a producer
+                    // that waits for nothing.
+                    (Some(_), None) => None,
+                    (None, _) => Some(
+                        generate(
+                            clients,
+                            mode.kind(),
+                            payload_size,
+                            rate,
+                            duration,
+                            first,
+                            n_clients,
+                        )
+                        .await?,
+                    ),
+                })
+            }
+        };
+        let warm = match &plain_producer {
+            Some(_) => load(Some(1000), Duration::from_millis(1), next_seq, 1).await?,
+            None => load(None, Duration::ZERO, next_seq, 1).await?,
+        }
+        .unwrap_or_default();
         expected += warm.len() as u64;
         next_seq += 1;
         settle(&consumer, &acked, expected, &relay).await?;
 
+        // The first seconds of load on a fresh broker, topic and relay are
+        // slow for every mode, the plain producer too (60-200 ms for 2-5 s
+        // on Kafka: the JVM compiling the paths this load takes): a warm-up
+        // at the first rate, not counted.
+        if !warmup.is_zero() {
+            let rate = rates.first().copied().flatten().unwrap_or(1000);
+            let t = Instant::now();
+            let commits = load(Some(rate), *warmup, next_seq, CLIENTS)
+                .await?
+                .unwrap_or_default();
+            next_seq = commits.iter().map(|c| c.0).max().unwrap_or(next_seq) + 1;
+            expected += commits.len() as u64;
+            settle(&consumer, &acked, expected, &relay).await?;
+            let acks = acks_by_seq(polled, &poll_acks, &wal_acks, &consumer);
+            let commit_at: HashMap<u64, Instant> = commits.into_iter().collect();
+            let (h, _) = histogram(&commit_at, &acks)?;
+            tracing::info!(
+                "latency {}: warm-up at {rate}/s for {:.1} s, ack p50 {:.1} / p99 {:.1} ms (not counted)",
+                mode.label(),
+                t.elapsed().as_secs_f64(),
+                Percentiles::of(&h).p50,
+                Percentiles::of(&h).p99
+            );
+        }
+
         let mut runs = Vec::new();
         for &rate in rates {
             let t = Instant::now();
-            let commits = generate(
-                &clients,
-                mode.kind(),
-                payload_size,
-                rate,
-                duration,
-                next_seq,
-                CLIENTS,
-            )
-            .await?;
+            let Some(commits) = load(rate, duration, next_seq, CLIENTS).await? else {
+                continue;
+            };
             let elapsed = t.elapsed().as_secs_f64();
             let events = commits.len() as u64;
             next_seq = commits.iter().map(|c| c.0).max().unwrap_or(next_seq) + 1;
@@ -252,24 +364,23 @@ pub async fn run_mode(
             settle(&consumer, &acked, expected, &relay).await?;
 
             let seen = consumer.seen.lock().expect("lock").clone();
-            let acks: Vec<(u64, Instant)> = if polled {
-                poll_acks.lock().expect("lock").clone()
-            } else {
-                let by_key: HashMap<u128, u64> = seen
-                    .iter()
-                    .filter_map(|s| s.key.map(|k| (k, s.seq)))
-                    .collect();
-                wal_acks
-                    .lock()
-                    .expect("lock")
-                    .iter()
-                    .filter_map(|(k, at)| by_key.get(k).map(|seq| (*seq, *at)))
-                    .collect()
-            };
+            let acks = acks_by_seq(polled, &poll_acks, &wal_acks, &consumer);
             let commit_at: HashMap<u64, Instant> = commits.into_iter().collect();
             let (ack_h, early) = histogram(&commit_at, &acks)?;
             let consumed: Vec<(u64, Instant)> = seen.iter().map(|s| (s.seq, s.at)).collect();
             let (cons_h, _) = histogram(&commit_at, &consumed)?;
+            let waits: Vec<(f64, f64)> = acks
+                .iter()
+                .filter_map(|(seq, at)| {
+                    let c = commit_at.get(seq)?;
+                    let wait = at.saturating_duration_since(*c).as_secs_f64() * 1000.0;
+                    Some((c.saturating_duration_since(t).as_secs_f64(), wait))
+                })
+                .collect();
+            let ack_stalls = stalls::find(&waits, STALL_MS, 0.1, 8);
+            if let Ok(dir) = std::env::var("WALRELAY_BENCH_LATENCY_CSV") {
+                write_waits_csv(&dir, &tag, rate, &waits)?;
+            }
             if ack_h.len() != events || cons_h.len() != events {
                 bail!(
                     "{}: {} events committed, {} acks and {} consumed records matched",
@@ -288,6 +399,7 @@ pub async fn run_mode(
                 commit_to_ack: Percentiles::of(&ack_h),
                 commit_to_consumer: Percentiles::of(&cons_h),
                 ack_before_commit_reply: early,
+                ack_stalls,
             });
             tracing::info!(
                 "latency {} rate {:?}: {} events, {:.0}/s, ack p99 {:.2} ms",
@@ -313,6 +425,50 @@ pub async fn run_mode(
     let runs = result?;
     relay_result.context("relay task panicked")??;
     Ok(runs)
+}
+
+/// Acks by sequence number: the polling relay's and the plain producer's
+/// as they are, walrelay's (by idempotency key) through the consumer's
+/// records.
+fn acks_by_seq(
+    polled: bool,
+    poll_acks: &Acks,
+    wal_acks: &Mutex<Vec<(u128, Instant)>>,
+    consumer: &TimestampingConsumer,
+) -> Vec<(u64, Instant)> {
+    if polled {
+        return poll_acks.lock().expect("lock").clone();
+    }
+    let by_key: HashMap<u128, u64> = consumer
+        .seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter_map(|s| s.key.map(|k| (k, s.seq)))
+        .collect();
+    wal_acks
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter_map(|(k, at)| by_key.get(k).map(|seq| (*seq, *at)))
+        .collect()
+}
+
+/// Every event's (commit time after the rate's start, ms to its ack) as
+/// CSV in `dir`, for a closer look at a run (`WALRELAY_BENCH_LATENCY_CSV`).
+fn write_waits_csv(dir: &str, tag: &str, rate: Option<u64>, waits: &[(f64, f64)]) -> Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    let rate = rate.map_or("max".to_string(), |r| r.to_string());
+    let path = std::path::Path::new(dir).join(format!("{tag}_{rate}.csv"));
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    writeln!(f, "commit_s,ack_ms")?;
+    let mut sorted = waits.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (at, ms) in sorted {
+        writeln!(f, "{at:.4},{ms:.3}")?;
+    }
+    Ok(())
 }
 
 /// walrelay's configuration for the bench: `slot` of the bench
@@ -388,92 +544,4 @@ async fn settle(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-pub(crate) async fn connect_clients(env: &BenchEnv) -> Result<Vec<tokio_postgres::Client>> {
-    let mut v = Vec::new();
-    for _ in 0..CLIENTS {
-        let c = env.new_client().await?;
-        c.batch_execute("SET synchronous_commit = on").await?;
-        v.push(c);
-    }
-    Ok(v)
-}
-
-/// Runs one-event transactions on `clients` (the first `n_clients`) at
-/// `rate` events/s in total (or as fast as possible) for `duration`;
-/// `duration` zero means one event per client. Returns (sequence number,
-/// commit-reply time) per event.
-pub(crate) async fn generate(
-    clients: &[tokio_postgres::Client],
-    kind: Kind,
-    size: usize,
-    rate: Option<u64>,
-    duration: Duration,
-    first: u64,
-    n_clients: u64,
-) -> Result<Vec<(u64, Instant)>> {
-    let start = tokio::time::Instant::now();
-    let end = start + duration;
-    let tasks = clients
-        .iter()
-        .take(n_clients as usize)
-        .enumerate()
-        .map(|(i, c)| {
-            let i = i as u64;
-            async move {
-                let stmt = match kind {
-                Kind::Messages => {
-                    c.prepare(&format!(
-                        "SELECT pg_logical_emit_message(true, '{PREFIX}', $1::text)"
-                    ))
-                    .await?
-                }
-                Kind::Outbox => {
-                    c.prepare(
-                        "INSERT INTO bench_outbox (id, aggregatetype, aggregateid, type, payload) \
-                         VALUES ($1, 'bench', $2, 'Created', $3)",
-                    )
-                    .await?
-                }
-            };
-                let mut out = Vec::new();
-                let gap = rate.map(|r| Duration::from_secs_f64(n_clients as f64 / r as f64));
-                for j in 0u64.. {
-                    let now = tokio::time::Instant::now();
-                    if duration.is_zero() {
-                        if j == 1 {
-                            break;
-                        }
-                    } else if now >= end {
-                        break;
-                    }
-                    if let Some(gap) = gap {
-                        let due = start + gap.mul_f64(j as f64);
-                        if due >= end {
-                            break;
-                        }
-                        tokio::time::sleep_until(due).await;
-                    }
-                    let seq = first + j * n_clients + i;
-                    let body = payload(seq, size);
-                    match kind {
-                        Kind::Messages => {
-                            c.execute(&stmt, &[&body]).await?;
-                        }
-                        Kind::Outbox => {
-                            let agg = format!("agg-{}", seq % 1000);
-                            c.execute(&stmt, &[&(seq as i64), &agg, &body]).await?;
-                        }
-                    }
-                    out.push((seq, Instant::now()));
-                }
-                anyhow::Ok(out)
-            }
-        });
-    let mut all = Vec::new();
-    for r in futures_util::future::join_all(tasks).await {
-        all.extend(r?);
-    }
-    Ok(all)
 }
