@@ -333,6 +333,90 @@ async fn debezium_delivers_outbox_rows_and_messages_as_event_router_users_read_t
     Ok(())
 }
 
+/// The runner's other paths, on the defaults variant (a plugin scan at
+/// each start, so slower): `kill -9` and a restart with the same offsets,
+/// then SIGTERM. Not part of the smoke run (three JVM starts); run it with
+/// `--ignored`. It prints the times the bench's start rows will measure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "three JVM starts; run with --ignored (WALRELAY_BROKER=kafka)"]
+async fn debezium_defaults_restart_after_kill_9_and_stop() -> Result<()> {
+    if BrokerKind::from_env()? != BrokerKind::Kafka {
+        eprintln!("skipped: Apache Kafka only (WALRELAY_BROKER=kafka, scripts/test.sh)");
+        return Ok(());
+    }
+    let broker = tokio::task::spawn_blocking(|| TestBroker::start_kind(BrokerKind::Kafka));
+    let db = TestDb::start(
+        ClusterOptions::default(),
+        &outbox_table(OutboxKeys::Required),
+    )
+    .await?;
+    let broker = broker.await??;
+    let bootstrap = broker.bootstrap_servers();
+    let mut worker = DebeziumWorker::start(
+        &db.cluster,
+        &bootstrap,
+        DebeziumOptions {
+            variant: Variant::Defaults,
+            ..DebeziumOptions::default()
+        },
+    )
+    .await?;
+    println!(
+        "defaults: first start {:?}; peak RSS {} MiB",
+        worker.timings().context("started")?,
+        worker.peak_rss_bytes()? >> 20
+    );
+    let topic = worker.message_topic();
+    let emit = |n: u32| format!("SELECT pg_logical_emit_message(true, 'demo', 'm{n}')");
+
+    db.client.batch_execute(&emit(1)).await?;
+    let got = read_topics(&bootstrap, &[topic.as_str()], 1, READ_TIMEOUT).await?;
+    ensure!(got.len() == 1, "{} records before the kill", got.len());
+
+    let pid = worker.pid().context("running")?;
+    worker.kill()?;
+    ensure!(worker.pid().is_none(), "still running after kill");
+    ensure!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the JVM {pid} survived kill -9"
+    );
+    // Committed while the worker is down: streamed after the restart.
+    db.client.batch_execute(&emit(2)).await?;
+    let restarted = worker.restart().await?;
+    println!("defaults: restart after kill -9 {restarted:?}");
+    db.client.batch_execute(&emit(3)).await?;
+    // At least once: m1 may come again (no offset was flushed before the
+    // kill), m2 and m3 must come.
+    let got = read_topics(&bootstrap, &[topic.as_str()], 3, READ_TIMEOUT).await?;
+    let contents: Vec<String> = got
+        .iter()
+        .map(|r| {
+            let v: Value = serde_json::from_slice(r.value.as_deref().unwrap_or_default())?;
+            Ok(v["message"]["content"].as_str().unwrap_or("?").to_owned())
+        })
+        .collect::<Result<_>>()?;
+    println!("after the restart: {contents:?}");
+    for m in ["m1", "m2", "m3"] {
+        ensure!(
+            contents.contains(&base64(m.as_bytes())),
+            "{m} missing after the restart: {contents:?}\n{}",
+            worker.log_tail(30)
+        );
+    }
+    ensure!(
+        worker.stop()?,
+        "the worker did not stop on SIGTERM\n{}",
+        worker.log_tail(30)
+    );
+    ensure!(worker.pid().is_none(), "still running after stop");
+    ensure!(
+        worker.log_tail(200).contains("Kafka Connect stopped"),
+        "no clean stop in the log\n{}",
+        worker.log_tail(30)
+    );
+    Ok(())
+}
+
 /// Standard base64 with padding (JsonConverter's encoding of bytes).
 fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
