@@ -28,6 +28,11 @@
 //!   [`SharedKafka`] shares single nodes between the tests of a binary.
 //! * [`TestBroker::start`] gives a test the broker `$WALRELAY_BROKER`
 //!   names (`tansu`, the default, or `kafka`), behind one API.
+//! * [`DebeziumWorker::start`] runs Debezium's PostgreSQL connector on a
+//!   Kafka Connect standalone worker (the install
+//!   `scripts/install-debezium.sh` makes, `$WALRELAY_DEBEZIUM_HOME`
+//!   overrides it) with the settings of `bench/debezium/`, for running it
+//!   beside walrelay on the same database and broker ([`debezium`]).
 //! * [`read_topics`], [`read_until_quiet`] and [`partition_count`] read
 //!   back what was produced, without a consumer group and without trusting
 //!   high watermarks (Tansu's are wrong).
@@ -46,6 +51,7 @@ mod bin;
 pub mod broker;
 mod cluster;
 pub mod db;
+pub mod debezium;
 pub mod kafka;
 mod python;
 mod tls;
@@ -66,6 +72,7 @@ pub use cluster::{
     Auth, ClusterOptions, PasswordMethod, PgCluster, HOST, KEEP_CLUSTER_ENV, SUPERUSER,
 };
 pub use db::{outbox_table, OutboxKeys, TestDb, BUSY_TABLE};
+pub use debezium::{DebeziumHome, DebeziumOptions, DebeziumWorker, StartTimings, Variant};
 pub use kafka::{
     partition_count, read_topics, read_until_quiet, relay_headers, ConsumedRecord, EXTRA_READ_GRACE,
 };

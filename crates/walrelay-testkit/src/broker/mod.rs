@@ -15,7 +15,7 @@ use anyhow::bail;
 mod admin;
 pub mod kafka;
 mod tansu;
-mod util;
+pub(crate) mod util;
 
 pub use kafka::{
     AclOperation, AclResource, Jvm, KafkaCluster, KafkaHome, KafkaNode, KafkaOptions,
