@@ -99,22 +99,10 @@ if complete; then
     exit 0
 fi
 
-# Java 17 runs the worker, Maven resolves its jars: from Debian when
-# missing (as install-kafka.sh does).
-packages=()
-command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
-command -v mvn >/dev/null 2>&1 || packages+=(maven)
-if [ "${#packages[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
-    log "installing ${packages[*]} from Debian"
-    sudo_cmd=()
-    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-    "${sudo_cmd[@]}" apt-get update -qq >&2
-    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        "${packages[@]}" >&2
-fi
-command -v java >/dev/null 2>&1 || die "java not found: Kafka Connect ${KAFKA_VERSION} needs Java 17 or newer (apt-get install openjdk-17-jre-headless)"
-command -v mvn >/dev/null 2>&1 || die "mvn not found: Maven resolves the worker's jars and the connector from Maven Central (apt-get install maven)"
-command -v sha256sum >/dev/null 2>&1 || die "sha256sum not found (coreutils)"
+# Java 17 and Maven, from Debian when missing.
+# shellcheck source=lib/java-maven.sh
+. "${SCRIPT_DIR}/lib/java-maven.sh"
+require_java_and_maven "Kafka Connect ${KAFKA_VERSION} with Debezium ${DEBEZIUM_VERSION}"
 command -v tar >/dev/null 2>&1 || die "tar not found: it unpacks Debezium's plugin archive"
 mkdir -p "${TOOLS_DIR}"
 

@@ -80,22 +80,10 @@ if complete; then
     exit 0
 fi
 
-# Java 17 runs the broker, Maven resolves its jars: from Debian when
-# missing (as install-deps.sh installs the build's packages).
-packages=()
-command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
-command -v mvn >/dev/null 2>&1 || packages+=(maven)
-if [ "${#packages[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
-    log "installing ${packages[*]} from Debian"
-    sudo_cmd=()
-    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-    "${sudo_cmd[@]}" apt-get update -qq >&2
-    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        "${packages[@]}" >&2
-fi
-command -v java >/dev/null 2>&1 || die "java not found: Kafka ${VERSION} needs Java 17 or newer"
-command -v mvn >/dev/null 2>&1 || die "mvn not found: Maven resolves Kafka's jars from Maven Central"
-command -v sha256sum >/dev/null 2>&1 || die "sha256sum not found (coreutils)"
+# Java 17 and Maven, from Debian when missing.
+# shellcheck source=lib/java-maven.sh
+. "${SCRIPT_DIR}/lib/java-maven.sh"
+require_java_and_maven "Kafka ${VERSION}"
 mkdir -p "${TOOLS_DIR}"
 
 stage="$(mktemp -d "${TOOLS_DIR}/kafka-${VERSION}.tmp.XXXXXX")"
