@@ -15,7 +15,9 @@ mod env;
 mod kafka;
 mod latency;
 mod polling;
-mod procstat;
+/// CPU time and peak memory from `/proc`, shared with the test kit's
+/// process handles.
+pub(crate) use walrelay_testkit::procstat;
 mod report;
 mod svg;
 mod workload;

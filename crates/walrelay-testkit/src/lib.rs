@@ -53,6 +53,7 @@ mod cluster;
 pub mod db;
 pub mod debezium;
 pub mod kafka;
+pub mod procstat;
 mod python;
 mod tls;
 mod user;

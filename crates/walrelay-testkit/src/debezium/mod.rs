@@ -32,9 +32,9 @@ mod home;
 mod process;
 mod rest;
 
+pub use crate::procstat::{cpu_seconds, peak_rss_bytes};
 pub use config::Variant;
 pub use home::{DebeziumHome, DEBEZIUM_HOME_ENV, DEBEZIUM_VERSION};
-pub use process::{cpu_seconds, peak_rss_bytes};
 pub use rest::{ConnectorStatus, TaskStatus};
 
 use process::WorkerProcess;

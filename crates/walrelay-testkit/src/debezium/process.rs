@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use super::home::DebeziumHome;
 use crate::broker::util::kill_child;
@@ -163,60 +163,5 @@ impl WorkerProcess {
         }
         self.kill()?;
         Ok(exited)
-    }
-}
-
-/// User + system CPU seconds of a live process (all its threads), from
-/// `/proc/PID/stat`.
-pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // The command name (field 2) may hold spaces: count from the last ')'.
-    let rest = &text[text.rfind(')').context("no ')' in /proc stat")? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // fields[0] is field 3 (state): utime is field 14, stime field 15.
-    if fields.len() < 13 {
-        bail!("short /proc/{pid}/stat: {text:?}");
-    }
-    let utime: u64 = fields[11].parse().context("utime in /proc stat")?;
-    let stime: u64 = fields[12].parse().context("stime in /proc stat")?;
-    Ok((utime + stime) as f64 / clock_ticks())
-}
-
-/// `VmHWM` of a live process (its resident-set high-water mark), in bytes.
-pub fn peak_rss_bytes(pid: u32) -> anyhow::Result<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("reading /proc/{pid}/status"))?;
-    text.lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .with_context(|| format!("no VmHWM in /proc/{pid}/status"))
-}
-
-/// Clock ticks per second (`getconf CLK_TCK`, 100 if that fails).
-fn clock_ticks() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|t| *t > 0.0)
-            .unwrap_or(100.0)
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_this_process() {
-        assert!(cpu_seconds(std::process::id()).unwrap() >= 0.0);
-        assert!(peak_rss_bytes(std::process::id()).unwrap() > 0);
     }
 }
