@@ -36,6 +36,11 @@ print_stage_times() {
 }
 trap print_stage_times EXIT
 
+# A failing test's error first, without the 40 frames of a library
+# backtrace after it (CI often sets RUST_BACKTRACE=1, which anyhow follows
+# too); a panic still prints its backtrace.
+export RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}"
+
 stage install "installing what is missing (apt packages, PostgreSQL, Tansu, Apache Kafka, PostgreSQL 18)"
 
 scripts/install-deps.sh

@@ -51,6 +51,8 @@ pub mod sqlstate {
     pub const INVALID_CATALOG_NAME: &str = "3D000";
     pub const TOO_MANY_CONNECTIONS: &str = "53300";
     pub const ADMIN_SHUTDOWN: &str = "57P01";
+    pub const CRASH_SHUTDOWN: &str = "57P02";
+    pub const CANNOT_CONNECT_NOW: &str = "57P03";
 }
 
 impl DbError {
@@ -237,6 +239,20 @@ impl Error {
         self.db_error().map(|e| e.code.as_str())
     }
 
+    /// Whether the server ended or refused this connection because it is
+    /// going down or not taking connections: 57P01 (a fast or smart
+    /// shutdown terminates every backend with it), 57P02 (another backend
+    /// crashed) or 57P03 ("the database system is shutting down", or
+    /// still starting up).
+    pub fn is_server_going_away(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                sqlstate::ADMIN_SHUTDOWN | sqlstate::CRASH_SHUTDOWN | sqlstate::CANNOT_CONNECT_NOW
+            )
+        )
+    }
+
     /// Whether reconnecting later may succeed without a change of
     /// configuration (connection lost, server restarting, slot busy).
     pub fn is_transient(&self) -> bool {
@@ -259,8 +275,8 @@ impl Error {
                 error.code.as_str(),
                 sqlstate::OBJECT_IN_USE
                     | sqlstate::ADMIN_SHUTDOWN
-                    | "57P02"
-                    | "57P03"
+                    | sqlstate::CRASH_SHUTDOWN
+                    | sqlstate::CANNOT_CONNECT_NOW
                     | sqlstate::TOO_MANY_CONNECTIONS
             ),
             _ => false,
@@ -378,6 +394,39 @@ mod tests {
             ),
         );
         assert!(shutdown.is_transient());
+        assert!(shutdown.is_server_going_away());
+    }
+
+    #[test]
+    fn a_server_going_away_is_told_by_sqlstate_only() {
+        for (code, message) in [
+            (
+                "57P01",
+                "terminating connection due to administrator command",
+            ),
+            (
+                "57P02",
+                "terminating connection because of crash of another server process",
+            ),
+            ("57P03", "the database system is shutting down"),
+            ("57P03", "the database system is starting up"),
+        ] {
+            let e = Error::server("connecting", db(code, message));
+            assert!(e.is_server_going_away(), "{code} {message}");
+        }
+        // A translated message (lc_messages) is told by its code alone.
+        assert!(Error::server(
+            "connecting",
+            db("57P03", "das Datenbanksystem fährt herunter")
+        )
+        .is_server_going_away());
+        for e in [
+            Error::server("query", db("55006", "replication slot \"s\" is active")),
+            Error::server("connecting", db("53300", "too many connections")),
+            Error::Closed(None),
+        ] {
+            assert!(!e.is_server_going_away(), "{e}");
+        }
     }
 
     #[test]

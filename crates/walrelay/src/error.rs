@@ -86,6 +86,17 @@ pub enum RelayError {
          slot was invalidated or dropped\")"
     )]
     SlotDropped { slot: String, confirmed: Lsn },
+    /// The publication check found the server shutting down or restarting
+    /// (see `monitor::Outcome::ServerGoingAway`): the session ends so that
+    /// the walsender can exit, and a new one starts when the server is back.
+    #[error(
+        "PostgreSQL is shutting down or restarting ({why}); ending the replication session so \
+         that it does not hold the shutdown (a stopping walsender waits for its client to confirm \
+         everything it sent, and walrelay confirms nothing a publication check has not vouched \
+         for); the next session resumes from the slot's confirmed position {confirmed} and \
+         relays the rest again with the same keys"
+    )]
+    ServerGoingAway { why: String, confirmed: Lsn },
 }
 
 impl RelayError {
@@ -107,7 +118,7 @@ impl RelayError {
         match self {
             RelayError::Postgres(e) => e.is_transient(),
             RelayError::Kafka(e) => e.restarts_pipeline(),
-            RelayError::SlotInUse { .. } => true,
+            RelayError::SlotInUse { .. } | RelayError::ServerGoingAway { .. } => true,
             RelayError::Fence(e) => e.is_transient(),
             _ => false,
         }

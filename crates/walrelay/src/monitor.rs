@@ -39,6 +39,14 @@ pub enum Outcome {
     /// The check could not run (connection lost, timeout): vouches for
     /// nothing, so confirmation waits.
     Unavailable(String),
+    /// The server is shutting down or restarting (it ended or refused the
+    /// check's connection with SQLSTATE 57P01, 57P02 or 57P03). No check
+    /// can vouch for anything until it is back, and a logical walsender
+    /// stopping for the shutdown waits for its client to confirm all it
+    /// sent: a session that stayed would hold the shutdown (`pg_ctl stop`
+    /// gives up after 60 s), so it ends and the next one resumes from
+    /// the slot's confirmed position.
+    ServerGoingAway(String),
 }
 
 /// One check, and when it started (a session ignores checks that started
@@ -104,6 +112,10 @@ async fn run(
                     Err(e) => Outcome::Drift(e),
                 }
             }
+            Ok(Err(e)) if e.is_server_going_away() => {
+                conn = None;
+                Outcome::ServerGoingAway(e.to_string())
+            }
             Ok(Err(e)) => {
                 conn = None;
                 Outcome::Unavailable(e.to_string())
@@ -123,15 +135,22 @@ async fn run(
     }
 }
 
+/// One check, on the connection kept from the last one if it still
+/// works. When the kept connection fails (a shutdown terminated it, an
+/// idle timeout closed it), the check is tried again at once on a new
+/// one, so that a restarting server is told as such now, not a tick later.
 async fn once(
     conn: &mut Option<ReplicationConnection>,
     pg: &PgConfig,
     config: &Config,
 ) -> Result<publication::Checked, walrelay_pg::Error> {
-    let c = match conn {
-        Some(c) => c,
-        None => conn.insert(ReplicationConnection::connect_sql(pg).await?),
-    };
+    if let Some(c) = conn {
+        match publication::check(c, config).await {
+            Ok(checked) => return Ok(checked),
+            Err(e) => debug!(error = %e, "the check's kept connection failed; trying a new one"),
+        }
+    }
+    let c = conn.insert(ReplicationConnection::connect_sql(pg).await?);
     publication::check(c, config).await
 }
 

@@ -305,6 +305,13 @@ mod tests {
             after_failure(&server_shutdown, true),
             AfterFailure::CleanStop
         );
+        // The check saw the server going down: the session let go of it.
+        let going_away = RelayError::ServerGoingAway {
+            why: "FATAL 57P03: the database system is shutting down".into(),
+            confirmed: Lsn(16),
+        };
+        assert_eq!(after_failure(&going_away, false), AfterFailure::Retry);
+        assert_eq!(after_failure(&going_away, true), AfterFailure::CleanStop);
         assert_eq!(after_failure(&delivery, false), AfterFailure::Retry);
         assert_eq!(after_failure(&in_use, false), AfterFailure::StandBy);
         assert_eq!(after_failure(&dropped, false), AfterFailure::Fail);

@@ -381,6 +381,13 @@ impl<'a> Session<'a> {
                 error!(error = %e, confirmed = %self.confirmed, "the publication changed so that outbox rows would be skipped; stopping without confirming anything after it");
                 Err(RelayError::Publication(e.clone()))
             }
+            Outcome::ServerGoingAway(why) => {
+                info!(reason = %why, confirmed = %self.confirmed, vouched = %self.vouched, "PostgreSQL is shutting down or restarting; ending the session so that it does not hold the shutdown");
+                Err(RelayError::ServerGoingAway {
+                    why: why.clone(),
+                    confirmed: self.confirmed,
+                })
+            }
             Outcome::Unavailable(why) => {
                 if !self.check_unavailable {
                     warn!(error = %why, vouched = %self.vouched, "cannot check the publication; confirming nothing past the last check until it works again");

@@ -58,7 +58,9 @@ impl SharedKafka {
         self.cluster.as_ref().expect("leased until dropped")
     }
 
-    /// What the nodes logged during this lease: its last `n` lines each.
+    /// What the nodes logged during this lease, its INFO and DEBUG lines
+    /// left out (a node logs hundreds for each topic it makes or deletes):
+    /// the last `n` other lines of each.
     pub fn lease_log_tail(&self, n: usize) -> String {
         let cluster = self.cluster();
         cluster
@@ -73,7 +75,10 @@ impl SharedKafka {
                     node.id(),
                     cluster.bootstrap_servers(),
                     node.log_path().display(),
-                    crate::broker::util::last_lines(&String::from_utf8_lossy(&bytes[from..]), n)
+                    crate::broker::util::last_lines(
+                        &without_info(&String::from_utf8_lossy(&bytes[from..])),
+                        n
+                    )
                 )
             })
             .collect::<Vec<_>>()
@@ -114,5 +119,48 @@ impl Drop for SharedKafka {
                 IDLE.lock().unwrap_or_else(|e| e.into_inner()).push(cluster);
             }
         }
+    }
+}
+
+/// `text` without the lines of INFO and DEBUG entries (log4j's
+/// `[time] LEVEL message` layout; a WARN or ERROR entry's stack trace
+/// lines are kept).
+fn without_info(text: &str) -> String {
+    let mut keep = true;
+    let mut out = String::new();
+    for line in text.lines() {
+        if line.starts_with('[') {
+            keep = !(line.contains("] INFO ")
+                || line.contains("] DEBUG ")
+                || line.contains("] TRACE "));
+        }
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_info;
+
+    #[test]
+    fn info_entries_are_left_out_with_their_continuation_lines() {
+        let log = "[2026-11-26 17:17:59,791] INFO [GroupCoordinator id=1] loaded (x)\n\
+                   [2026-11-26 17:18:00,001] WARN [Producer] slow (y)\n\
+                   java.lang.Exception: why\n\
+                   \tat a.b(C.java:1)\n\
+                   [2026-11-26 17:18:00,002] DEBUG detail\n\
+                   more detail\n\
+                   [2026-11-26 17:18:00,003] ERROR [Log] failed (z)\n";
+        assert_eq!(
+            without_info(log),
+            "[2026-11-26 17:18:00,001] WARN [Producer] slow (y)\n\
+             java.lang.Exception: why\n\
+             \tat a.b(C.java:1)\n\
+             [2026-11-26 17:18:00,003] ERROR [Log] failed (z)\n"
+        );
     }
 }
