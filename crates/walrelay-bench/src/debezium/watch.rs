@@ -71,9 +71,21 @@ fn end_offsets(consumer: &BaseConsumer, topic: &str) -> Result<Vec<i64>> {
     Ok(out)
 }
 
-/// The end offsets of `topic` now (the start of a run's range).
+/// The end offsets of `topic` now (the start of a run's range). A topic
+/// created a moment ago may have no leader yet: retried for up to 30 s.
 pub fn current_end_offsets(bootstrap: &str, topic: &str) -> Result<Vec<i64>> {
-    end_offsets(&client(bootstrap)?, topic)
+    let consumer = client(bootstrap)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match end_offsets(&consumer, topic) {
+            Ok(ends) => return Ok(ends),
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!("{e:#}, retrying");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// What the watcher saw so far.

@@ -71,7 +71,7 @@ impl Results {
         }
         let _ = writeln!(
             s,
-            "\n## Debezium beside walrelay: the same backlogs\n\nDebezium's PostgreSQL connector with the Outbox Event Router on a Kafka Connect standalone worker (`bench/debezium/`: tuned, and Debezium's and Connect's defaults), its own slot made with walrelay's before the backlog. Its drain is timed from the moment the connector streams (its walsender holds the slot) until the records of every event are in Kafka (the topics' end offsets, then read back and counted by event); its start is the table below. CPU is the worker JVM's over the drain (without its start), peak RSS the JVM's, DB CPU the whole PostgreSQL server's, broker CPU net of the broker's idle CPU.\n"
+            "\n## Debezium beside walrelay: the same backlogs\n\nDebezium's PostgreSQL connector with the Outbox Event Router on a Kafka Connect standalone worker (`bench/debezium/`: tuned, and Debezium's and Connect's defaults), its own slot made with walrelay's before the backlog. Its drain is timed from the moment the connector streams (its walsender holds the slot) until the records of every event are in Kafka (the topics' end offsets, then read back and counted by event); its start is the table below. CPU is the worker JVM's over the drain (without its start), peak RSS the JVM's, DB CPU the whole PostgreSQL server's over the drain (with what the slot's walsender used before the bench saw it stream), broker CPU net of the broker's idle CPU.\n"
         );
         let _ = writeln!(
             s,
@@ -290,5 +290,123 @@ impl Results {
             met: (rows.len() == 2).then(|| rows.iter().all(|(_, a, d)| a < d)),
         });
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::latency::{LatencyRun, Percentiles};
+    use crate::report::{Machine, ToolRun};
+    use crate::workload::{Kind, Workload};
+
+    fn run(tool: Tool, workload: &str, events_per_s: f64, cpu: f64, rss: u64) -> ToolRun {
+        ToolRun {
+            tool,
+            workload: workload.into(),
+            repeat: 0,
+            events: 1000,
+            seconds: 1000.0 / events_per_s,
+            events_per_s,
+            cpu_seconds: cpu,
+            db_cpu_seconds: Some(0.1),
+            peak_rss_bytes: Some(rss),
+            records_in_broker: Some(1000),
+            broker_cpu_seconds: None,
+            kafka_bytes: None,
+            walrelay_header_bytes: None,
+            fence: None,
+            startup: None,
+            duplicates: None,
+        }
+    }
+
+    fn latency(mode: Mode, rate: u64, p99: f64) -> LatencyRun {
+        let p = Percentiles {
+            p50: p99 / 2.0,
+            p99,
+            p999: p99,
+            max: p99,
+        };
+        LatencyRun {
+            mode,
+            repeat: 0,
+            target_rate: Some(rate),
+            achieved_rate: rate as f64,
+            events: 100,
+            commit_to_ack: p,
+            commit_to_consumer: p,
+            ack_before_commit_reply: 0,
+            ack_stalls: Vec::new(),
+        }
+    }
+
+    fn results(drain: Vec<ToolRun>, latency: Vec<LatencyRun>) -> Results {
+        Results {
+            command: String::new(),
+            mode: "quick".into(),
+            started: String::new(),
+            finished: None,
+            machine: Machine::detect("15", "Kafka".into()),
+            repeats: 1,
+            latency_seconds: 1.0,
+            polling_batch: 1,
+            polling_interval_ms: 1,
+            workloads: vec![
+                Workload::new(Kind::Messages, 100, 200, 1000),
+                Workload::new(Kind::Outbox, 100, 200, 1000),
+            ],
+            drain,
+            latency,
+            consumer: Vec::new(),
+            consumer_latency: Vec::new(),
+            restarts: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn judges_walrelay_against_tuned_debezium() {
+        let (m, o) = ("msg-100tx-200b", "outbox-100tx-200b");
+        let r = results(
+            vec![
+                // messages: 4x Debezium; outbox: 2x, but 0.95x the produce
+                // limit, which 3x Debezium's would be above.
+                run(Tool::Walrelay, m, 40_000.0, 0.01, 50_000_000),
+                run(Tool::DebeziumTuned, m, 10_000.0, 0.1, 600_000_000),
+                run(Tool::Walrelay, o, 19_000.0, 0.01, 50_000_000),
+                run(Tool::DebeziumTuned, o, 9_500.0, 0.04, 400_000_000),
+                run(Tool::Producer, o, 20_000.0, 0.01, 0),
+            ],
+            vec![
+                latency(Mode::WalrelayOutbox, 1000, 20.0),
+                latency(Mode::DebeziumOutbox, 1000, 50.0),
+                latency(Mode::WalrelayOutbox, 5000, 30.0),
+            ],
+        );
+        let t = r.debezium_targets();
+        assert_eq!(t.len(), 4);
+        assert_eq!(t[0].met, Some(true), "{:?}", t[0]);
+        assert!(t[0]
+            .measured
+            .contains("outbox-100tx-200b 2.00x (0.95x the produce limit)"));
+        // CPU: 0.1 and 0.25 of Debezium's: the outbox one misses 1/5.
+        assert_eq!(t[1].met, Some(false), "{:?}", t[1]);
+        // RSS: 1/12 and 1/8: the outbox one misses 1/10.
+        assert_eq!(t[2].met, Some(false), "{:?}", t[2]);
+        // Latency: 5k/s has no Debezium row: not judged.
+        assert_eq!(t[3].met, None, "{:?}", t[3]);
+        let md = r.markdown(None);
+        assert!(md.contains("## Debezium beside walrelay"), "{md}");
+        assert!(
+            md.contains("| messages, 100/tx, 200 B | 1,000 | 40k | 10k | **4.00x** |"),
+            "{md}"
+        );
+
+        assert!(
+            results(vec![run(Tool::Walrelay, m, 1.0, 0.1, 1)], Vec::new())
+                .debezium_targets()
+                .is_empty()
+        );
     }
 }
