@@ -95,7 +95,7 @@ pub async fn drain_workload(
                 .await
                 .with_context(|| format!("Debezium ({variant}), restart"))?;
             tracing::info!(
-                "  {} restart: streaming after {:.1} s, the new event in Kafka after {:.1} s, {} records replayed",
+                "  {} restart: streaming after {:.1} s, the new event in Kafka after {:.1} s, {} record(s) replayed",
                 tool(variant).label(),
                 restart.streaming_s.unwrap_or_default(),
                 restart.first_new_record_s,
@@ -104,7 +104,7 @@ pub async fn drain_workload(
             if restart.replayed_records > 0 {
                 // At least once: a finding, not an error.
                 results.notes.push(format!(
-                    "{} ({}): after a clean stop (SIGTERM, Connect committed the offsets of every acknowledged record) the restart wrote {} records of events from before the stop again",
+                    "{} ({}): after a clean stop (SIGTERM, Connect committed the offsets of every acknowledged record) the restart wrote {} record(s) of events from before the stop again",
                     w.id,
                     tool(variant).label(),
                     restart.replayed_records
