@@ -10,6 +10,7 @@
 //! and `bench/results/latest.md`. See `docs/benchmarks.md`.
 
 mod consumer;
+mod debezium;
 mod drain;
 mod env;
 mod kafka;
@@ -34,7 +35,7 @@ use crate::latency::Mode;
 use crate::polling::{PollingOptions, PollingRelay};
 use crate::report::{Machine, Results, Tool, ToolRun};
 use crate::workload::{Kind, Workload};
-use walrelay_testkit::{BrokerKind, KAFKA_VERSION};
+use walrelay_testkit::{BrokerKind, DebeziumHome, Variant, KAFKA_VERSION};
 
 /// The allocator the `walrelay` binary uses (replacing `malloc` for
 /// librdkafka too), so that the in-process measurements (walrelay in the
@@ -85,7 +86,7 @@ struct Cli {
     #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000,max")]
     rates: Vec<String>,
     /// Only these latency modes: plain, dual, wr_msg, wr_outbox, wr_msg_l20,
-    /// poll_outbox (default all).
+    /// poll_outbox, dbz (default all).
     #[arg(long, value_delimiter = ',')]
     latency_modes: Vec<String>,
     /// Only these workloads (ids such as msg-100tx-200b; default all).
@@ -97,6 +98,15 @@ struct Cli {
     /// Skip the latency runs.
     #[arg(long)]
     no_latency: bool,
+    /// Skip Debezium (its drain rows, its restart and its latency mode
+    /// `dbz`). Debezium runs on Apache Kafka only, from
+    /// scripts/install-debezium.sh (or `$WALRELAY_DEBEZIUM_HOME`).
+    #[arg(long)]
+    no_debezium: bool,
+    /// Debezium's set-ups drained: `tuned`, `defaults` (bench/debezium/)
+    /// [default: tuned,defaults; quick: tuned].
+    #[arg(long, value_delimiter = ',')]
+    debezium_variants: Vec<String>,
     /// Skip the consumer runs (walrelay's exactly-once consumer against
     /// the inbox-table consumer).
     #[arg(long)]
@@ -229,6 +239,30 @@ async fn main() -> Result<()> {
         batch: cli.poll_batch,
         interval: cli.poll_interval,
     };
+    let mut debezium_note = None;
+    let debezium_variants: Vec<Variant> = if cli.no_debezium {
+        Vec::new()
+    } else if cli.broker != BrokerKind::Kafka {
+        debezium_note = Some(format!(
+            "no Debezium rows: Debezium runs on Apache Kafka only (this run: {})",
+            cli.broker
+        ));
+        Vec::new()
+    } else {
+        // Found as the broker's install is, before anything starts.
+        let home = DebeziumHome::find()?;
+        tracing::info!("Debezium from {}", home.dir().display());
+        let names = if cli.debezium_variants.is_empty() {
+            if quick {
+                vec!["tuned".to_owned()]
+            } else {
+                vec!["tuned".to_owned(), "defaults".to_owned()]
+            }
+        } else {
+            cli.debezium_variants.clone()
+        };
+        debezium::parse_variants(&names)?
+    };
 
     let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
         .to_string()
@@ -261,8 +295,17 @@ async fn main() -> Result<()> {
         latency: Vec::new(),
         consumer: Vec::new(),
         consumer_latency: Vec::new(),
+        restarts: Vec::new(),
         notes: cli.note.clone(),
     };
+    results.notes.extend(debezium_note);
+    if !debezium_variants.is_empty() {
+        results.notes.push(format!(
+            "Debezium {} on Kafka Connect {KAFKA_VERSION} (standalone), variants {:?} (bench/debezium/); its drains are timed from the moment the connector streams (its walsender holds the slot) until the records of every event are in Kafka (the topics' end offsets, then read back and counted by event), its CPU is the worker JVM's over the same time (what it used to start is in the start table)",
+            walrelay_testkit::debezium::DEBEZIUM_VERSION,
+            debezium_variants.iter().map(|v| v.name()).collect::<Vec<_>>()
+        ));
+    }
     results.notes.push(format!(
         "walrelay drains with `status_interval` and `publication_check_interval` of {}ms; the drain ends when the slot's confirmed_flush_lsn reaches the backlog's end",
         drain::STATUS_INTERVAL.as_millis()
@@ -293,7 +336,7 @@ async fn main() -> Result<()> {
     }
     let mut first_seq = 1u64;
     if !cli.no_drain {
-        for w in &workloads {
+        for (i, w) in workloads.iter().enumerate() {
             drain_workload(
                 &mut env,
                 w,
@@ -303,6 +346,10 @@ async fn main() -> Result<()> {
                     walrelay: &walrelay_bin,
                     baseline: cli.baseline_bin.as_deref(),
                     references: !cli.no_references,
+                    debezium: &debezium_variants,
+                    // A restart is a JVM start: in quick mode on the first
+                    // workload only.
+                    debezium_restart: !quick || i == 0,
                 },
                 &cli.walrelay_args,
                 &kafka_properties,
@@ -312,7 +359,8 @@ async fn main() -> Result<()> {
             )
             .await
             .with_context(|| format!("workload {}", w.id))?;
-            first_seq += w.events;
+            // Two more: the events of the start and restart runs.
+            first_seq += w.events + 2;
             write_outputs(&run_dir, &cli.out, &results)?;
         }
     }
@@ -332,13 +380,15 @@ async fn main() -> Result<()> {
             .filter(|m| {
                 cli.latency_modes.is_empty() || cli.latency_modes.iter().any(|t| t == m.tag())
             })
+            // Debezium's tuned variant, unless it is not run at all.
+            .filter(|m| *m != Mode::DebeziumOutbox || !debezium_variants.is_empty())
             .collect();
         if let Some(t) = cli
             .latency_modes
             .iter()
             .find(|t| !Mode::ALL.iter().any(|m| m.tag() == t.as_str()))
         {
-            bail!("--latency-modes: no mode {t:?} (plain, dual, wr_msg, wr_outbox, wr_msg_l20, poll_outbox)");
+            bail!("--latency-modes: no mode {t:?} (plain, dual, wr_msg, wr_outbox, wr_msg_l20, poll_outbox, dbz)");
         }
         let options = latency::LatencyOptions {
             rates: rates.clone(),
@@ -485,12 +535,19 @@ async fn drain_workload(
         .await?;
     let slot = |tool: &str, r: u32| format!("{tool}_{}_{r}", w.id.replace('-', "_"));
     let walrelays = bins.walrelays();
+    if !bins.debezium.is_empty() {
+        // Before the slots and the backlog (see the debezium module).
+        debezium::ensure_publication(env).await?;
+    }
     for r in 0..repeats {
         for (_, name, _, _, _) in &walrelays {
             env.create_slot(&slot(name, r)).await?;
         }
         if bins.references {
             env.create_slot(&slot("rl", r)).await?;
+        }
+        for v in bins.debezium {
+            env.create_slot(&debezium::slot(*v, &w.id, r)).await?;
         }
     }
     let took = workload::generate_backlog(&env.client, w, first_seq).await?;
@@ -522,6 +579,8 @@ async fn drain_workload(
             kafka_bytes: d.kafka_bytes,
             walrelay_header_bytes: n.map(|n| n.walrelay_header_bytes),
             fence: d.fence,
+            startup: None,
+            duplicates: None,
         });
         tracing::info!(
             "  {} #{r}: {:.0} events/s, cpu {:.2} s, db cpu {:.2} s{}",
@@ -638,6 +697,27 @@ async fn drain_workload(
             env.drop_slot(&slot("rl", r)).await?;
         }
     }
+    // Debezium after every other drain of the backlog: its restart commits
+    // one more event, which no other tool's drain may see.
+    if !bins.debezium.is_empty() {
+        // walrelay's start and restart beside Debezium's, where those run.
+        let walrelay_start = debezium::WalrelayStart {
+            bin: bins.walrelay.to_path_buf(),
+            scratch: scratch.to_path_buf(),
+        };
+        debezium::drain_workload(
+            env,
+            w,
+            repeats,
+            first_seq,
+            bins.debezium,
+            bins.debezium_restart,
+            Some(&walrelay_start),
+            broker_idle,
+            results,
+        )
+        .await?;
+    }
     if w.kind == Kind::Outbox && bins.references {
         for r in 0..repeats {
             if r > 0 {
@@ -701,6 +781,10 @@ struct Binaries<'a> {
     /// Whether the reference tools (decode and produce limits, the
     /// polling relay) drain too.
     references: bool,
+    /// Debezium's variants drained (none: `--no-debezium`).
+    debezium: &'a [Variant],
+    /// Whether Debezium's workers are restarted after their drains.
+    debezium_restart: bool,
 }
 
 impl<'a> Binaries<'a> {
@@ -736,5 +820,7 @@ fn tool_name(t: Tool) -> &'static str {
         Tool::PgRecvlogical => "pg_recvlogical",
         Tool::Producer => "rdkafka producer",
         Tool::Polling => "polling relay",
+        Tool::Debezium => "Debezium (defaults)",
+        Tool::DebeziumTuned => "Debezium (tuned)",
     }
 }

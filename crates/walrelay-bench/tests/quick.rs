@@ -1,6 +1,8 @@
 //! CI smoke test of the end-to-end bench: `walrelay-bench --quick` with the
 //! debug `walrelay` binary (built by `scripts/test.sh` before the tests)
-//! writes a report in which every tool relayed something.
+//! writes a report in which every tool relayed something, Debezium's tuned
+//! variant included (installed by `scripts/install-debezium.sh`, which
+//! `scripts/test.sh` runs first).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -73,6 +75,46 @@ fn quick_mode_writes_a_report_with_every_tool() {
         }
     }
     assert_eq!(drain.iter().filter(|r| r["tool"] == "walrelay").count(), 7);
+    // Debezium's tuned variant drained every backlog: every event's record
+    // is in Kafka (more is a finding, reported; fewer fails the run), and
+    // its start was timed.
+    let dbz: Vec<_> = drain
+        .iter()
+        .filter(|r| r["tool"] == "debezium_tuned")
+        .collect();
+    assert_eq!(dbz.len(), 7, "Debezium (tuned) drained every workload");
+    for r in &dbz {
+        assert!(r["events_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(
+            r["records_in_broker"].as_u64().unwrap() >= r["events"].as_u64().unwrap(),
+            "{r}"
+        );
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["db_cpu_seconds"].as_f64().is_some(), "{r}");
+        assert!(
+            r["startup"]["streaming_s"].as_f64().unwrap() > 0.0
+                && r["startup"]["first_record_s"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
+    }
+    // Quick mode: only the tuned variant, restarted once (first workload).
+    assert!(!drain.iter().any(|r| r["tool"] == "debezium"));
+    // ... and walrelay's start and restart beside it.
+    let restarts = json["restarts"].as_array().unwrap();
+    for tool in ["debezium_tuned", "walrelay"] {
+        let runs: Vec<_> = restarts.iter().filter(|r| r["tool"] == tool).collect();
+        assert_eq!(runs.len(), 1, "{tool}: {restarts:?}");
+        assert!(runs[0]["first_new_record_s"].as_f64().unwrap() > 0.0);
+    }
+    assert!(restarts
+        .iter()
+        .any(|r| r["start_first_record_s"].as_f64().is_some_and(|s| s > 0.0)));
+    assert!(latest.contains("## Debezium beside walrelay"), "{latest}");
+    assert!(latest.contains("### Start and restart"), "{latest}");
+    assert!(
+        latest.contains("Debezium: walrelay >= 3x tuned Debezium's events/s"),
+        "{latest}"
+    );
     // The tail fence's read at the start of every fenced drain, from the
     // relay's log, and the fence section with its target.
     for r in drain.iter().filter(|r| r["tool"] == "walrelay") {
@@ -95,7 +137,14 @@ fn quick_mode_writes_a_report_with_every_tool() {
     // The two references (plain producer, dual write) run the fixed rate
     // only: "as fast as it can" means nothing to a producer that waits for
     // nothing. The four relay modes run both.
-    assert_eq!(latency.len(), 2 + 4 * 2, "six modes");
+    // Debezium's (tuned, outbox) is the fifth relay mode.
+    assert_eq!(latency.len(), 2 + 5 * 2, "seven modes");
+    assert!(
+        latency
+            .iter()
+            .any(|l| l["mode"] == "debezium tuned, outbox"),
+        "no Debezium latency row"
+    );
     for reference in ["plain producer, messages", "dual write, messages"] {
         assert!(
             latency.iter().any(|l| l["mode"] == reference),

@@ -20,6 +20,11 @@
 //!   that starts after the commit). Its ack is the delivery report.
 //! * **consumer**: a consumer thread reading the topic (`fetch.wait.max.ms
 //!   = 5`) takes the time when a record is returned to it.
+//! * **Debezium** (`dbz`: the tuned variant, outbox rows through the Event
+//!   Router, as its users mostly run it): Kafka Connect has no hook that
+//!   tells another process when a record was acknowledged, so its "ack"
+//!   is the consumer's receipt: its commit → ack column is commit →
+//!   consumer, to be read against walrelay's commit → consumer.
 //!
 //! Events are joined by their sequence number (message content prefix,
 //! outbox `id`); walrelay's acks carry the idempotency key, which the
@@ -73,16 +78,21 @@ pub enum Mode {
     WalrelayMessagesLinger20,
     #[serde(rename = "polling, outbox")]
     PollingOutbox,
+    /// Debezium's tuned variant, outbox rows through the Event Router;
+    /// "ack" is the consumer's receipt (no ack hook).
+    #[serde(rename = "debezium tuned, outbox")]
+    DebeziumOutbox,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 6] = [
+    pub const ALL: [Mode; 7] = [
         Mode::PlainProducer,
         Mode::DualWrite,
         Mode::WalrelayMessages,
         Mode::WalrelayOutbox,
         Mode::WalrelayMessagesLinger20,
         Mode::PollingOutbox,
+        Mode::DebeziumOutbox,
     ];
 
     pub fn label(self) -> &'static str {
@@ -93,6 +103,7 @@ impl Mode {
             Mode::WalrelayOutbox => "walrelay, outbox",
             Mode::WalrelayMessagesLinger20 => "walrelay linger.ms=20, messages",
             Mode::PollingOutbox => "polling relay, outbox",
+            Mode::DebeziumOutbox => "Debezium tuned, outbox (ack = consumer's receipt)",
         }
     }
 
@@ -102,7 +113,7 @@ impl Mode {
             | Mode::DualWrite
             | Mode::WalrelayMessages
             | Mode::WalrelayMessagesLinger20 => Kind::Messages,
-            Mode::WalrelayOutbox | Mode::PollingOutbox => Kind::Outbox,
+            Mode::WalrelayOutbox | Mode::PollingOutbox | Mode::DebeziumOutbox => Kind::Outbox,
         }
     }
 
@@ -115,6 +126,7 @@ impl Mode {
             Mode::WalrelayOutbox => "wr_outbox",
             Mode::WalrelayMessagesLinger20 => "wr_msg_l20",
             Mode::PollingOutbox => "poll_outbox",
+            Mode::DebeziumOutbox => "dbz",
         }
     }
 }
@@ -206,7 +218,11 @@ pub async fn run_mode(
         .batch_execute("TRUNCATE bench_outbox; CHECKPOINT")
         .await?;
     let tag = format!("{}_{repeat}", mode.tag());
-    let topic = format!("lat.{tag}");
+    let topic = match mode {
+        // The Event Router's topic for the bench's aggregatetype.
+        Mode::DebeziumOutbox => crate::debezium::OUTBOX_TOPIC.to_owned(),
+        _ => format!("lat.{tag}"),
+    };
     env.create_topic(&topic)?;
     let bootstrap = env.bootstrap();
     let consumer = TimestampingConsumer::start(&bootstrap, &topic, mode.kind())?;
@@ -261,15 +277,37 @@ pub async fn run_mode(
             let acks = poll_acks.clone();
             tokio::spawn(async move { relay.run(stop_rx, acks).await })
         }
+        Mode::DebeziumOutbox => {
+            let mut worker = crate::debezium::LatencyWorker::start(env, &slot).await?;
+            // Holds the worker: fails when its JVM exits, stops it at the
+            // stop (SIGTERM).
+            let mut stop = stop_rx;
+            tokio::spawn(async move {
+                while !*stop.borrow() {
+                    tokio::select! {
+                        changed = stop.changed() => if changed.is_err() { break },
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                            if worker.exited()? {
+                                bail!("the Debezium worker exited");
+                            }
+                        }
+                    }
+                }
+                worker.stop()
+            })
+        }
     };
     // Acks: the polling relay's list, or walrelay's count from the trace.
     let polled = matches!(
         mode,
         Mode::PollingOutbox | Mode::PlainProducer | Mode::DualWrite
     );
+    let by_consumer = mode == Mode::DebeziumOutbox;
     let acked = || -> u64 {
         if polled {
             poll_acks.lock().expect("lock").len() as u64
+        } else if by_consumer {
+            consumer.count.load(Ordering::Relaxed)
         } else {
             ack_count.load(Ordering::Relaxed)
         }
@@ -339,7 +377,7 @@ pub async fn run_mode(
             next_seq = commits.iter().map(|c| c.0).max().unwrap_or(next_seq) + 1;
             expected += commits.len() as u64;
             settle(&consumer, &acked, expected, &relay).await?;
-            let acks = acks_by_seq(polled, &poll_acks, &wal_acks, &consumer);
+            let acks = acks_by_seq(polled, by_consumer, &poll_acks, &wal_acks, &consumer);
             let commit_at: HashMap<u64, Instant> = commits.into_iter().collect();
             let (h, _) = histogram(&commit_at, &acks)?;
             tracing::info!(
@@ -364,7 +402,7 @@ pub async fn run_mode(
             settle(&consumer, &acked, expected, &relay).await?;
 
             let seen = consumer.seen.lock().expect("lock").clone();
-            let acks = acks_by_seq(polled, &poll_acks, &wal_acks, &consumer);
+            let acks = acks_by_seq(polled, by_consumer, &poll_acks, &wal_acks, &consumer);
             let commit_at: HashMap<u64, Instant> = commits.into_iter().collect();
             let (ack_h, early) = histogram(&commit_at, &acks)?;
             let consumed: Vec<(u64, Instant)> = seen.iter().map(|s| (s.seq, s.at)).collect();
@@ -419,7 +457,10 @@ pub async fn run_mode(
         .await
         .context("the relay did not stop within 60 s")?;
     consumer.stop()?;
-    if !polled {
+    if mode == Mode::DebeziumOutbox {
+        // Its walsender may hold the slot for a moment after the stop.
+        crate::debezium::drop_slot_when_free(env, &slot).await?;
+    } else if !polled {
         env.drop_slot(&slot).await?;
     }
     let runs = result?;
@@ -429,15 +470,26 @@ pub async fn run_mode(
 
 /// Acks by sequence number: the polling relay's and the plain producer's
 /// as they are, walrelay's (by idempotency key) through the consumer's
-/// records.
+/// records, and with `by_consumer` (Debezium: no ack hook) the consumer's
+/// receipts.
 fn acks_by_seq(
     polled: bool,
+    by_consumer: bool,
     poll_acks: &Acks,
     wal_acks: &Mutex<Vec<(u128, Instant)>>,
     consumer: &TimestampingConsumer,
 ) -> Vec<(u64, Instant)> {
     if polled {
         return poll_acks.lock().expect("lock").clone();
+    }
+    if by_consumer {
+        return consumer
+            .seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|s| (s.seq, s.at))
+            .collect();
     }
     let by_key: HashMap<u128, u64> = consumer
         .seen

@@ -150,6 +150,7 @@ impl Results {
 
         self.cores_markdown(&mut s);
         self.bytes_markdown(&mut s);
+        self.debezium_markdown(&mut s);
 
         let lat = self.latency_summary();
         if !lat.is_empty() {

@@ -13,6 +13,7 @@ use crate::consumer::{ConsumerLatencyRun, ConsumerRun};
 use crate::latency::{LatencyRun, Mode, Percentiles};
 use crate::workload::Workload;
 
+mod debezium;
 mod markdown;
 mod targets;
 
@@ -39,10 +40,17 @@ pub enum Tool {
     Producer,
     /// The polling outbox relay.
     Polling,
+    /// Debezium's PostgreSQL connector with the Outbox Event Router on a
+    /// Kafka Connect standalone worker, with Debezium's and Connect's
+    /// defaults (`bench/debezium/`, variant `defaults`).
+    Debezium,
+    /// The same, tuned as Debezium's docs and users advise (variant
+    /// `tuned`).
+    DebeziumTuned,
 }
 
 impl Tool {
-    pub const ALL: [Tool; 7] = [
+    pub const ALL: [Tool; 9] = [
         Tool::Walrelay,
         Tool::WalrelayNoFence,
         Tool::WalrelayFullHeaders,
@@ -50,6 +58,8 @@ impl Tool {
         Tool::PgRecvlogical,
         Tool::Producer,
         Tool::Polling,
+        Tool::DebeziumTuned,
+        Tool::Debezium,
     ];
 
     pub fn label(self) -> &'static str {
@@ -61,6 +71,8 @@ impl Tool {
             Tool::PgRecvlogical => "decode limit (pg_recvlogical)",
             Tool::Producer => "produce limit (rdkafka)",
             Tool::Polling => "polling relay",
+            Tool::Debezium => "Debezium, defaults",
+            Tool::DebeziumTuned => "Debezium, tuned",
         }
     }
 }
@@ -91,6 +103,12 @@ pub struct ToolRun {
     pub walrelay_header_bytes: Option<u64>,
     /// walrelay's tail fence read at its first record.
     pub fence: Option<crate::drain::FenceCost>,
+    /// Debezium: the worker's start before the drain (its `seconds`,
+    /// CPU and rate count from the moment the connector streamed).
+    pub startup: Option<crate::debezium::Startup>,
+    /// Debezium: records of a backlog event written more than once (a
+    /// finding, not an error; `records_in_broker` counts them).
+    pub duplicates: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -156,6 +174,8 @@ pub struct Results {
     pub latency: Vec<LatencyRun>,
     pub consumer: Vec<ConsumerRun>,
     pub consumer_latency: Vec<ConsumerLatencyRun>,
+    /// Debezium's workers stopped and started again after their drains.
+    pub restarts: Vec<crate::debezium::RestartRun>,
     pub notes: Vec<String>,
 }
 

@@ -89,6 +89,12 @@ pub struct DebeziumOptions {
     /// How long a start may take until the connector streams (a JVM start
     /// and a plugin scan: tens of seconds on a busy 2-core machine).
     pub start_timeout: Duration,
+    /// Connector properties of the caller's own, appended after the
+    /// variant's files (a later line wins): `(name, text)`, the name
+    /// written above them in the filled file. For what the table the
+    /// connector reads needs (the bench's outbox payload is text, not
+    /// JSON: `bench/debezium/connector-bench.properties`).
+    pub connector_overlay: Option<(String, String)>,
 }
 
 impl Default for DebeziumOptions {
@@ -103,6 +109,7 @@ impl Default for DebeziumOptions {
             message_prefixes: vec!["demo".into()],
             dbname: "postgres".into(),
             start_timeout: Duration::from_secs(180),
+            connector_overlay: None,
         }
     }
 }
@@ -182,7 +189,11 @@ impl DebeziumWorker {
         );
         let worker = config::render(&opts.variant.worker_template(), &values)
             .context("filling bench/debezium's worker template")?;
-        let connector = config::render(&opts.variant.connector_template(), &values)
+        let mut connector_template = opts.variant.connector_template();
+        if let Some((name, text)) = &opts.connector_overlay {
+            connector_template.push_str(&format!("\n# ---- appended: {name} ----\n{text}"));
+        }
+        let connector = config::render(&connector_template, &values)
             .context("filling bench/debezium's connector template")?;
         // The connector's file holds the database password.
         crate::tls::write_private_file(&dir.join("worker.properties"), worker.as_bytes())?;
@@ -342,6 +353,21 @@ impl DebeziumWorker {
     /// The JVM's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(WorkerProcess::pid)
+    }
+
+    /// When the running JVM was spawned (the start the timings count
+    /// from).
+    pub fn started_at(&self) -> Option<Instant> {
+        self.process.as_ref().map(WorkerProcess::started)
+    }
+
+    /// The JVM's exit status if it exited by itself (a crash, an
+    /// `OutOfMemoryError`), `None` while it runs or when it does not run.
+    pub fn exited(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        match self.process.as_mut() {
+            Some(p) => p.exit_status(),
+            None => Ok(None),
+        }
     }
 
     /// User + system CPU seconds the running JVM has used since it started
