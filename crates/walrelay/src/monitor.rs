@@ -1,9 +1,9 @@
 //! The periodic publication check beside the stream.
 //!
-//! One task per `walrelay run`, living across sessions, with its own plain
-//! SQL connection (not a walsender: the stream's connection is busy in
-//! CopyBoth mode, and PostgreSQL 18 does not even report a dropped
-//! publication on it). Every `postgres.publication_check_interval` it runs
+//! One task per `walrelay run`, living across sessions, on plain SQL
+//! connections of its own, one per check ([`check_once`] says why; not the
+//! walsender: the stream's connection is busy in CopyBoth mode, and
+//! PostgreSQL 18 does not even report a dropped publication on it). Every `postgres.publication_check_interval` it runs
 //! [`publication::check`] and publishes a [`Report`]; sessions stop on a
 //! drift and confirm nothing past the last vouched position. Each check
 //! also feeds the server's current WAL position to the lag gauge, so
@@ -25,8 +25,7 @@ use crate::metrics::Metrics;
 use crate::publication::{self, PublicationError};
 
 /// A check that takes longer than this (a hanging server, a connection
-/// attempt without connect_timeout) counts as failed; the next one starts
-/// on a fresh connection.
+/// attempt without connect_timeout) counts as failed.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The outcome of one check.
@@ -39,8 +38,8 @@ pub enum Outcome {
     /// The check could not run (connection lost, timeout): vouches for
     /// nothing, so confirmation waits.
     Unavailable(String),
-    /// The server is shutting down or restarting (it ended or refused the
-    /// check's connection with SQLSTATE 57P01, 57P02 or 57P03). No check
+    /// The server is shutting down or restarting (it refused or ended the
+    /// check's connection with SQLSTATE 57P03, 57P01 or 57P02). No check
     /// can vouch for anything until it is back, and a logical walsender
     /// stopping for the shutdown waits for its client to confirm all it
     /// sent: a session that stayed would hold the shutdown (`pg_ctl stop`
@@ -92,14 +91,12 @@ async fn run(
     metrics: Option<Metrics>,
     tx: watch::Sender<Option<Arc<Report>>>,
 ) {
-    let mut conn: Option<ReplicationConnection> = None;
     let mut ticker = tokio::time::interval(config.postgres.publication_check_interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         let started = Instant::now();
-        let outcome = match tokio::time::timeout(CHECK_TIMEOUT, once(&mut conn, &pg, &config)).await
-        {
+        let outcome = match tokio::time::timeout(CHECK_TIMEOUT, check_once(&pg, &config)).await {
             Ok(Ok(checked)) => {
                 if let Some(m) = &metrics {
                     m.set_server_wal_end(checked.wal_lsn);
@@ -112,18 +109,9 @@ async fn run(
                     Err(e) => Outcome::Drift(e),
                 }
             }
-            Ok(Err(e)) if e.is_server_going_away() => {
-                conn = None;
-                Outcome::ServerGoingAway(e.to_string())
-            }
-            Ok(Err(e)) => {
-                conn = None;
-                Outcome::Unavailable(e.to_string())
-            }
-            Err(_) => {
-                conn = None;
-                Outcome::Unavailable(format!("no answer within {CHECK_TIMEOUT:?}"))
-            }
+            Ok(Err(e)) if e.is_server_going_away() => Outcome::ServerGoingAway(e.to_string()),
+            Ok(Err(e)) => Outcome::Unavailable(e.to_string()),
+            Err(_) => Outcome::Unavailable(format!("no answer within {CHECK_TIMEOUT:?}")),
         };
         debug!(?outcome, "publication check");
         if tx
@@ -135,26 +123,15 @@ async fn run(
     }
 }
 
-/// One check, on the connection kept from the last one if it still
-/// works. When the kept connection fails (a shutdown terminated it, an
-/// idle timeout closed it), the check is tried again at once on a new
-/// one, so that a restarting server is told as such now, not a tick later.
-async fn once(
-    conn: &mut Option<ReplicationConnection>,
-    pg: &PgConfig,
-    config: &Config,
-) -> Result<publication::Checked, walrelay_pg::Error> {
-    if let Some(c) = conn {
-        match publication::check(c, config).await {
-            Ok(checked) => return Ok(checked),
-            Err(e) => debug!(error = %e, "the check's kept connection failed; trying a new one"),
-        }
-    }
-    let c = conn.insert(ReplicationConnection::connect_sql(pg).await?);
-    publication::check(c, config).await
-}
-
-/// One check on a connection of its own, for the drain before a stop.
+/// One check on a connection of its own, closed after it: the periodic
+/// checks and the drain before a stop.
+///
+/// Never a connection kept open between checks: an idle client session
+/// holds a smart shutdown (`pg_ctl stop -m smart` waits for every client
+/// session to end) for as long as it stays, and a new connection is how
+/// a check learns that the server is shutting down at all (57P03). One
+/// connection per `publication_check_interval` (2 s by default) costs the
+/// server a backend start, a few milliseconds of CPU.
 pub async fn check_once(
     pg: &PgConfig,
     config: &Config,

@@ -474,7 +474,35 @@ async fn survives_postgres_loss_and_ignores_outbox_deletes() -> Result<()> {
 /// reconnects with backoff and every event arrives exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_postgres_restart_mid_stream_reconnects_and_loses_nothing() -> Result<()> {
-    let mut env = Env::start().await?;
+    restart_mid_stream(ShutdownMode::Fast).await
+}
+
+/// `pg_ctl stop -m smart` while the relay streams: PostgreSQL refuses new
+/// connections and waits for every session to end by itself. Neither the
+/// replication connection nor the publication check's connection may
+/// keep it waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_smart_shutdown_mid_stream_is_not_held_by_the_relay() -> Result<()> {
+    restart_mid_stream(ShutdownMode::Smart).await
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ShutdownMode {
+    Fast,
+    Smart,
+}
+
+impl ShutdownMode {
+    fn flag(self) -> &'static str {
+        match self {
+            ShutdownMode::Fast => "fast",
+            ShutdownMode::Smart => "smart",
+        }
+    }
+}
+
+async fn restart_mid_stream(mode: ShutdownMode) -> Result<()> {
+    let env = Env::start().await?;
     let bootstrap = env.bootstrap();
     let config = env.config(&bootstrap);
     setup::setup(&config).await?;
@@ -493,7 +521,7 @@ async fn a_clean_postgres_restart_mid_stream_reconnects_and_loses_nothing() -> R
         Ok(env.confirmed_flush_lsn("walrelay").await? > start)
     })
     .await?;
-    // An event just before the restart: the relay has it acknowledged by
+    // An event just before the stop: the relay has it acknowledged by
     // Kafka but not yet vouched for by a publication check, so it cannot
     // confirm it, and a stopping walsender waits for its client to confirm
     // everything it sent. The relay must end its session instead of
@@ -501,18 +529,34 @@ async fn a_clean_postgres_restart_mid_stream_reconnects_and_loses_nothing() -> R
     env.client
         .batch_execute("SELECT walrelay.emit('events', 'before', '{\"before\": true}'::jsonb)")
         .await?;
-    let cluster = env.cluster;
+    // This test's own session would hold a smart shutdown: it ends first.
+    let Env {
+        cluster,
+        client,
+        broker,
+    } = env;
+    drop(client);
     let cluster = tokio::task::spawn_blocking(move || -> Result<_> {
-        cluster
-            .restart() // pg_ctl stop -m fast, then start
-            .context(
-                "restarting PostgreSQL while the relay streams (did the relay hold the shutdown?)",
-            )?;
+        match mode {
+            ShutdownMode::Fast => cluster.stop_fast(),
+            ShutdownMode::Smart => cluster.stop_smart(),
+        }
+        .with_context(|| {
+            format!(
+                "pg_ctl stop -m {} while the relay streams (did the relay hold the shutdown?)",
+                mode.flag()
+            )
+        })?;
+        cluster.start_stopped()?;
         Ok(cluster)
     })
     .await??;
-    env.cluster = cluster;
-    env.client = env.cluster.client().await?;
+    let client = cluster.client().await?;
+    let env = Env {
+        cluster,
+        client,
+        broker,
+    };
     env.client
         .batch_execute("SELECT walrelay.emit('events', 'after', '{\"after\": true}'::jsonb)")
         .await?;
@@ -547,7 +591,7 @@ async fn a_clean_postgres_restart_mid_stream_reconnects_and_loses_nothing() -> R
                 || e.contains("closed the connection")),
         "the restart ended a session: {ended:?}"
     );
-    println!("sessions ended by the restart: {ended:?}");
+    println!("sessions ended by the {} restart: {ended:?}", mode.flag());
     check_confirmations_follow_acks(&all)?;
 
     let records = read_until_quiet(&bootstrap, &["events"], Duration::from_secs(1), WAIT).await?;

@@ -126,6 +126,14 @@ impl PgCluster {
         self.stop("fast")
     }
 
+    /// Stops the server with `pg_ctl stop -m smart`: new connections are
+    /// refused and the server waits until every client session has ended
+    /// by itself (replication connections, and clients that hold one
+    /// open, included).
+    pub fn stop_smart(&self) -> anyhow::Result<()> {
+        self.stop("smart")
+    }
+
     /// Stops the server with `pg_ctl stop -m immediate`: no shutdown
     /// checkpoint, the next start runs crash recovery — a simulated crash.
     pub fn stop_immediate(&self) -> anyhow::Result<()> {
