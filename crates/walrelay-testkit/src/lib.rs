@@ -57,6 +57,7 @@ pub mod procstat;
 mod python;
 mod tls;
 mod user;
+mod watched;
 pub mod wire;
 
 use std::future::Future;

@@ -1,8 +1,8 @@
 //! The periodic publication check beside the stream.
 //!
-//! One task per `walrelay run`, living across sessions, on plain SQL
-//! connections of its own, one per check ([`check_once`] says why; not the
-//! walsender: the stream's connection is busy in CopyBoth mode, and
+//! One task per `walrelay run`, living across sessions, on a plain SQL
+//! connection of its own, renewed every few seconds (see
+//! [`CONNECTION_MAX_AGE`]; not the walsender: the stream's connection is busy in CopyBoth mode, and
 //! PostgreSQL 18 does not even report a dropped publication on it). Every `postgres.publication_check_interval` it runs
 //! [`publication::check`] and publishes a [`Report`]; sessions stop on a
 //! drift and confirm nothing past the last vouched position. Each check
@@ -91,12 +91,13 @@ async fn run(
     metrics: Option<Metrics>,
     tx: watch::Sender<Option<Arc<Report>>>,
 ) {
+    let mut conn = KeptConnection::default();
     let mut ticker = tokio::time::interval(config.postgres.publication_check_interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         let started = Instant::now();
-        let outcome = match tokio::time::timeout(CHECK_TIMEOUT, check_once(&pg, &config)).await {
+        let outcome = match tokio::time::timeout(CHECK_TIMEOUT, conn.check(&pg, &config)).await {
             Ok(Ok(checked)) => {
                 if let Some(m) = &metrics {
                     m.set_server_wal_end(checked.wal_lsn);
@@ -111,6 +112,8 @@ async fn run(
             }
             Ok(Err(e)) if e.is_server_going_away() => Outcome::ServerGoingAway(e.to_string()),
             Ok(Err(e)) => Outcome::Unavailable(e.to_string()),
+            // The cancelled check had taken the kept connection: the next
+            // one starts on a new connection.
             Err(_) => Outcome::Unavailable(format!("no answer within {CHECK_TIMEOUT:?}")),
         };
         debug!(?outcome, "publication check");
@@ -123,15 +126,56 @@ async fn run(
     }
 }
 
-/// One check on a connection of its own, closed after it: the periodic
-/// checks and the drain before a stop.
+/// How long the periodic check keeps one SQL connection.
 ///
-/// Never a connection kept open between checks: an idle client session
-/// holds a smart shutdown (`pg_ctl stop -m smart` waits for every client
-/// session to end) for as long as it stays, and a new connection is how
-/// a check learns that the server is shutting down at all (57P03). One
-/// connection per `publication_check_interval` (2 s by default) costs the
-/// server a backend start, a few milliseconds of CPU.
+/// Not for ever: an idle client session holds a smart shutdown
+/// (`pg_ctl stop -m smart` waits for every client session to end by
+/// itself) for as long as it stays open, and only a new connection learns
+/// that the server is shutting down (57P03). Not one per check either: at
+/// the bench's 100 ms interval that would start ten backends a second.
+const CONNECTION_MAX_AGE: Duration = Duration::from_secs(5);
+
+/// The periodic check's connection: kept between checks, replaced when
+/// older than [`CONNECTION_MAX_AGE`] or when it failed.
+#[derive(Default)]
+struct KeptConnection {
+    conn: Option<(ReplicationConnection, Instant)>,
+}
+
+impl KeptConnection {
+    /// One check. When the kept connection fails (a fast shutdown
+    /// terminated it, an idle timeout closed it), the check is tried again
+    /// at once on a new one, so that a server going down is told as such
+    /// now, not a tick later.
+    async fn check(
+        &mut self,
+        pg: &PgConfig,
+        config: &Config,
+    ) -> Result<publication::Checked, walrelay_pg::Error> {
+        if let Some((mut old, opened)) = self.conn.take() {
+            if opened.elapsed() >= CONNECTION_MAX_AGE {
+                let _ = old.close().await;
+            } else {
+                match publication::check(&mut old, config).await {
+                    Ok(checked) => {
+                        self.conn = Some((old, opened));
+                        return Ok(checked);
+                    }
+                    Err(e) => {
+                        debug!(error = %e, "the check's kept connection failed; trying a new one")
+                    }
+                }
+            }
+        }
+        let mut new = ReplicationConnection::connect_sql(pg).await?;
+        let checked = publication::check(&mut new, config).await?;
+        self.conn = Some((new, Instant::now()));
+        Ok(checked)
+    }
+}
+
+/// One check on a connection of its own, closed after it: the drain
+/// before a stop.
 pub async fn check_once(
     pg: &PgConfig,
     config: &Config,

@@ -3,20 +3,18 @@
 //! one file, killed or stopped on demand, and its CPU time and peak
 //! resident memory read from `/proc`.
 //!
-//! The watchdog (`sh`, its stdin a pipe only this process writes to) kills
-//! the JVM when this process ends without dropping the worker (a test
-//! binary that panics in a `static`, or is killed): the kernel closes the
-//! pipe, `read` returns, the JVM dies.
+//! Its watchdog ([`crate::watched`]) kills the JVM when this process ends
+//! without dropping the worker.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use super::home::DebeziumHome;
-use crate::broker::util::kill_child;
+use crate::watched::WatchedChild;
 
 /// The JVM options of Kafka's scripts: `connect-standalone.sh`'s heap
 /// (`KAFKA_HEAP_OPTS`) and `kafka-run-class.sh`'s
@@ -42,10 +40,7 @@ const WATCHDOG: &str = r#"read -r _; kill -9 "$1" 2>/dev/null"#;
 /// A running worker JVM.
 #[derive(Debug)]
 pub(crate) struct WorkerProcess {
-    java: Child,
-    watchdog: Child,
-    /// Held open: the watchdog acts when it closes.
-    _pipe: ChildStdin,
+    java: WatchedChild,
     started: Instant,
 }
 
@@ -90,30 +85,14 @@ impl WorkerProcess {
             .stderr(Stdio::from(out));
         tracing::debug!("starting the Kafka Connect worker: {cmd:?}");
         let started = Instant::now();
-        let mut java = cmd
-            .spawn()
-            .context("starting java for Kafka Connect (is Java 17 installed?)")?;
-        let watchdog = Command::new("sh")
-            .args(["-c", WATCHDOG, "walrelay-connect-watchdog"])
-            .arg(java.id().to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let mut watchdog = match watchdog {
-            Ok(w) => w,
-            Err(e) => {
-                let _ = kill_child(&mut java);
-                return Err(e).context("starting the worker's watchdog (sh)");
-            }
-        };
-        let pipe = watchdog.stdin.take().context("the watchdog's stdin")?;
-        Ok(WorkerProcess {
-            java,
-            watchdog,
-            _pipe: pipe,
-            started,
-        })
+        let java = WatchedChild::spawn(
+            &mut cmd,
+            "java for Kafka Connect",
+            WATCHDOG,
+            "walrelay-connect-watchdog",
+            std::iter::empty::<&str>(),
+        )?;
+        Ok(WorkerProcess { java, started })
     }
 
     /// The JVM's process id.
@@ -128,40 +107,17 @@ impl WorkerProcess {
 
     /// The JVM's exit status, if it exited.
     pub(crate) fn exit_status(&mut self) -> anyhow::Result<Option<ExitStatus>> {
-        Ok(self.java.try_wait()?)
+        self.java.try_wait()
     }
 
     /// SIGKILL, and waits for the JVM to be gone.
-    pub(crate) fn kill(mut self) -> anyhow::Result<()> {
-        // The watchdog first: then the JVM's pid cannot be reused under it.
-        let _ = kill_child(&mut self.watchdog);
-        kill_child(&mut self.java)
+    pub(crate) fn kill(self) -> anyhow::Result<()> {
+        self.java.kill()
     }
 
     /// SIGTERM (Connect stops its tasks and commits their offsets), waits
     /// up to `timeout`, then SIGKILL. Returns whether it exited by itself.
-    pub(crate) fn terminate(mut self, timeout: Duration) -> anyhow::Result<bool> {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.java.id().to_string()])
-            .status()
-            .context("running kill -TERM")?;
-        let mut exited = false;
-        if status.success() {
-            let deadline = Instant::now() + timeout;
-            loop {
-                if self.java.try_wait()?.is_some() {
-                    exited = true;
-                    break;
-                }
-                if Instant::now() >= deadline {
-                    break;
-                }
-                // The JVM's exit cannot be awaited without a second thread
-                // or a pidfd; 20 ms steps keep the stop prompt.
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        self.kill()?;
-        Ok(exited)
+    pub(crate) fn terminate(self, timeout: Duration) -> anyhow::Result<bool> {
+        self.java.terminate(timeout)
     }
 }

@@ -1,21 +1,21 @@
 //! One Apache Kafka node (broker and controller in one JVM): formatting
 //! its storage, the process with a watchdog, and killing it.
 //!
-//! The watchdog (`sh`, its stdin a pipe only this process writes to) kills
-//! the JVM and removes the node's directory when this process ends without
-//! dropping the node, e.g. a test binary exiting with a broker still shared
-//! in a `static`: the kernel closes the pipe, `read` returns, the JVM dies.
+//! Its watchdog ([`crate::watched`]) kills the JVM and removes the node's
+//! directory when this process ends without dropping the node, e.g. a test
+//! binary exiting with a broker still shared in a `static`.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{ExitStatus, Stdio};
 
 use anyhow::{bail, Context};
 
 use super::config::{server_properties, NodePorts};
 use super::home::KafkaHome;
 use super::security::KafkaSecurity;
-use crate::broker::util::{keep_broker, kill_child, last_lines};
+use crate::broker::util::{keep_broker, last_lines};
+use crate::watched::WatchedChild;
 
 /// The JVM heap of a test node.
 const HEAP: &str = "512m";
@@ -78,16 +78,8 @@ pub struct KafkaNode {
     id: usize,
     ports: NodePorts,
     dir: PathBuf,
-    process: Option<Process>,
+    process: Option<WatchedChild>,
     jvm: Jvm,
-}
-
-#[derive(Debug)]
-struct Process {
-    java: Child,
-    watchdog: Child,
-    /// Held open: the watchdog acts when it closes.
-    _pipe: ChildStdin,
 }
 
 impl KafkaNode {
@@ -150,7 +142,7 @@ impl KafkaNode {
 
     /// The JVM's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.process.as_ref().map(|p| p.java.id())
+        self.process.as_ref().map(|p| p.id())
     }
 
     /// The last `n` lines of the node's log.
@@ -215,38 +207,21 @@ impl KafkaNode {
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log));
         tracing::debug!("starting Kafka node {}: {cmd:?}", self.id);
-        let mut java = cmd
-            .spawn()
-            .context("starting java (is Java 17 installed?)")?;
-        let watchdog = Command::new("sh")
-            .args(["-c", WATCHDOG, "walrelay-kafka-watchdog"])
-            .arg(java.id().to_string())
-            .arg(&self.dir)
-            .arg(if keep_broker() { "keep" } else { "remove" })
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let mut watchdog = match watchdog {
-            Ok(w) => w,
-            Err(e) => {
-                let _ = kill_child(&mut java);
-                return Err(e).context("starting the broker's watchdog (sh)");
-            }
-        };
-        let pipe = watchdog.stdin.take().context("the watchdog's stdin")?;
-        self.process = Some(Process {
-            java,
-            watchdog,
-            _pipe: pipe,
-        });
+        let keep = if keep_broker() { "keep" } else { "remove" };
+        self.process = Some(WatchedChild::spawn(
+            &mut cmd,
+            &format!("java for Kafka node {}", self.id),
+            WATCHDOG,
+            "walrelay-kafka-watchdog",
+            [self.dir.as_os_str(), keep.as_ref()],
+        )?);
         Ok(())
     }
 
     /// The JVM's exit status, if it exited; an error when not started.
     pub(crate) fn exit_status(&mut self) -> anyhow::Result<Option<ExitStatus>> {
         match &mut self.process {
-            Some(p) => Ok(p.java.try_wait()?),
+            Some(p) => p.try_wait(),
             None => bail!("node {} is not running", self.id),
         }
     }
@@ -255,31 +230,19 @@ impl KafkaNode {
     /// that hands its partitions' leadership to other brokers first) and
     /// waits for it; SIGKILL after `timeout`. The data stays.
     pub fn terminate(&mut self, timeout: std::time::Duration) -> anyhow::Result<()> {
-        let Some(p) = &mut self.process else {
-            return Ok(());
-        };
-        let status = Command::new("kill")
-            .args(["-TERM", &p.java.id().to_string()])
-            .status()
-            .context("running kill -TERM")?;
-        if status.success() {
-            let deadline = std::time::Instant::now() + timeout;
-            while p.java.try_wait()?.is_none() && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
+        match self.process.take() {
+            Some(p) => p.terminate(timeout).map(|_| ()),
+            None => Ok(()),
         }
-        self.kill()
     }
 
     /// Kills the JVM (SIGKILL) and waits for it; the data stays, so
     /// [`KafkaNode::spawn`] starts it again. No-op when not running.
     pub fn kill(&mut self) -> anyhow::Result<()> {
-        let Some(mut p) = self.process.take() else {
-            return Ok(());
-        };
-        // The watchdog first: then the JVM's pid cannot be reused under it.
-        let _ = kill_child(&mut p.watchdog);
-        kill_child(&mut p.java)
+        match self.process.take() {
+            Some(p) => p.kill(),
+            None => Ok(()),
+        }
     }
 }
 
