@@ -114,7 +114,7 @@ pub async fn main(args: CrashArgs, workspace: &Path) -> Result<()> {
     if args.kills > 0 && args.min_gap > args.max_gap {
         bail!("--min-gap must not exceed --max-gap");
     }
-    if !(args.rate > 0.0) {
+    if args.rate.is_nan() || args.rate <= 0.0 {
         bail!("--rate must be above 0");
     }
     let seed = args.seed.unwrap_or_else(|| {
