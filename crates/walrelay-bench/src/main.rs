@@ -10,6 +10,7 @@
 //! and `bench/results/latest.md`. See `docs/benchmarks.md`.
 
 mod consumer;
+mod crash;
 mod debezium;
 mod drain;
 mod env;
@@ -160,6 +161,17 @@ struct Cli {
     /// A note for the report (repeatable), e.g. what else ran.
     #[arg(long)]
     note: Vec<String>,
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+}
+
+/// Runs other than the benchmark's (which runs without a subcommand).
+#[derive(clap::Subcommand, Debug)]
+enum BenchCommand {
+    /// Issue 24's crash comparison: a live mixed workload while each tool
+    /// (walrelay; Debezium) is killed with kill -9 and restarted, then
+    /// what each put on the wire: lost, duplicated, out of order.
+    Crash(crash::CrashArgs),
 }
 
 /// `--broker-jvm`.
@@ -188,6 +200,9 @@ async fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Some(BenchCommand::Crash(args)) = cli.command {
+        return crash::main(args, Path::new(WORKSPACE)).await;
+    }
     let quick = cli.quick;
     let events = cli.events.unwrap_or(if quick { 5_000 } else { 1_000_000 });
     let large = cli
