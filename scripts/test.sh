@@ -111,7 +111,3 @@ WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${pyt
     --test relay_e2e --test bad_input --test fence --test verify_cli --test exactly_once \
     --test conformance --test short --test three_brokers --test kafka_security --test debezium \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
-
-stage "bench quick" "walrelay-bench --quick on Apache Kafka: every drain, latency and consumer row at small counts (Debezium's tuned variant included), bytes and broker CPU per event (the debug build: this checks the bench's paths, not speed)"
-WALRELAY_KAFKA_HOME="${kafka_home}" cargo run --locked -p walrelay-bench -- \
-    --quick --broker kafka --walrelay-bin target/debug/walrelay --out target/bench-quick
