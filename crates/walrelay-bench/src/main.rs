@@ -90,7 +90,7 @@ struct Cli {
     /// generator can.
     #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000,max")]
     rates: Vec<String>,
-    /// Only these latency modes: plain, dual, wr_msg, wr_outbox, wr_msg_l5,
+    /// Only these latency modes: plain, dual, wr_msg, wr_outbox, wr_msg_l20,
     /// poll_outbox, dbz (default all).
     #[arg(long, value_delimiter = ',')]
     latency_modes: Vec<String>,
@@ -412,7 +412,7 @@ async fn main() -> Result<()> {
             .iter()
             .find(|t| !Mode::ALL.iter().any(|m| m.tag() == t.as_str()))
         {
-            bail!("--latency-modes: no mode {t:?} (plain, dual, wr_msg, wr_outbox, wr_msg_l5, poll_outbox, dbz)");
+            bail!("--latency-modes: no mode {t:?} (plain, dual, wr_msg, wr_outbox, wr_msg_l20, poll_outbox, dbz)");
         }
         let options = latency::LatencyOptions {
             rates: rates.clone(),

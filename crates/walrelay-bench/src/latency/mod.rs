@@ -72,11 +72,10 @@ pub enum Mode {
     WalrelayMessages,
     #[serde(rename = "walrelay, outbox")]
     WalrelayOutbox,
-    /// Messages with `linger.ms=5` (librdkafka's default, walrelay's until
-    /// the A/B in docs/benchmarks.md) instead of walrelay's 20: more,
-    /// smaller produce requests, a lower p50 and a higher p99.
-    #[serde(rename = "walrelay linger.ms=5, messages")]
-    WalrelayMessagesLinger5,
+    /// Messages with `linger.ms=20` instead of the default 5: fewer,
+    /// larger produce requests (see docs/benchmarks.md, latency).
+    #[serde(rename = "walrelay linger.ms=20, messages")]
+    WalrelayMessagesLinger20,
     #[serde(rename = "polling, outbox")]
     PollingOutbox,
     /// Debezium's tuned variant, outbox rows through the Event Router;
@@ -91,7 +90,7 @@ impl Mode {
         Mode::DualWrite,
         Mode::WalrelayMessages,
         Mode::WalrelayOutbox,
-        Mode::WalrelayMessagesLinger5,
+        Mode::WalrelayMessagesLinger20,
         Mode::PollingOutbox,
         Mode::DebeziumOutbox,
     ];
@@ -102,7 +101,7 @@ impl Mode {
             Mode::DualWrite => "dual write: commit, then produce (reference)",
             Mode::WalrelayMessages => "walrelay, messages",
             Mode::WalrelayOutbox => "walrelay, outbox",
-            Mode::WalrelayMessagesLinger5 => "walrelay linger.ms=5, messages",
+            Mode::WalrelayMessagesLinger20 => "walrelay linger.ms=20, messages",
             Mode::PollingOutbox => "polling relay, outbox",
             Mode::DebeziumOutbox => "Debezium tuned, outbox (ack = consumer's receipt)",
         }
@@ -113,7 +112,7 @@ impl Mode {
             Mode::PlainProducer
             | Mode::DualWrite
             | Mode::WalrelayMessages
-            | Mode::WalrelayMessagesLinger5 => Kind::Messages,
+            | Mode::WalrelayMessagesLinger20 => Kind::Messages,
             Mode::WalrelayOutbox | Mode::PollingOutbox | Mode::DebeziumOutbox => Kind::Outbox,
         }
     }
@@ -125,7 +124,7 @@ impl Mode {
             Mode::DualWrite => "dual",
             Mode::WalrelayMessages => "wr_msg",
             Mode::WalrelayOutbox => "wr_outbox",
-            Mode::WalrelayMessagesLinger5 => "wr_msg_l5",
+            Mode::WalrelayMessagesLinger20 => "wr_msg_l20",
             Mode::PollingOutbox => "poll_outbox",
             Mode::DebeziumOutbox => "dbz",
         }
@@ -250,11 +249,11 @@ pub async fn run_mode(
                 Ok(())
             })
         }
-        Mode::WalrelayMessages | Mode::WalrelayOutbox | Mode::WalrelayMessagesLinger5 => {
+        Mode::WalrelayMessages | Mode::WalrelayOutbox | Mode::WalrelayMessagesLinger20 => {
             env.create_slot(&slot).await?;
             let mut c = relay_config(env, &slot, &topic, kafka_properties);
-            if mode == Mode::WalrelayMessagesLinger5 {
-                c.kafka.properties.insert("linger.ms".into(), "5".into());
+            if mode == Mode::WalrelayMessagesLinger20 {
+                c.kafka.properties.insert("linger.ms".into(), "20".into());
             }
             let (trace_tx, mut trace_rx) = mpsc::unbounded_channel();
             let (acks, count) = (wal_acks.clone(), ack_count.clone());

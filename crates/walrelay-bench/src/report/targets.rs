@@ -148,7 +148,7 @@ impl Results {
             let Some(rate) = rate else { continue };
             let rows: Vec<&LatencySummary> = lat
                 .iter()
-                // The target is about the defaults: the linger.ms=5 row is
+                // The target is about the defaults: the linger.ms=20 row is
                 // reported, not judged.
                 .filter(|l| {
                     l.target_rate == Some(rate)

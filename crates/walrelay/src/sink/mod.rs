@@ -283,8 +283,7 @@ impl KafkaSink {
     /// Queued records still wait out `linger.ms`: rdkafka 0.39 implements
     /// flush as repeated `rd_kafka_flush(0)` calls plus polling, so
     /// librdkafka's "ignore linger while flushing" lasts only for each
-    /// instant call: a flush takes up to one `linger.ms` longer (20 ms by
-    /// default), which only a stop waits for.
+    /// instant call. With the default `linger.ms=5` that does not matter.
     pub async fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
         let producer = Arc::clone(&self.producer);
         tokio::task::spawn_blocking(move || match producer.flush(timeout) {
