@@ -31,10 +31,15 @@ pub const DEFAULT_MESSAGE_TIMEOUT_MS: u32 = 30_000;
 
 /// Throughput defaults, each overridable by the user (under any alias).
 ///
-/// - `linger.ms=5`: librdkafka's own default, stated explicitly. Long enough
-///   to fill batches under load, short enough that a quiet stream is not
-///   delayed (a 20 ms linger has been measured to cap small-batch relays at
-///   a few thousand events per second).
+/// - `linger.ms=5`: librdkafka's own default (and Kafka 4's Java
+///   producer's), stated explicitly. Measured A/B on Apache Kafka
+///   (docs/benchmarks.md, "Lever: librdkafka's `linger.ms` on Kafka"), 20
+///   ms drains backlogs 8-30 % faster at 18-20 % less relay CPU per event,
+///   but doubles the commit-to-ack median at live load (about 18 ms
+///   against 8) and its p99 was lower in one run and higher in the next:
+///   a trade, not a win, so the default keeps the median low and the docs
+///   offer 20 ms to deployments that drain large backlogs or run at high
+///   rates.
 /// - `batch.num.messages=10000`: up to 10k records per partition batch;
 ///   `batch.size` (1 MB) usually binds first for larger records.
 /// - `compression.codec=none`: only gzip is compiled in (libz), and gzip
