@@ -6,25 +6,14 @@
 //! order on the wire; Debezium must lose nothing (it is at-least-once: its
 //! duplicates are reported, not judged).
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-fn walrelay_binary() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    target.join("debug/walrelay")
-}
+mod support;
 
 #[test]
 fn crash_comparison_with_two_kills_of_each_relay() {
-    let walrelay = walrelay_binary();
-    assert!(
-        walrelay.is_file(),
-        "{} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)",
-        walrelay.display()
-    );
+    let walrelay = support::walrelay_binary();
     let out = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
     let status = Command::new(env!("CARGO_BIN_EXE_walrelay-bench"))

@@ -1,27 +1,16 @@
 //! CI smoke test of the end-to-end bench: `walrelay-bench --quick` with the
 //! debug `walrelay` binary (built by `scripts/test.sh` before the tests)
 //! writes a report in which every tool relayed something, Debezium's tuned
-//! variant included (on one workload of each kind) (installed by `scripts/install-debezium.sh`, which
-//! `scripts/test.sh` runs first).
+//! variant included, on one workload of each kind (installed by
+//! `scripts/install-debezium.sh`, which `scripts/test.sh` runs first).
 
-use std::path::PathBuf;
 use std::process::Command;
 
-fn walrelay_binary() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    target.join("debug/walrelay")
-}
+mod support;
 
 #[test]
 fn quick_mode_writes_a_report_with_every_tool() {
-    let walrelay = walrelay_binary();
-    assert!(
-        walrelay.is_file(),
-        "{} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)",
-        walrelay.display()
-    );
+    let walrelay = support::walrelay_binary();
     let out = tempfile::tempdir().unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_walrelay-bench"))
         .arg("--quick")

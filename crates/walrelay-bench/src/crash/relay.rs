@@ -4,13 +4,14 @@
 //! `kill -9` and stop, and their cost summed over every process.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use tokio_postgres::Client;
 use walrelay_testkit::DebeziumWorker;
 
+use crate::debezium::spawn_walrelay;
 use crate::procstat;
 
 /// How long a walrelay start may take to hold its slot.
@@ -44,21 +45,7 @@ impl WalrelayProcess {
         if self.child.is_some() {
             bail!("walrelay is still running");
         }
-        let logf = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .with_context(|| format!("opening {}", self.log.display()))?;
-        let child = Command::new(&self.bin)
-            .arg("--config")
-            .arg(&self.config)
-            .args(["--log", "warn"])
-            .arg("run")
-            .stdin(Stdio::null())
-            .stdout(logf.try_clone()?)
-            .stderr(logf)
-            .spawn()
-            .with_context(|| format!("starting {}", self.bin.display()))?;
+        let child = spawn_walrelay(&self.bin, &self.config, &self.log)?;
         self.child = Some(child);
         let deadline = Instant::now() + WALRELAY_START_TIMEOUT;
         loop {

@@ -37,6 +37,7 @@ mod walrelay_start;
 pub mod watch;
 
 pub use drain::{drain_workload, LatencyWorker};
+pub(crate) use walrelay_start::spawn_walrelay;
 pub use walrelay_start::WalrelayStart;
 
 /// The publication of every Debezium run (its own, not walrelay's

@@ -4,8 +4,8 @@
 //! then SIGTERM, one more event committed while it is down, and a spawn
 //! on the same slot until that one is there.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -92,21 +92,8 @@ impl Prepared {
             tokio::task::spawn_blocking(move || current_end_offsets(&b, &t)).await??
         };
         let watch = TopicWatch::start(&bootstrap, &self.topic, base.clone())?;
-        let logf = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)?;
         let t0 = Instant::now();
-        let mut child = Command::new(&self.bin)
-            .arg("--config")
-            .arg(&self.config)
-            .args(["--log", "warn"])
-            .arg("run")
-            .stdin(Stdio::null())
-            .stdout(logf.try_clone()?)
-            .stderr(logf)
-            .spawn()
-            .with_context(|| format!("starting {}", self.bin.display()))?;
+        let mut child = spawn_walrelay(&self.bin, &self.config, &self.log)?;
         let log = &self.log;
         let result = await_event(
             &bootstrap,
@@ -137,4 +124,25 @@ impl Prepared {
             term.success() && status.success(),
         ))
     }
+}
+
+/// `walrelay --config CONFIG --log warn run`, its output appended to
+/// `log`: the relay as a user runs it, for the start, restart and crash
+/// runs.
+pub(crate) fn spawn_walrelay(bin: &Path, config: &Path, log: &Path) -> Result<Child> {
+    let logf = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    Command::new(bin)
+        .arg("--config")
+        .arg(config)
+        .args(["--log", "warn"])
+        .arg("run")
+        .stdin(Stdio::null())
+        .stdout(logf.try_clone()?)
+        .stderr(logf)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))
 }
