@@ -16,13 +16,17 @@
 //! 4. Once Debezium's marker record is in Kafka, Debezium is stopped
 //!    (SIGTERM) and walrelay starts. Rows keep coming all along; those
 //!    after the switch wait in walrelay's slot until it runs.
+//! 5. And back: outbox writes held by the lock until walrelay has
+//!    confirmed past them, walrelay stopped, the table back in Debezium's
+//!    publication, Debezium started again on its own offsets.
 //!
 //! Then every record of the outbox topics is read back: each committed
-//! row exactly once, each writer's rows first all Debezium's then all
-//! walrelay's, the marker once and from Debezium, in every partition
-//! Debezium's records before walrelay's and an aggregate on one
-//! partition, and walrelay's records in the same topic with the same key, `id` and `type` headers and value
-//! as Debezium's, plus walrelay's increasing idempotency keys.
+//! row exactly once; each writer's rows all Debezium's, then all
+//! walrelay's, then all Debezium's again, never a transaction split; the
+//! marker once, from Debezium; in every partition the relays' records in
+//! that order and an aggregate on one partition; walrelay's records in
+//! the same topic with the same key, `id` and `type` headers and value as
+//! Debezium's, plus walrelay's increasing idempotency keys.
 //!
 //! Apache Kafka only (`WALRELAY_BROKER=kafka`, `WALRELAY_KAFKA_HOME`) and
 //! Debezium's install (`scripts/install-debezium.sh`, or
@@ -59,7 +63,8 @@ const MARKER_ID: &str = "cutover-marker-1";
 const WAIT: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_millis(100);
 /// Rows each phase must see committed before the test moves on, so that
-/// every phase (Debezium alone, both slots, after the switch) has rows.
+/// every phase (Debezium alone, both slots, walrelay, Debezium again) has
+/// rows.
 const ROWS_PER_PHASE: usize = 30;
 
 /// The switch: one transaction that waits for the outbox's in-flight
@@ -225,7 +230,12 @@ async fn cutover_from_debezium_event_router_loses_and_duplicates_nothing() -> Re
     let mut writers = Vec::new();
     for name in ["a", "b"] {
         let client = env.cluster.client().await?;
-        writers.push(tokio::spawn(write(client, name, stop_rx.clone(), count.clone())));
+        writers.push(tokio::spawn(write(
+            client,
+            name,
+            stop_rx.clone(),
+            count.clone(),
+        )));
     }
     read_topics(&bootstrap, &topic_refs, ROWS_PER_PHASE, WAIT)
         .await
@@ -243,11 +253,19 @@ async fn cutover_from_debezium_event_router_loses_and_duplicates_nothing() -> Re
             .join("; ")
     );
     let slot_at = env.confirmed_flush_lsn("walrelay").await?;
-    await_count(&count, count.load(Ordering::SeqCst) + ROWS_PER_PHASE, "both slots").await?;
+    await_count(
+        &count,
+        count.load(Ordering::SeqCst) + ROWS_PER_PHASE,
+        "both slots",
+    )
+    .await?;
 
     // 3. The switch.
     let switch = Instant::now();
-    env.client.batch_execute(SWITCH_SQL).await.context("the switch")?;
+    env.client
+        .batch_execute(SWITCH_SQL)
+        .await
+        .context("the switch")?;
     let switched_at = env.current_wal_lsn().await?;
     println!(
         "switch committed in {:?}; walrelay's slot from {slot_at}, switch before {switched_at}",
@@ -272,12 +290,64 @@ async fn cutover_from_debezium_event_router_loses_and_duplicates_nothing() -> Re
         debezium.log_tail(30)
     );
     println!(
-        "marker read {marker_seen:?} after the switch; Debezium stopped {:?} after it",
+        "marker read {marker_seen:?} after the switch; Debezium stopped {:?} after the switch",
         switch.elapsed()
     );
     let (stop_relay, relay_rx) = watch::channel(false);
     let relay = tokio::spawn(pipeline::run(walrelay_config(&env, true), relay_rx, None));
-    await_count(&count, count.load(Ordering::SeqCst) + ROWS_PER_PHASE, "walrelay").await?;
+    await_count(
+        &count,
+        count.load(Ordering::SeqCst) + ROWS_PER_PHASE,
+        "walrelay",
+    )
+    .await?;
+
+    // 5. And back (docs/operations.md, "Rolling back"): outbox writes held
+    // by a lock while walrelay confirms past them and stops, the table
+    // back in Debezium's publication, Debezium started again.
+    let back = Instant::now();
+    let hold = env.cluster.client().await?;
+    hold.batch_execute(
+        "BEGIN; SET LOCAL lock_timeout = '10s'; LOCK TABLE public.outbox IN EXCLUSIVE MODE;",
+    )
+    .await?;
+    let held_at: String = hold
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .await?
+        .get(0);
+    let (client, lsn) = (&env.client, held_at.as_str());
+    await_condition(WAIT, POLL, move || async move {
+        let row = client
+            .query_one(
+                "SELECT confirmed_flush_lsn >= $1::text::pg_lsn FROM pg_replication_slots \
+                 WHERE slot_name = 'walrelay'",
+                &[&lsn],
+            )
+            .await?;
+        Ok(row.get::<_, bool>(0))
+    })
+    .await
+    .with_context(|| format!("walrelay confirming past {held_at}"))?;
+    stop_relay.send(true)?;
+    relay.await??;
+    hold.batch_execute(
+        "ALTER PUBLICATION walrelay DROP TABLE public.outbox;
+         ALTER PUBLICATION debezium ADD TABLE public.outbox;
+         COMMIT;",
+    )
+    .await?;
+    println!("way back: outbox writes held {:?}", back.elapsed());
+    let restarted = debezium.restart().await?;
+    println!(
+        "Debezium streaming again {:?} after its restart",
+        restarted.streaming
+    );
+    await_count(
+        &count,
+        count.load(Ordering::SeqCst) + ROWS_PER_PHASE,
+        "Debezium again",
+    )
+    .await?;
     stop_writers.send(true)?;
     let mut committed = Vec::new();
     for w in writers {
@@ -294,17 +364,24 @@ async fn cutover_from_debezium_event_router_loses_and_duplicates_nothing() -> Re
         .await
         .context("every committed row")?;
     let records = read_until_quiet(&bootstrap, &all_topics, Duration::from_secs(2), WAIT).await?;
-    stop_relay.send(true)?;
-    relay.await??;
+    ensure!(
+        debezium.stop()?,
+        "Debezium did not stop on SIGTERM\n{}",
+        debezium.log_tail(30)
+    );
 
-    check(&committed, &records)?;
+    check(
+        &committed,
+        &records,
+        &[Relay::Debezium, Relay::Walrelay, Relay::Debezium],
+    )?;
     println!("done {:?} after the test began", began.elapsed());
     Ok(())
 }
 
 /// The test's assertions over the writers' transactions and every record
 /// read back.
-fn check(committed: &[Committed], records: &[ConsumedRecord]) -> Result<()> {
+fn check(committed: &[Committed], records: &[ConsumedRecord], phases: &[Relay]) -> Result<()> {
     let marker = Row {
         id: MARKER_ID.into(),
         aggregatetype: MARKER_TYPE.into(),
@@ -331,11 +408,19 @@ fn check(committed: &[Committed], records: &[ConsumedRecord]) -> Result<()> {
             .with_context(|| format!("record of an event never committed: {r:?}"))?;
         let relay = relay_of(r)?;
         if let Some(first) = by_id.insert(row.id.as_str(), relay) {
-            bail!("event {id} arrived twice: from {first:?}, then from {relay:?} ({r:?})");
+            bail!(
+                "event {id} arrived twice: from {first:?}, then from {relay:?} ({} partition {} offset {})",
+                r.topic,
+                r.partition,
+                r.offset
+            );
         }
         check_shape(row, r).with_context(|| format!("{relay:?}'s record of {id}"))?;
     }
-    let missing: Vec<&&str> = expected.keys().filter(|id| !by_id.contains_key(*id)).collect();
+    let missing: Vec<&&str> = expected
+        .keys()
+        .filter(|id| !by_id.contains_key(*id))
+        .collect();
     ensure!(missing.is_empty(), "events lost: {missing:?}");
     ensure!(
         by_id[MARKER_ID] == Relay::Debezium,
@@ -343,7 +428,7 @@ fn check(committed: &[Committed], records: &[ConsumedRecord]) -> Result<()> {
     );
 
     // Per writer (commit order): all of a transaction from one relay, and
-    // Debezium's transactions strictly before walrelay's.
+    // the relays in the order of the phases, each phase with transactions.
     for writer in committed {
         let relays: Vec<Relay> = writer
             .iter()
@@ -352,26 +437,19 @@ fn check(committed: &[Committed], records: &[ConsumedRecord]) -> Result<()> {
                 ensure!(
                     tx.iter().all(|r| by_id[r.id.as_str()] == first),
                     "a transaction split between the relays: {:?}",
-                    tx.iter().map(|r| (&r.id, by_id[r.id.as_str()])).collect::<Vec<_>>()
+                    tx.iter()
+                        .map(|r| (&r.id, by_id[r.id.as_str()]))
+                        .collect::<Vec<_>>()
                 );
                 Ok(first)
             })
             .collect::<Result<_>>()?;
+        let runs = runs(&relays);
         ensure!(
-            relays.windows(2).all(|w| w[0] <= w[1]),
-            "a walrelay transaction before a Debezium one: {relays:?}"
+            runs.iter().map(|(r, _)| *r).eq(phases.iter().copied()),
+            "a writer's transactions went {runs:?}, not through {phases:?} in turn"
         );
-        let dbz = relays.iter().filter(|r| **r == Relay::Debezium).count();
-        ensure!(
-            dbz > 0 && dbz < relays.len(),
-            "one relay had all of a writer's {} transactions (Debezium {dbz})",
-            relays.len()
-        );
-        println!(
-            "writer: {} transactions, {dbz} through Debezium, {} through walrelay",
-            relays.len(),
-            relays.len() - dbz
-        );
+        println!("writer: {} transactions: {runs:?}", relays.len());
     }
 
     // Both relays hash the key with murmur2 (Kafka's Java producer and
@@ -380,7 +458,9 @@ fn check(committed: &[Committed], records: &[ConsumedRecord]) -> Result<()> {
     let mut partition_of: BTreeMap<(&str, &[u8]), i32> = BTreeMap::new();
     for r in records {
         let key = r.key.as_deref().unwrap_or_default();
-        let p = *partition_of.entry((r.topic.as_str(), key)).or_insert(r.partition);
+        let p = *partition_of
+            .entry((r.topic.as_str(), key))
+            .or_insert(r.partition);
         ensure!(
             p == r.partition,
             "key {:?} of {} in partitions {p} and {} ({:?})",
@@ -391,34 +471,46 @@ fn check(committed: &[Committed], records: &[ConsumedRecord]) -> Result<()> {
         );
     }
 
-    // In every partition Debezium's records come first: an aggregate's
-    // events stay in commit order across the switch.
+    // In every partition the relays' records come in the order of the
+    // phases: an aggregate's events stay in commit order across a switch.
     let mut ordered: Vec<&ConsumedRecord> = records.iter().collect();
     ordered.sort_by_key(|r| (r.topic.clone(), r.partition, r.offset));
-    for pair in ordered.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
-        if (a.topic.as_str(), a.partition) == (b.topic.as_str(), b.partition) {
-            ensure!(
-                relay_of(a)? <= relay_of(b)?,
-                "{} partition {}: Debezium's record at offset {} after walrelay's at {}",
-                a.topic,
-                a.partition,
-                b.offset,
-                a.offset
-            );
-        }
+    for partition in ordered.chunk_by(|a, b| (&a.topic, a.partition) == (&b.topic, b.partition)) {
+        let relays: Vec<Relay> = partition
+            .iter()
+            .map(|r| relay_of(r))
+            .collect::<Result<_>>()?;
+        let runs = runs(&relays);
+        let mut rest = phases.iter();
+        ensure!(
+            runs.iter().all(|(r, _)| rest.any(|p| p == r)),
+            "{} partition {}: the relays' records went {runs:?}, not in the order {phases:?}",
+            partition[0].topic,
+            partition[0].partition
+        );
     }
 
     // walrelay's keys increase within each partition: what a consumer's
     // high-water mark relies on.
     let mut last: BTreeMap<(&str, i32), EventKey> = BTreeMap::new();
-    for r in ordered.into_iter().filter(|r| relay_of(r).ok() == Some(Relay::Walrelay)) {
+    for r in ordered
+        .into_iter()
+        .filter(|r| relay_of(r).ok() == Some(Relay::Walrelay))
+    {
         let key = support::key_of(r);
         if let Some(prev) = last.insert((r.topic.as_str(), r.partition), key) {
             ensure!(key > prev, "walrelay key {key} after {prev} in {}", r.topic);
         }
     }
     Ok(())
+}
+
+/// Runs of the same relay: (relay, length).
+fn runs(relays: &[Relay]) -> Vec<(Relay, usize)> {
+    relays
+        .chunk_by(|a, b| a == b)
+        .map(|run| (run[0], run.len()))
+        .collect()
 }
 
 /// walrelay's records carry its idempotency key; Debezium's do not.
