@@ -45,7 +45,6 @@ use tokio::sync::watch;
 use walrelay::config::{Config, OutboxConfig};
 use walrelay::key::EventKey;
 use walrelay::pipeline;
-use walrelay::setup;
 use walrelay_testkit::{
     await_condition, read_topics, read_until_quiet, BrokerKind, ConsumedRecord, DebeziumOptions,
     DebeziumWorker, Variant,
@@ -176,7 +175,7 @@ async fn await_count(count: &AtomicUsize, target: usize, what: &str) -> Result<(
 /// walrelay's configuration for Event Router-compatible output: the
 /// defaults already are (topic `outbox.event.{aggregatetype}`, key
 /// `aggregateid`, headers `id` and `type`, value `payload`).
-fn walrelay_config(env: &Env, with_outbox: bool) -> Config {
+fn walrelay_config(env: &Env) -> Config {
     let mut c = Config::default();
     c.postgres.url = format!(
         "{}?sslmode=disable",
@@ -185,13 +184,11 @@ fn walrelay_config(env: &Env, with_outbox: bool) -> Config {
     c.postgres.status_interval = Duration::from_millis(200);
     c.kafka.bootstrap_servers = env.bootstrap();
     c.relay.max_backoff = Duration::from_millis(500);
-    if with_outbox {
-        c.outbox.push(OutboxConfig {
-            table: "public.outbox".into(),
-            topic: "outbox.event.{aggregatetype}".into(),
-            columns: Default::default(),
-        });
-    }
+    c.outbox.push(OutboxConfig {
+        table: "public.outbox".into(),
+        topic: "outbox.event.{aggregatetype}".into(),
+        columns: Default::default(),
+    });
     c
 }
 
@@ -243,14 +240,23 @@ async fn cutover_from_debezium_event_router_loses_and_duplicates_nothing() -> Re
 
     // 2. walrelay's publication (no tables) and slot, Debezium still
     // relaying; rows committed after the slot exists.
-    let steps = setup::setup(&walrelay_config(&env, false)).await?;
-    println!(
-        "walrelay setup without [[outbox]]: {}",
-        steps
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
+    // The command docs/operations.md gives: flags only, no [[outbox]].
+    let setup = tokio::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .env_remove("WALRELAY_CONFIG")
+        .args(["--postgres-url", &walrelay_config(&env).postgres.url])
+        .args(["--slot", "walrelay", "--publication", "walrelay", "setup"])
+        .output()
+        .await?;
+    ensure!(
+        setup.status.success(),
+        "walrelay setup: {}{}",
+        String::from_utf8_lossy(&setup.stdout),
+        String::from_utf8_lossy(&setup.stderr)
+    );
+    print!(
+        "walrelay setup:\n{}{}",
+        String::from_utf8_lossy(&setup.stdout),
+        String::from_utf8_lossy(&setup.stderr)
     );
     let slot_at = env.confirmed_flush_lsn("walrelay").await?;
     await_count(
@@ -294,7 +300,7 @@ async fn cutover_from_debezium_event_router_loses_and_duplicates_nothing() -> Re
         switch.elapsed()
     );
     let (stop_relay, relay_rx) = watch::channel(false);
-    let relay = tokio::spawn(pipeline::run(walrelay_config(&env, true), relay_rx, None));
+    let relay = tokio::spawn(pipeline::run(walrelay_config(&env), relay_rx, None));
     await_count(
         &count,
         count.load(Ordering::SeqCst) + ROWS_PER_PHASE,
@@ -315,6 +321,11 @@ async fn cutover_from_debezium_event_router_loses_and_duplicates_nothing() -> Re
         .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
         .await?
         .get(0);
+    // A commit record after it, so the walsender moves past it at once
+    // (an idle database's next WAL record may be 15 s away).
+    env.client
+        .batch_execute("SELECT pg_current_xact_id()")
+        .await?;
     let (client, lsn) = (&env.client, held_at.as_str());
     await_condition(WAIT, POLL, move || async move {
         let row = client
