@@ -1,10 +1,11 @@
 //! CI smoke test of the crash comparison: `walrelay-bench crash` with two
 //! `kill -9` of each relay (walrelay, the debug binary built by
 //! `scripts/test.sh` before the tests; Debezium's tuned worker, installed
-//! by `scripts/install-debezium.sh`) on Apache Kafka (`WALRELAY_KAFKA_HOME`).
-//! walrelay must lose nothing and put no duplicate and nothing out of
-//! order on the wire; Debezium must lose nothing (it is at-least-once: its
-//! duplicates are reported, not judged).
+//! by `scripts/install-debezium.sh`, standalone and distributed with Kafka
+//! Connect's exactly-once source support) on Apache Kafka
+//! (`WALRELAY_KAFKA_HOME`). walrelay must lose nothing and put no
+//! duplicate and nothing out of order on the wire; Debezium must lose
+//! nothing (its duplicates are reported, not judged).
 
 use std::process::Command;
 use std::time::Instant;
@@ -12,7 +13,7 @@ use std::time::Instant;
 mod support;
 
 #[test]
-fn crash_comparison_with_two_kills_of_each_relay() {
+fn crash_comparison_with_two_kills_of_each_relay_and_worker_mode() {
     let walrelay = support::walrelay_binary();
     let out = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
@@ -20,7 +21,7 @@ fn crash_comparison_with_two_kills_of_each_relay() {
         .arg("crash")
         .args(["--kills", "2", "--seed", "24", "--rate", "50"])
         .args(["--min-gap", "1s", "--max-gap", "3s", "--settle", "60s"])
-        .args(["--tools", "walrelay,debezium"])
+        .args(["--tools", "walrelay,debezium,debezium_eos"])
         .arg("--walrelay-bin")
         .arg(&walrelay)
         .arg("--out")
@@ -52,7 +53,7 @@ fn crash_comparison_with_two_kills_of_each_relay() {
             .find(|r| r["tool"] == tool)
             .unwrap_or_else(|| panic!("no {tool} run: {text}"))
     };
-    for tool in ["walrelay", "debezium"] {
+    for tool in ["walrelay", "debezium", "debezium_eos"] {
         let r = run(tool);
         let c = &r["counts"];
         assert_eq!(r["kills"].as_array().unwrap().len(), 2, "{tool}: {r}");
@@ -70,7 +71,9 @@ fn crash_comparison_with_two_kills_of_each_relay() {
     assert_eq!(w["records"], w["committed"], "{w}");
     let md = std::fs::read_to_string(report.with_extension("md")).unwrap();
     assert!(
-        md.contains("| walrelay | 2 |") && md.contains("| debezium | 2 |"),
+        ["walrelay", "debezium", "debezium_eos"]
+            .iter()
+            .all(|t| md.contains(&format!("| {t} | 2 |"))),
         "{md}"
     );
 }

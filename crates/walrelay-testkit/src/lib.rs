@@ -74,7 +74,9 @@ pub use cluster::{
     Auth, ClusterOptions, PasswordMethod, PgCluster, HOST, KEEP_CLUSTER_ENV, SUPERUSER,
 };
 pub use db::{outbox_table, OutboxKeys, TestDb, BUSY_TABLE};
-pub use debezium::{DebeziumHome, DebeziumOptions, DebeziumWorker, StartTimings, Variant};
+pub use debezium::{
+    DebeziumHome, DebeziumOptions, DebeziumWorker, Delivery, StartTimings, Variant,
+};
 pub use kafka::{
     partition_count, read_topics, read_until_quiet, relay_headers, ConsumedRecord, EXTRA_READ_GRACE,
 };

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use walrelay_testkit::{BrokerKind, DebeziumWorker, Jvm, Variant};
+use walrelay_testkit::{BrokerKind, DebeziumWorker, Delivery, Jvm, Variant};
 
 mod load;
 mod relay;
@@ -83,6 +83,8 @@ pub struct CrashArgs {
 pub enum CrashTool {
     Walrelay,
     Debezium,
+    /// Named as in `results.json`.
+    #[value(name = "debezium_eos")]
     DebeziumEos,
 }
 
@@ -166,13 +168,9 @@ pub async fn main(args: CrashArgs, workspace: &Path) -> Result<()> {
             CrashTool::Walrelay => {
                 walrelay_run(&env, &bin, scratch.path(), first_seq, &settings, &mut rng).await
             }
-            CrashTool::Debezium => debezium_run(&env, first_seq, &settings, &mut rng).await,
-            CrashTool::DebeziumEos => Err(anyhow::anyhow!(
-                "not run: the KIP-618 row (a distributed Kafka Connect worker with \
-                 exactly.once.source.support=enabled, the connector created over REST with \
-                 exactly.once.support=required) is not implemented yet; see the crash section \
-                 of docs/benchmarks.md for what is known"
-            )),
+            CrashTool::Debezium | CrashTool::DebeziumEos => {
+                debezium_run(&env, tool, first_seq, &settings, &mut rng).await
+            }
         };
         match result {
             Ok(r) => {
@@ -234,25 +232,32 @@ async fn walrelay_run(
     .await
 }
 
+/// Debezium, tuned: `debezium` on a standalone worker (at least once),
+/// `debezium_eos` on a distributed worker with Kafka Connect's
+/// exactly-once source support (KIP-618). Each has its own slot and
+/// message topic; the Event Router's outbox topic is shared, each read
+/// from its own start offsets.
 async fn debezium_run(
     env: &BenchEnv,
+    tool: CrashTool,
     first_seq: u64,
     settings: &Settings,
     rng: &mut Rng,
 ) -> Result<run::ToolRun> {
-    let slot = "crash_dt".to_owned();
-    let prefix = "crash.dt";
-    let mut opts = crate::debezium::options(Variant::Tuned, "crash-dt", &slot, prefix);
+    let (slot, name, prefix, delivery) = match tool {
+        CrashTool::DebeziumEos => ("crash_de", "crash-de", "crash.de", Delivery::ExactlyOnce),
+        _ => ("crash_dt", "crash-dt", "crash.dt", Delivery::AtLeastOnce),
+    };
+    let mut opts = crate::debezium::options(Variant::Tuned, name, slot, prefix);
+    opts.delivery = delivery;
     opts.start_timeout = Duration::from_secs(600);
     let msg = format!("{prefix}.message");
     let outbox = crate::debezium::OUTBOX_TOPIC.to_owned();
-    env.create_slot(&slot).await?;
-    // The outbox topic is shared by the Debezium rows (an existing topic
-    // is left as it is); each reads from its own start offsets.
+    env.create_slot(slot).await?;
     env.create_topic(&msg)?;
     env.create_topic(&outbox)?;
     let target = Target {
-        slot,
+        slot: slot.to_owned(),
         topics: vec![(msg, Kind::Messages), (outbox, Kind::Outbox)],
         writer: Writer::Debezium,
     };
@@ -260,16 +265,7 @@ async fn debezium_run(
         let w = DebeziumWorker::start(&env.cluster, &env.bootstrap(), opts).await?;
         Ok(Relay::Debezium(Box::new(w)))
     };
-    run_tool(
-        env,
-        CrashTool::Debezium,
-        target,
-        first_seq,
-        settings,
-        rng,
-        start,
-    )
-    .await
+    run_tool(env, tool, target, first_seq, settings, rng, start).await
 }
 
 /// walrelay's configuration: the slot, the bench's publication, the raw

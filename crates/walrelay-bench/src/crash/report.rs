@@ -151,7 +151,7 @@ impl CrashReport {
         for r in &self.runs {
             let _ = writeln!(
                 m,
-                "\n**{}**: slot `{}`, topics {:?}, first start {:.1} s, workload {:.0} s ({} transactions, {} messages, {} outbox rows), drain after it {:.1} s, final stop {}, the most records of one event {}, records of no event of the run {}. Kills at (s, events committed): {}.",
+                "\n**{}**: slot `{}`, topics {:?}, first start {:.1} s, workload {:.0} s ({} transactions, {} messages, {} outbox rows), drain after it {:.1} s, final stop {}, duplicates {} of messages and {} of outbox rows, the most records of one event {}, records of no event of the run {}. Kills at (s, events committed): {}.",
                 r.tool,
                 r.slot,
                 r.topics,
@@ -162,6 +162,8 @@ impl CrashReport {
                 r.outbox_rows,
                 r.drain_s,
                 if r.stopped_cleanly { "clean" } else { "killed after 30 s" },
+                r.counts.duplicate_messages,
+                r.counts.duplicate_outbox_rows,
                 r.counts.max_copies,
                 r.counts.other,
                 r.kills

@@ -188,7 +188,8 @@ where
     tokio::task::block_in_place(|| reader.read_to_end(&bootstrap, Duration::from_secs(120)))?;
     drop(relay);
     crate::debezium::drop_slot_when_free(env, &target.slot).await?;
-    let counts = analyse(&reader.records, &committed.seqs);
+    let kinds: Vec<Kind> = target.topics.iter().map(|(_, k)| *k).collect();
+    let counts = analyse(&reader.records, &committed.seqs, &kinds);
     Ok(ToolRun {
         tool,
         slot: target.slot,

@@ -9,7 +9,8 @@
 //! * **records**: records carrying an event of the run (a record carrying
 //!   none is counted apart as `other`, and should be 0).
 //! * **lost**: committed events with no record at all.
-//! * **duplicates**: records beyond one per event (`records - distinct`).
+//! * **duplicates**: records beyond one per event (`records - distinct`),
+//!   also split by what the event is (a logical message, an outbox row).
 //! * **events applied twice**: events with two or more records: what a
 //!   consumer without deduplication (it applies every record it reads,
 //!   once) applies more than once; the extra applications are the
@@ -186,6 +187,10 @@ pub struct WireCounts {
     pub distinct: u64,
     pub lost: u64,
     pub duplicates: u64,
+    /// Of the duplicates, those of logical messages.
+    pub duplicate_messages: u64,
+    /// Of the duplicates, those of outbox rows.
+    pub duplicate_outbox_rows: u64,
     pub events_applied_twice: u64,
     /// The most records one event had.
     pub max_copies: u64,
@@ -200,8 +205,9 @@ impl WireCounts {
 }
 
 /// Counts `records` (in offset order per partition) against the
-/// `committed` sequence numbers.
-pub fn analyse(records: &[WireRecord], committed: &[u64]) -> WireCounts {
+/// `committed` sequence numbers; `kinds` says what each topic (by index)
+/// holds.
+pub fn analyse(records: &[WireRecord], committed: &[u64], kinds: &[Kind]) -> WireCounts {
     let committed_set: HashSet<u64> = committed.iter().copied().collect();
     let mut c = WireCounts {
         committed: committed.len() as u64,
@@ -216,7 +222,15 @@ pub fn analyse(records: &[WireRecord], committed: &[u64]) -> WireCounts {
             continue;
         };
         c.records += 1;
-        *copies.entry(s).or_default() += 1;
+        let n = copies.entry(s).or_default();
+        *n += 1;
+        if *n > 1 {
+            match kinds.get(r.topic) {
+                Some(Kind::Messages) => c.duplicate_messages += 1,
+                Some(Kind::Outbox) => c.duplicate_outbox_rows += 1,
+                None => {}
+            }
+        }
         let (seen, max) = parts.entry((r.topic, r.partition)).or_default();
         if seen.insert(s) && s < *max {
             c.out_of_order += 1;
@@ -264,7 +278,7 @@ mod tests {
             },
             r(1, 0, 99), // not of this run
         ];
-        let c = analyse(&records, &committed);
+        let c = analyse(&records, &committed, &[Kind::Messages, Kind::Outbox]);
         assert_eq!(
             c,
             WireCounts {
@@ -274,6 +288,8 @@ mod tests {
                 distinct: 6,
                 lost: 2, // 7 and 8
                 duplicates: 4,
+                duplicate_messages: 2,
+                duplicate_outbox_rows: 2,
                 events_applied_twice: 3,
                 max_copies: 3,
                 out_of_order: 1,
@@ -286,7 +302,7 @@ mod tests {
     fn a_clean_run_is_one_record_per_event() {
         let committed: Vec<u64> = (10..20).collect();
         let records: Vec<_> = committed.iter().map(|&s| r(0, (s % 2) as i32, s)).collect();
-        let c = analyse(&records, &committed);
+        let c = analyse(&records, &committed, &[Kind::Messages, Kind::Outbox]);
         assert_eq!((c.lost, c.duplicates, c.out_of_order), (0, 0, 0));
         assert_eq!(c.records_per_event(), 1.0);
     }

@@ -12,6 +12,68 @@ const WORKER: &str = include_str!("../../../../bench/debezium/worker.properties"
 const WORKER_TUNED: &str = include_str!("../../../../bench/debezium/worker-tuned.properties");
 const CONNECTOR: &str = include_str!("../../../../bench/debezium/connector.properties");
 const CONNECTOR_TUNED: &str = include_str!("../../../../bench/debezium/connector-tuned.properties");
+const WORKER_STANDALONE: &str =
+    include_str!("../../../../bench/debezium/worker-standalone.properties");
+const WORKER_EXACTLY_ONCE: &str =
+    include_str!("../../../../bench/debezium/worker-exactly-once.properties");
+const CONNECTOR_EXACTLY_ONCE: &str =
+    include_str!("../../../../bench/debezium/connector-exactly-once.properties");
+
+/// How the worker delivers: Kafka Connect's two ways of running a source
+/// connector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// A standalone worker (offsets in a local file, committed every
+    /// `offset.flush.interval.ms`): at least once, as most users run it.
+    #[default]
+    AtLeastOnce,
+    /// KIP-618: a distributed worker with
+    /// `exactly.once.source.support=enabled` (offsets in a Kafka topic,
+    /// written in the same producer transaction as the records), the
+    /// connector created over REST with `exactly.once.support=required`:
+    /// `worker-exactly-once.properties` and
+    /// `connector-exactly-once.properties` appended to the variant's files.
+    ExactlyOnce,
+}
+
+impl Delivery {
+    /// `at_least_once` or `exactly_once`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Delivery::AtLeastOnce => "at_least_once",
+            Delivery::ExactlyOnce => "exactly_once",
+        }
+    }
+
+    /// The worker's properties template for `variant`: its files, then
+    /// `worker-standalone.properties` or `worker-exactly-once.properties`.
+    pub(crate) fn worker_template(self, variant: Variant) -> String {
+        let (overlay, name) = match self {
+            Delivery::AtLeastOnce => (WORKER_STANDALONE, "worker-standalone.properties"),
+            Delivery::ExactlyOnce => (WORKER_EXACTLY_ONCE, "worker-exactly-once.properties"),
+        };
+        appended(variant.worker_template(), overlay, name)
+    }
+
+    /// The connector's properties template for `variant`: its files, then
+    /// for exactly once `connector-exactly-once.properties`.
+    pub(crate) fn connector_template(self, variant: Variant) -> String {
+        match self {
+            Delivery::AtLeastOnce => variant.connector_template(),
+            Delivery::ExactlyOnce => appended(
+                variant.connector_template(),
+                CONNECTOR_EXACTLY_ONCE,
+                "connector-exactly-once.properties",
+            ),
+        }
+    }
+}
+
+/// `template` with `overlay` appended under a line naming its file (in a
+/// Java properties file a later line wins).
+fn appended(template: String, overlay: &str, name: &str) -> String {
+    format!("{template}\n# ---- appended: bench/debezium/{name} ----\n{overlay}")
+}
 
 /// Which of the two set-ups in `bench/debezium/` a worker runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -51,9 +113,7 @@ impl Variant {
     fn with_overlay(self, base: &str, overlay: &str, name: &str) -> String {
         match self {
             Variant::Defaults => base.to_owned(),
-            Variant::Tuned => {
-                format!("{base}\n# ---- appended: bench/debezium/{name} ----\n{overlay}")
-            }
+            Variant::Tuned => appended(base.to_owned(), overlay, name),
         }
     }
 }
@@ -115,6 +175,59 @@ pub(crate) fn render(template: &str, values: &BTreeMap<&str, String>) -> anyhow:
     Ok(out)
 }
 
+/// The properties a filled file sets, as Java reads them (a later line
+/// wins): what a distributed worker's REST API takes as the connector's
+/// configuration. Handles `key=value` and `key:value` lines, comments and
+/// the escapes [`escape_value`] and the templates write (`\\`, `\n`,
+/// `\r`, `\t`, `\=`, `\:`); refuses a continued line (a trailing `\`),
+/// which no template uses, rather than read it wrong.
+pub(crate) fn parse_properties(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim_start();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let mut key = String::new();
+        let mut value = String::new();
+        let mut in_value = false;
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            let c = if c == '\\' {
+                match chars.next() {
+                    Some('n') => '\n',
+                    Some('r') => '\r',
+                    Some('t') => '\t',
+                    Some(other) => other,
+                    None => bail!(
+                        "line {}: a continued line (trailing backslash) in {raw:?} is not supported",
+                        n + 1
+                    ),
+                }
+            } else if !in_value && (c == '=' || c == ':') {
+                in_value = true;
+                value.clear();
+                continue;
+            } else {
+                c
+            };
+            if in_value {
+                if value.is_empty() && c == ' ' {
+                    continue;
+                }
+                value.push(c);
+            } else {
+                key.push(c);
+            }
+        }
+        if !in_value {
+            bail!("line {}: no '=' in {raw:?}", n + 1);
+        }
+        out.insert(key.trim_end().to_owned(), value);
+    }
+    Ok(out)
+}
+
 /// A value written so that a Java properties file reads it back as it is:
 /// backslashes doubled (a path or a regular expression keeps its `\`) and
 /// line breaks escaped.
@@ -145,12 +258,49 @@ mod tests {
     }
 
     #[test]
+    fn reads_properties_as_java_does() {
+        let text = "# comment\n! also\n\n  a = 1\nb:two words\nre=dbz\\\\.message\n\
+                    path=C\\:\\\\x\na=3\nempty=\n";
+        let p = parse_properties(text).unwrap();
+        assert_eq!(p["a"], "3", "a later line wins");
+        assert_eq!(p["b"], "two words");
+        assert_eq!(p["re"], "dbz\\.message");
+        assert_eq!(p["path"], "C:\\x");
+        assert_eq!(p["empty"], "");
+        assert_eq!(p.len(), 5);
+        // What render writes, read back.
+        let values = BTreeMap::from([("V", "a\\b\nc".to_owned())]);
+        let filled = render("k=${V}\n", &values).unwrap();
+        assert_eq!(parse_properties(&filled).unwrap()["k"], "a\\b\nc");
+        assert!(parse_properties("k=a\\\n").is_err());
+        assert!(parse_properties("novalue\n").is_err());
+    }
+
+    #[test]
     fn the_templates_name_every_placeholder_the_runner_fills() {
         let names = super::super::PLACEHOLDERS;
         let values: BTreeMap<&str, String> = names.iter().map(|n| (*n, "v".to_owned())).collect();
         for variant in [Variant::Defaults, Variant::Tuned] {
             for template in [variant.worker_template(), variant.connector_template()] {
                 render(&template, &values).unwrap();
+            }
+        }
+        for delivery in [Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
+            for variant in [Variant::Defaults, Variant::Tuned] {
+                let worker = render(&delivery.worker_template(variant), &values).unwrap();
+                let connector = render(&delivery.connector_template(variant), &values).unwrap();
+                let worker = parse_properties(&worker).unwrap();
+                // A distributed worker passes offset.storage.* to its
+                // offsets topic as topic configs.
+                assert_eq!(
+                    worker.contains_key("offset.storage.file.filename"),
+                    delivery == Delivery::AtLeastOnce
+                );
+                let connector = parse_properties(&connector).unwrap();
+                assert_eq!(
+                    connector.get("exactly.once.support").map(String::as_str),
+                    (delivery == Delivery::ExactlyOnce).then_some("required"),
+                );
             }
         }
         let tuned = Variant::Tuned.connector_template();

@@ -1,6 +1,6 @@
-//! Debezium's PostgreSQL connector on a Kafka Connect standalone worker,
-//! run as its users run it, beside walrelay (issue 24): same database,
-//! same broker, same workloads.
+//! Debezium's PostgreSQL connector on a Kafka Connect worker, run as its
+//! users run it, beside walrelay (issue 24): same database, same broker,
+//! same workloads.
 //!
 //! [`DebeziumWorker::start`] writes the worker's and the connector's
 //! properties from the templates in `bench/debezium/` (the [`Variant`]
@@ -13,6 +13,14 @@
 //! the same offsets; its CPU seconds and peak resident memory come from
 //! `/proc`. Its log goes to one file (every start appends to it), whose
 //! tail every error shows.
+//!
+//! [`Delivery`] picks the worker: standalone (at least once: the
+//! connector's file on the command line, offsets in a local file), or
+//! distributed with Kafka Connect's exactly-once source support (KIP-618:
+//! its state in three topics of its own, the connector created with
+//! `PUT /connectors/<name>/config` from the same filled file once the
+//! worker has joined its group, and found in its config topic on a
+//! restart).
 //!
 //! Dropping the worker kills the JVM and removes its directory
 //! (`WALRELAY_KEEP_BROKER=1` keeps it); the slot stays in the database,
@@ -33,7 +41,7 @@ mod process;
 mod rest;
 
 pub use crate::procstat::{cpu_seconds, peak_rss_bytes};
-pub use config::Variant;
+pub use config::{Delivery, Variant};
 pub use home::{DebeziumHome, DEBEZIUM_HOME_ENV, DEBEZIUM_VERSION};
 pub use rest::{ConnectorStatus, TaskStatus};
 
@@ -71,6 +79,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct DebeziumOptions {
     /// Debezium's defaults, or tuned ([`Variant::Tuned`] by default).
     pub variant: Variant,
+    /// A standalone worker (at least once, the default), or a distributed
+    /// one with Kafka Connect's exactly-once source support (KIP-618).
+    pub delivery: Delivery,
     /// The connector's name in Kafka Connect.
     pub name: String,
     /// `topic.prefix`: logical messages go to `<prefix>.message`.
@@ -101,6 +112,7 @@ impl Default for DebeziumOptions {
     fn default() -> Self {
         DebeziumOptions {
             variant: Variant::Tuned,
+            delivery: Delivery::AtLeastOnce,
             name: "walrelay-debezium".into(),
             topic_prefix: "dbz".into(),
             slot: "debezium".into(),
@@ -136,6 +148,14 @@ pub struct DebeziumWorker {
     _tmp: Option<tempfile::TempDir>,
     rest_port: u16,
     process: Option<WorkerProcess>,
+    /// A distributed worker's connector configuration (the connector's
+    /// file as Java reads it), for `PUT /connectors/<name>/config`; `None`
+    /// for a standalone worker, which reads the file itself.
+    rest_config: Option<BTreeMap<String, String>>,
+    /// Whether the distributed worker's connector was created: it lives in
+    /// the worker's config topic from then on, and a restart finds it
+    /// there.
+    created: bool,
     /// The walsender of the last start, so a restart waits for a new one
     /// (the killed worker's may still hold the slot for a moment).
     walsender: Option<i32>,
@@ -187,9 +207,9 @@ impl DebeziumWorker {
                 && PLACEHOLDERS.iter().all(|p| values.contains_key(p)),
             "PLACEHOLDERS (which the templates' test checks) and the values filled differ"
         );
-        let worker = config::render(&opts.variant.worker_template(), &values)
+        let worker = config::render(&opts.delivery.worker_template(opts.variant), &values)
             .context("filling bench/debezium's worker template")?;
-        let mut connector_template = opts.variant.connector_template();
+        let mut connector_template = opts.delivery.connector_template(opts.variant);
         if let Some((name, text)) = &opts.connector_overlay {
             connector_template.push_str(&format!("\n# ---- appended: {name} ----\n{text}"));
         }
@@ -198,6 +218,13 @@ impl DebeziumWorker {
         // The connector's file holds the database password.
         crate::tls::write_private_file(&dir.join("worker.properties"), worker.as_bytes())?;
         crate::tls::write_private_file(&dir.join("connector.properties"), connector.as_bytes())?;
+        let rest_config = match opts.delivery {
+            Delivery::AtLeastOnce => None,
+            Delivery::ExactlyOnce => Some(
+                config::parse_properties(&connector)
+                    .context("reading the filled connector properties")?,
+            ),
+        };
 
         let pg = pg.client_config(
             SUPERUSER,
@@ -212,6 +239,8 @@ impl DebeziumWorker {
             _tmp: tmp,
             rest_port,
             process: None,
+            rest_config,
+            created: false,
             walsender: None,
             timings: None,
         };
@@ -226,11 +255,12 @@ impl DebeziumWorker {
         if self.process.is_some() {
             bail!("the Debezium worker is still running (kill or stop it first)");
         }
+        let connector = self.dir.join("connector.properties");
         let process = WorkerProcess::spawn(
             &self.home,
             &self.dir,
             &self.dir.join("worker.properties"),
-            &self.dir.join("connector.properties"),
+            self.rest_config.is_none().then_some(connector.as_path()),
             &self.log_path(),
         )?;
         self.process = Some(process);
@@ -263,7 +293,18 @@ impl DebeziumWorker {
                     self.log_excerpt()
                 );
             }
-            if running.is_none() {
+            if let (Some(config), false) = (&self.rest_config, self.created) {
+                match rest::put_connector_config(self.rest_port, &self.opts.name, config).await {
+                    Ok(Ok(())) => self.created = true,
+                    Ok(Err(why)) => last = why,
+                    Err(e) => bail!(
+                        "Kafka Connect refused Debezium's connector {:?}: {e:#}\n{}",
+                        self.opts.name,
+                        self.log_excerpt()
+                    ),
+                }
+            }
+            if running.is_none() && (self.rest_config.is_none() || self.created) {
                 match rest::connector_status(self.rest_port, &self.opts.name).await {
                     Ok(Some(status)) if status.running() => running = Some(started.elapsed()),
                     Ok(Some(status)) => {

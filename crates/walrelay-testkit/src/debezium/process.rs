@@ -1,5 +1,5 @@
 //! The Kafka Connect worker's JVM: started as Kafka's
-//! `connect-standalone.sh` starts it, with a watchdog, its log appended to
+//! `connect-standalone.sh` (or `connect-distributed.sh`) starts it, with a watchdog, its log appended to
 //! one file, killed or stopped on demand, and its CPU time and peak
 //! resident memory read from `/proc`.
 //!
@@ -30,8 +30,12 @@ const JVM_OPTIONS: &[&str] = &[
     "-Djava.awt.headless=true",
 ];
 
-/// The worker's main class (standalone mode).
-const MAIN_CLASS: &str = "org.apache.kafka.connect.cli.ConnectStandalone";
+/// The worker's main class in standalone mode (the worker's and the
+/// connector's properties on the command line).
+const STANDALONE: &str = "org.apache.kafka.connect.cli.ConnectStandalone";
+/// The worker's main class in distributed mode (the worker's properties
+/// only; connectors are created over REST).
+const DISTRIBUTED: &str = "org.apache.kafka.connect.cli.ConnectDistributed";
 
 /// `sh -c WATCHDOG watchdog PID`: waits for EOF on stdin, then kills the
 /// JVM.
@@ -45,13 +49,14 @@ pub(crate) struct WorkerProcess {
 }
 
 impl WorkerProcess {
-    /// Starts `ConnectStandalone worker connector` with the install's class
-    /// path and logging, appending its output to `log`.
+    /// Starts `ConnectStandalone worker connector` (or, without a
+    /// connector file, `ConnectDistributed worker`) with the install's
+    /// class path and logging, appending its output to `log`.
     pub(crate) fn spawn(
         home: &DebeziumHome,
         dir: &Path,
         worker: &Path,
-        connector: &Path,
+        connector: Option<&Path>,
         log: &Path,
     ) -> anyhow::Result<WorkerProcess> {
         let out = OpenOptions::new()
@@ -71,9 +76,13 @@ impl WorkerProcess {
             ))
             .arg("-cp")
             .arg(home.classpath())
-            .arg(MAIN_CLASS)
+            .arg(if connector.is_some() {
+                STANDALONE
+            } else {
+                DISTRIBUTED
+            })
             .arg(worker)
-            .arg(connector)
+            .args(connector)
             .current_dir(dir)
             // Kafka's scripts read these; a user's leftovers must not
             // change the JVM measured here.

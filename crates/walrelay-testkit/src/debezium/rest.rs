@@ -1,8 +1,10 @@
-//! The one REST call the runner needs: `GET /connectors/<name>/status` on
-//! the worker's loopback listener. HTTP/1.0 over a plain socket (the
+//! The REST calls the runner needs on the worker's loopback listener:
+//! `GET /connectors/<name>/status`, and for a distributed worker
+//! `PUT /connectors/<name>/config` (creates the connector). HTTP/1.0 over a plain socket (the
 //! response is then never chunked and ends with the connection), so the
 //! testkit needs no HTTP client.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -66,14 +68,61 @@ pub async fn connector_status(port: u16, name: &str) -> anyhow::Result<Option<Co
     }
 }
 
+/// Creates (or updates) connector `name` with `config` on a distributed
+/// worker. Connect answers 201 (created) or 200 (updated); while the JVM
+/// starts it does not listen, and while the worker joins its group it
+/// answers 409 or 500: `Ok(Err(why))`, for the caller to retry. A
+/// refused configuration (400) is an error.
+pub async fn put_connector_config(
+    port: u16,
+    name: &str,
+    config: &BTreeMap<String, String>,
+) -> anyhow::Result<Result<(), String>> {
+    let body = serde_json::to_string(config)?;
+    let path = format!("/connectors/{name}/config");
+    let answer = tokio::time::timeout(REQUEST_TIMEOUT, request(port, "PUT", &path, Some(&body)))
+        .await
+        .context("the worker's REST API did not answer in time")
+        .and_then(|r| r);
+    // Not listening yet, or no answer: the JVM is still starting.
+    let (code, answer) = match answer {
+        Ok(a) => a,
+        Err(e) => return Ok(Err(format!("PUT {path}: {e:#}"))),
+    };
+    match code {
+        200 | 201 => Ok(Ok(())),
+        // 400: the configuration is refused (exactly.once.support=required
+        // and a connector that does not support it): retrying cannot help.
+        400 => bail!("PUT {path}: HTTP 400: {answer}"),
+        other => Ok(Err(format!("PUT {path}: HTTP {other}: {answer}"))),
+    }
+}
+
 async fn get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
+    request(port, "GET", path, None).await
+}
+
+async fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    json: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect((crate::HOST, port))
         .await
         .with_context(|| format!("connecting to the worker's REST API on port {port}"))?;
-    let request = format!(
-        "GET {path} HTTP/1.0\r\nHost: {}:{port}\r\nAccept: application/json\r\n\r\n",
+    let mut request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {}:{port}\r\nAccept: application/json\r\n",
         crate::HOST
     );
+    if let Some(body) = json {
+        request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+    } else {
+        request.push_str("\r\n");
+    }
     stream.write_all(request.as_bytes()).await?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).await?;
