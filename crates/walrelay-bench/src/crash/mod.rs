@@ -1,5 +1,6 @@
 //! `walrelay-bench crash`: issue 24's crash comparison, walrelay beside
-//! Debezium. Each tool gets its own slot and topics on one PostgreSQL and
+//! Debezium (at-least-once on a standalone worker, and with Kafka
+//! Connect's exactly-once source support on a distributed one). Each tool gets its own slot and topics on one PostgreSQL and
 //! one Apache Kafka node (started by the command, as the bench's drains
 //! are); a mixed workload ([`load`]) commits live while the tool relays;
 //! the tool is killed with `kill -9` `--kills` times at seeded random
@@ -64,7 +65,11 @@ pub struct CrashArgs {
     pub settle: Duration,
     /// The tools, in order: walrelay, debezium (tuned, standalone,
     /// at-least-once), debezium_eos (KIP-618, distributed worker).
-    #[arg(long, value_delimiter = ',', default_value = "walrelay,debezium")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "walrelay,debezium,debezium_eos"
+    )]
     pub tools: Vec<CrashTool>,
     /// The walrelay binary [default: target/release/walrelay].
     #[arg(long, env = "WALRELAY_BENCH_BIN")]
