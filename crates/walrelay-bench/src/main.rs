@@ -629,22 +629,16 @@ async fn drain_workload(
     {
         let (_, name, fence, bin, extra) = &walrelays[0];
         let topic = format!("bench.{}.warmup", w.id);
-        env.create_topic(&topic)?;
-        let config = scratch.join("walrelay.toml");
-        drain::write_walrelay_config(
-            &config,
+        let (config, args) = prepare_walrelay(
             env,
+            scratch,
             &slot("warmup", 0),
             &topic,
-            &topic,
-            kafka_properties,
             *fence,
+            kafka_properties,
+            walrelay_args,
+            extra,
         )?;
-        let args: Vec<String> = walrelay_args
-            .iter()
-            .cloned()
-            .chain(extra.iter().map(|a| a.to_string()))
-            .collect();
         let log = scratch.join(format!("walrelay-{}-{name}-warmup.log", w.id));
         let d = drain::walrelay(
             env,
@@ -674,23 +668,17 @@ async fn drain_workload(
             .collect();
         for (tool, name, fence, walrelay_bin, extra) in order {
             let topic = format!("bench.{}.{name}{r}", w.id);
-            env.create_topic(&topic)?;
-            let config = scratch.join("walrelay.toml");
-            drain::write_walrelay_config(
-                &config,
+            let (config, args) = prepare_walrelay(
                 env,
+                scratch,
                 &slot(name, r),
                 &topic,
-                &topic,
-                kafka_properties,
                 fence,
+                kafka_properties,
+                walrelay_args,
+                extra,
             )?;
             let log = scratch.join(format!("walrelay-{}-{name}-{r}.log", w.id));
-            let args: Vec<String> = walrelay_args
-                .iter()
-                .cloned()
-                .chain(extra.iter().map(|a| a.to_string()))
-                .collect();
             let broker_cpu = env.broker_cpu_window();
             let mut d = drain::walrelay(
                 env,
@@ -881,6 +869,31 @@ impl<'a> Binaries<'a> {
         }
         v
     }
+}
+
+/// Creates a walrelay drain's topic and writes its configuration (slot,
+/// topic, fence, the bench's producer properties): the configuration's
+/// path and the binary's arguments (the bench's, then the row's own).
+#[allow(clippy::too_many_arguments)]
+fn prepare_walrelay(
+    env: &BenchEnv,
+    scratch: &Path,
+    slot: &str,
+    topic: &str,
+    fence: bool,
+    kafka_properties: &[(String, String)],
+    walrelay_args: &[String],
+    extra: &[&str],
+) -> Result<(PathBuf, Vec<String>)> {
+    env.create_topic(topic)?;
+    let config = scratch.join("walrelay.toml");
+    drain::write_walrelay_config(&config, env, slot, topic, topic, kafka_properties, fence)?;
+    let args = walrelay_args
+        .iter()
+        .cloned()
+        .chain(extra.iter().map(|a| a.to_string()))
+        .collect();
+    Ok((config, args))
 }
 
 /// The order of repeat `r`'s walrelay drains, as indices into
