@@ -135,8 +135,9 @@ struct Cli {
     #[arg(long, env = "WALRELAY_BENCH_BIN")]
     walrelay_bin: Option<PathBuf>,
     /// A second walrelay binary (e.g. the previous commit's) drained in the
-    /// same repeats as `--walrelay-bin`, in rotating order: the report
-    /// gives this build's drain over the baseline's, pair by pair.
+    /// same repeats as `--walrelay-bin`, back to back, which goes first
+    /// alternating: the report gives this build's drain over the
+    /// baseline's, pair by pair.
     #[arg(long, env = "WALRELAY_BENCH_BASELINE_BIN")]
     baseline_bin: Option<PathBuf>,
     /// Drain with walrelay only: skip the decode limit, the produce limit
@@ -622,10 +623,8 @@ async fn drain_workload(
     // A warm-up drain of the whole backlog, not counted: the first drain
     // after the backlog was written ran up to a third slower than the
     // next ones (the server's checkpoint after the bulk write, the
-    // broker's JIT), and with four walrelay rows and three repeats the
-    // rotation below never puts the baseline binary first, so that
-    // penalty fell on this build's side of every A/B (an A/A run showed
-    // it).
+    // broker's JIT), a penalty on whichever row drained first (see
+    // `drain_order`).
     {
         let (_, name, fence, bin, extra) = &walrelays[0];
         let topic = format!("bench.{}.warmup", w.id);

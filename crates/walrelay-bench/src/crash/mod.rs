@@ -1,7 +1,8 @@
 //! `walrelay-bench crash`: issue 24's crash comparison, walrelay beside
 //! Debezium (at-least-once on a standalone worker, and with Kafka
-//! Connect's exactly-once source support on a distributed one). Each tool gets its own slot and topics on one PostgreSQL and
-//! one Apache Kafka node (started by the command, as the bench's drains
+//! Connect's exactly-once source support on a distributed one). Each
+//! tool gets its own slot and topics on one PostgreSQL and one Apache
+//! Kafka node (started by the command, as the bench's drains
 //! are); a mixed workload ([`load`]) commits live while the tool relays;
 //! the tool is killed with `kill -9` `--kills` times at seeded random
 //! moments and restarted after each ([`run`], [`relay`]); then the

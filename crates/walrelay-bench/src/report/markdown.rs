@@ -251,7 +251,7 @@ impl Results {
         }
         let _ = writeln!(
             s,
-            "\n## This build against the baseline binary\n\nBoth with the tail fence on, one relay start per backlog, drained in the same repeats in rotating order.\n"
+            "\n## This build against the baseline binary\n\nBoth with the tail fence on, one relay start per backlog, drained in the same repeats back to back, which of the two goes first alternating, after a warm-up drain that is not counted.\n"
         );
         let _ = writeln!(
             s,

@@ -37,14 +37,6 @@ pub enum Delivery {
 }
 
 impl Delivery {
-    /// `at_least_once` or `exactly_once`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Delivery::AtLeastOnce => "at_least_once",
-            Delivery::ExactlyOnce => "exactly_once",
-        }
-    }
-
     /// The worker's properties template for `variant`: its files, then
     /// `worker-standalone.properties` or `worker-exactly-once.properties`.
     pub(crate) fn worker_template(self, variant: Variant) -> String {

@@ -1,8 +1,8 @@
 //! The REST calls the runner needs on the worker's loopback listener:
 //! `GET /connectors/<name>/status`, and for a distributed worker
-//! `PUT /connectors/<name>/config` (creates the connector). HTTP/1.0 over a plain socket (the
-//! response is then never chunked and ends with the connection), so the
-//! testkit needs no HTTP client.
+//! `PUT /connectors/<name>/config` (creates the connector). HTTP/1.0
+//! over a plain socket (the response is then never chunked and ends with
+//! the connection), so the testkit needs no HTTP client.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
