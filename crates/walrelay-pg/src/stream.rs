@@ -363,7 +363,10 @@ impl IoTask {
                 Action::Control(None) => return Ok(()),
                 Action::Tick => self.send_status().await?,
                 Action::Room(r) => {
-                    let (slot, budget) = r?;
+                    let (slot, budget) = match r {
+                        Ok(room) => room,
+                        Err(e) => return self.serve_queued_stop(e).await,
+                    };
                     let IoState::Delivering { batch, then } =
                         std::mem::replace(&mut state, IoState::Reading)
                     else {
@@ -391,6 +394,29 @@ impl IoTask {
                 }
             }
         }
+    }
+
+    /// The consumer closed the event channel while a batch waited for
+    /// room. [`ReplicationStream::stop`] does that right after queueing
+    /// its request, from another thread, so one select can poll the
+    /// control channel just before the request arrives and the event
+    /// channel just after it was closed (CI saw `stop` fail with
+    /// `StreamStopped` that way, the last status update never sent). A
+    /// request queued before the close is therefore served here (a stop
+    /// ends the stream cleanly); without one, `closed` stands.
+    async fn serve_queued_stop(&mut self, closed: Error) -> Result<(), Error> {
+        while let Ok(ctrl) = self.control.try_recv() {
+            match ctrl {
+                Control::SendNow(reply) => {
+                    let _ = reply.send(self.send_status().await);
+                }
+                Control::Stop(reply) => {
+                    let _ = reply.send(self.shutdown().await);
+                    return Ok(());
+                }
+            }
+        }
+        Err(closed)
     }
 
     /// Add the frames already buffered to `batch`, without reading the
@@ -658,5 +684,57 @@ mod tests {
                 other => panic!("expected StreamEndedByServer, got {other:?}"),
             }
         }
+    }
+
+    /// `stop` queues its request and closes the event channel; when the
+    /// I/O task sees the closed channel first, the queued stop is still
+    /// served: the last status update and CopyDone reach the server and
+    /// `stop` gets `Ok`.
+    #[tokio::test]
+    async fn a_stop_queued_before_the_channel_closed_is_served() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client, server) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let mut server = server.unwrap().0;
+        let (read, write) = split(Stream::Tcp(client.unwrap()));
+        let (events_tx, events_rx) = mpsc::channel(1);
+        let (control_tx, control_rx) = mpsc::channel(8);
+        let mut io = IoTask {
+            reader: FrameReader::new(read, 1024 * 1024),
+            writer: write,
+            out: BytesMut::new(),
+            shared: Arc::new(Shared {
+                confirmed: AtomicU64::new(42),
+                reported: AtomicU64::new(0),
+                status_updates: AtomicU64::new(0),
+                keepalives: AtomicU64::new(0),
+            }),
+            events: events_tx,
+            budget: Arc::new(Semaphore::new(1024)),
+            channel_bytes: 1024,
+            control: control_rx,
+            options: StreamOptions::default(),
+        };
+        // Nothing queued: the closed channel is the stream's end.
+        drop(events_rx);
+        assert!(io.serve_queued_stop(Error::StreamStopped).await.is_err());
+
+        let (reply, answer) = oneshot::channel();
+        control_tx.send(Control::Stop(reply)).await.unwrap();
+        // The server answers the CopyDone with ReadyForQuery.
+        server.write_all(&[b'Z', 0, 0, 0, 5, b'I']).await.unwrap();
+        io.serve_queued_stop(Error::StreamStopped).await.unwrap();
+        answer.await.unwrap().unwrap();
+        assert_eq!(io.shared.reported.load(Ordering::Acquire), 42);
+        let mut sent = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut server, &mut sent)
+            .await
+            .unwrap();
+        // A status update (CopyData 'r'), then CopyDone, then Terminate.
+        assert_eq!((sent[0], sent[5]), (b'd', b'r'), "{sent:?}");
+        assert!(
+            sent.ends_with(&[b'c', 0, 0, 0, 4, b'X', 0, 0, 0, 4]),
+            "{sent:?}"
+        );
     }
 }
