@@ -1,7 +1,7 @@
 //! The Kafka Connect worker's JVM: started as Kafka's
 //! `connect-standalone.sh` (or `connect-distributed.sh`) starts it, with
-//! a watchdog, its log appended to one file, killed or stopped on demand, and its CPU time and peak
-//! resident memory read from `/proc`.
+//! a watchdog, its log appended to one file, killed or stopped on demand,
+//! and its CPU time and peak resident memory read from `/proc`.
 //!
 //! Its watchdog ([`crate::watched`]) kills the JVM when this process ends
 //! without dropping the worker.
