@@ -19,7 +19,13 @@
 //!   (see `walrelay_consumer::OnPoison`); `--redrive` applies the parked
 //!   records of the group once and exits.
 //! * `--pool-size N`, `--max-batch-records N`: see
-//!   `walrelay_consumer::Settings`.
+//!   `walrelay_consumer::Settings`; `--handler-timeout-ms N`: see
+//!   `ConsumerLoop::with_handler_timeout`.
+//! * `--instance-id ID` (or `$WALRELAY_CONSUMER_INSTANCE_ID`): static
+//!   group membership (`group.instance.id`), so that a restarted process
+//!   gets its partitions back at once instead of after the dead one's
+//!   session timeout. One id per running instance, stable across its
+//!   restarts (docs/consumer.md, Settings).
 //!
 //! SIGTERM or SIGINT stops it gracefully (finish the batches in flight,
 //! commit offsets, leave the group) and prints what it applied and where
@@ -66,12 +72,15 @@ struct Args {
     kafka: Vec<(String, String)>,
     mode: Mode,
     settings: Settings,
+    handler_timeout: Option<std::time::Duration>,
+    instance_id: Option<String>,
     redrive: bool,
 }
 
 const USAGE: &str = "usage: apply_events --bootstrap HOST:PORT --topic T [--topic T...] \
     --dsn CONNINFO --group G [--mode batch|record] [--on-poison stop|park] [--pool-size N] \
-    [--max-batch-records N] [--redrive] [--kafka-property K=V...]";
+    [--max-batch-records N] [--handler-timeout-ms N] [--instance-id ID] [--redrive] \
+    [--kafka-property K=V...]";
 
 fn args() -> Result<Args> {
     let mut a = Args {
@@ -82,6 +91,10 @@ fn args() -> Result<Args> {
         kafka: Vec::new(),
         mode: Mode::Batch,
         settings: Settings::default(),
+        handler_timeout: None,
+        instance_id: std::env::var("WALRELAY_CONSUMER_INSTANCE_ID")
+            .ok()
+            .filter(|id| !id.is_empty()),
         redrive: false,
     };
     let mut it = std::env::args().skip(1);
@@ -106,6 +119,11 @@ fn args() -> Result<Args> {
             "--max-batch-records" => {
                 a.settings.max_batch_records = value()?.parse().context("--max-batch-records")?
             }
+            "--handler-timeout-ms" => {
+                let ms = value()?.parse().context("--handler-timeout-ms")?;
+                a.handler_timeout = Some(std::time::Duration::from_millis(ms));
+            }
+            "--instance-id" => a.instance_id = Some(value()?),
             "--redrive" => a.redrive = true,
             "--kafka-property" => {
                 let v = value()?;
@@ -196,12 +214,18 @@ async fn main() -> Result<()> {
     kafka
         .set("bootstrap.servers", &args.bootstrap)
         .set("group.id", &args.group);
+    if let Some(id) = &args.instance_id {
+        kafka.set("group.instance.id", id);
+    }
     for (k, v) in &args.kafka {
         kafka.set(k, v);
     }
     let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
-    let consumer = ConsumerLoop::new(kafka, &topics, PgHwmStore::new(), database)?
+    let mut consumer = ConsumerLoop::new(kafka, &topics, PgHwmStore::new(), database)?
         .with_settings(args.settings);
+    if let Some(timeout) = args.handler_timeout {
+        consumer = consumer.with_handler_timeout(timeout);
+    }
     let counters = consumer.counters();
     let metrics = consumer.metrics();
 

@@ -11,10 +11,24 @@
 //! outcome is checked before `COMMIT`. So a batch of a thousand records
 //! costs about what one record costs, and the handler decides how cheap
 //! its part is (one multi-row `INSERT`, `COPY`, `unnest`).
+//!
+//! `COMMIT` alone cannot tell that the handler left the transaction in a
+//! state where committing means losing its work: PostgreSQL answers
+//! `COMMIT` in an aborted transaction with `ROLLBACK` and no error (a
+//! handler that swallowed a failed statement), and outside a transaction
+//! with a warning (a handler that ran `COMMIT` or `ROLLBACK` itself), and
+//! tokio-postgres reports neither. So a guard statement goes out just
+//! before `COMMIT`, in the same pipeline: it compares the transaction id
+//! the marks' update returned with the session's current one. It fails in
+//! an aborted transaction (the batch is rolled back and retried) and
+//! returns another id, or none, when the handler ended the transaction
+//! itself (the marks may then be committed apart from part of the side
+//! effects, which no library can repair: the loop stops the partition).
 
 use std::collections::BTreeMap;
 
 use rdkafka::message::Message;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Transaction};
 use walrelay_contract::{EventKey, ParseEventKeyError};
@@ -88,6 +102,35 @@ pub enum BatchError<E> {
         /// The rows written.
         rows: u64,
     },
+    /// The handler returned success, but one of its statements had failed
+    /// and aborted the transaction (an error it caught and did not
+    /// return, without a savepoint): `COMMIT` would have rolled back its
+    /// side effects while the loop moved on. Rolled back; retried like a
+    /// handler error.
+    #[error(
+        "the handler's transaction was aborted by an error it did not return (a failed \
+         statement whose error the handler swallowed; use a savepoint around a statement that \
+         may fail, or return the error): rolled back, the high-water marks are unchanged"
+    )]
+    HandlerSwallowedError,
+    /// The handler ended the batch's transaction itself (it ran `COMMIT`
+    /// or `ROLLBACK`): the marks and part of its side effects may have
+    /// been committed apart, so the batch's atomicity was broken. Never
+    /// retried: the loop stops the partition.
+    #[error(
+        "the handler ended the batch's transaction itself (it ran COMMIT or ROLLBACK; the \
+         transaction that raised the high-water marks was {expected}, the session's is now \
+         {found}): atomicity was broken, the marks and part of the side effects may be \
+         committed apart; fix the handler (it must not commit or roll back), check the \
+         records' side effects and the marks by hand"
+    )]
+    HandlerEndedTransaction {
+        /// The id of the transaction that raised the marks.
+        expected: String,
+        /// The session's transaction id after the handler (`none`: no
+        /// transaction, or one that wrote nothing yet).
+        found: String,
+    },
     /// A mark row disappeared between creating and locking it.
     #[error(
         "the high-water mark row of source {source_id:?} vanished between creating and locking \
@@ -124,7 +167,12 @@ const LOCK_SQL: &str = "SELECT source, hwm FROM walrelay_consumer_hwm \
 const ADVANCE_SQL: &str = "UPDATE walrelay_consumer_hwm AS h \
      SET hwm = v.hwm, updated_at = now() \
      FROM unnest($4::text[], $5::text[]) AS v(source, hwm) \
-     WHERE h.consumer_group = $1 AND h.topic = $2 AND h.partition = $3 AND h.source = v.source";
+     WHERE h.consumer_group = $1 AND h.topic = $2 AND h.partition = $3 AND h.source = v.source \
+     RETURNING pg_current_xact_id()::text";
+/// Sent just before `COMMIT` (see the module's doc): fails in an aborted
+/// transaction, and returns another id (or NULL) once the handler ended
+/// the transaction that raised the marks.
+const GUARD_SQL: &str = "SELECT pg_current_xact_id_if_assigned()::text";
 
 impl PgHwmStore {
     /// Applies a batch of records of **one partition** exactly once, in one
@@ -233,7 +281,7 @@ impl PgHwmStore {
         // it in the connection's pipeline without waiting for its reply.
         let raise = async {
             if plan.raised.is_empty() {
-                Ok(())
+                Ok(None)
             } else {
                 advance(&tx, position, &plan).await
             }
@@ -249,10 +297,13 @@ impl PgHwmStore {
         // A failed update aborts the transaction, so the handler's later
         // statements fail too: the update's error is the cause, and it is
         // not the records' fault (no attempt is counted against them).
-        if let Err(e) = raised {
-            rollback(tx).await;
-            return Err(e);
-        }
+        let xid = match raised {
+            Ok(xid) => xid,
+            Err(e) => {
+                rollback(tx).await;
+                return Err(e);
+            }
+        };
         if let Err(failed) = ran {
             rollback(tx).await;
             return Err(BatchError::Handler {
@@ -260,19 +311,44 @@ impl PgHwmStore {
                 source: failed.error,
             });
         }
-        if let (Some(park), true, Some(i)) = (park, parked_is_new, parked_index) {
-            let rows = parked::insert(&tx, &records[i], &park.error, park.attempts).await?;
-            if rows != 1 {
-                return Err(BatchError::NotParked {
-                    topic: position.topic.clone(),
-                    partition: position.partition,
-                    offset: records[i].message.offset(),
-                    key: records[i].meta.key,
-                    rows,
-                });
+        // The handler ran only where something was new, and then the
+        // update returned the transaction's id.
+        let guard = xid.filter(|_| !apply.is_empty());
+        let park_row = match (park, parked_is_new, parked_index) {
+            (Some(park), true, Some(i)) => Some((park, &records[i])),
+            _ => None,
+        };
+        match (guard, park_row) {
+            (Some(xid), None) => guard_and_commit(tx, &xid).await?,
+            (guard, Some((park, record))) => {
+                // Parking is checked before COMMIT (a wrong row count must
+                // not commit the mark past the record): one more round trip.
+                let check = async {
+                    match &guard {
+                        Some(xid) => check_guard(&tx, xid).await,
+                        None => Ok(()),
+                    }
+                };
+                let insert = parked::insert(&tx, record, &park.error, park.attempts);
+                let (checked, inserted) = futures_util::future::join(check, insert).await;
+                if let Err(e) = checked {
+                    rollback(tx).await;
+                    return Err(e);
+                }
+                let rows = inserted?;
+                if rows != 1 {
+                    return Err(BatchError::NotParked {
+                        topic: position.topic.clone(),
+                        partition: position.partition,
+                        offset: record.message.offset(),
+                        key: record.meta.key,
+                        rows,
+                    });
+                }
+                tx.commit().await?;
             }
+            (None, None) => tx.commit().await?,
         }
-        tx.commit().await?;
 
         log_gaps(position, &plan);
         let mut committed = marks;
@@ -290,6 +366,49 @@ impl PgHwmStore {
 async fn rollback(tx: Transaction<'_>) {
     if let Err(e) = tx.rollback().await {
         tracing::debug!("rollback after a failed batch failed: {e}");
+    }
+}
+
+/// Sends the guard and `COMMIT` in one pipeline (no round trip of the
+/// guard's own), then reads what the guard saw. Whatever the outcome, the
+/// session is outside a transaction afterwards: `COMMIT` committed, or
+/// ended an aborted transaction, or (outside one) did nothing.
+async fn guard_and_commit<E>(tx: Transaction<'_>, xid: &str) -> Result<(), BatchError<E>> {
+    let (checked, committed) =
+        futures_util::future::join(check_guard(&tx, xid), tx.batch_execute("COMMIT")).await;
+    // `COMMIT` was sent as a statement, not through `Transaction::commit`
+    // (which takes the transaction by value while the guard borrows it):
+    // forgetting it skips the `ROLLBACK` its drop would send after the
+    // transaction ended. It owns no heap memory (no savepoint name).
+    std::mem::forget(tx);
+    checked?;
+    committed?;
+    Ok(())
+}
+
+/// What the guard says about the transaction that raised the marks.
+async fn check_guard<E>(tx: &Transaction<'_>, xid: &str) -> Result<(), BatchError<E>> {
+    match tx.query_typed(GUARD_SQL, &[]).await {
+        Ok(rows) => {
+            let found: Option<String> = rows.first().and_then(|r| r.get(0));
+            guard_verdict(xid, found.as_deref())
+        }
+        Err(e) if e.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
+            Err(BatchError::HandlerSwallowedError)
+        }
+        Err(e) => Err(BatchError::Db(e)),
+    }
+}
+
+/// The guard's verdict: the same transaction id, or the handler ended it.
+fn guard_verdict<E>(expected: &str, found: Option<&str>) -> Result<(), BatchError<E>> {
+    if found == Some(expected) {
+        Ok(())
+    } else {
+        Err(BatchError::HandlerEndedTransaction {
+            expected: expected.to_owned(),
+            found: found.unwrap_or("none").to_owned(),
+        })
     }
 }
 
@@ -341,22 +460,23 @@ async fn lock_marks<E>(
     Ok(marks)
 }
 
+/// Raises the marks; returns the id of the transaction (see [`GUARD_SQL`]).
 async fn advance<E>(
     tx: &Transaction<'_>,
     position: &Position,
     plan: &Plan,
-) -> Result<(), BatchError<E>> {
+) -> Result<Option<String>, BatchError<E>> {
     let sources: Vec<&str> = plan.raised.keys().map(String::as_str).collect();
     let keys: Vec<String> = plan.raised.values().map(EventKey::to_hex).collect();
     let mut p = params(position, &sources);
     p.push((&keys, Type::TEXT_ARRAY));
-    let updated = tx.execute_typed(ADVANCE_SQL, &p[..]).await?;
-    if updated != sources.len() as u64 {
+    let updated = tx.query_typed(ADVANCE_SQL, &p[..]).await?;
+    if updated.len() != sources.len() {
         return Err(BatchError::RowVanished {
             source_id: sources.join(","),
         });
     }
-    Ok(())
+    Ok(updated.first().map(|row| row.get(0)))
 }
 
 fn params<'a>(

@@ -690,3 +690,111 @@ async fn outages_and_errors_of_the_batch_are_told_apart() -> anyhow::Result<()> 
     assert!(is_outage(&refused), "{refused}");
     Ok(())
 }
+
+/// Issue 35, item 1: a handler that swallows a failed statement leaves the
+/// transaction aborted, and PostgreSQL answers its COMMIT with ROLLBACK
+/// and no error; one that ends the transaction itself commits (or rolls
+/// back) apart from the marks. Neither may pass for a commit. A savepoint
+/// used the right way works.
+#[tokio::test]
+async fn a_handler_that_swallows_an_error_or_ends_the_transaction_is_caught() -> anyhow::Result<()>
+{
+    use rdkafka::message::OwnedMessage;
+    use rdkafka::Timestamp;
+    use walrelay_consumer::{BatchError, Delivery};
+
+    let (_cluster, mut client) = setup().await?;
+    let store = PgHwmStore::new();
+    let position = Position::new("g", "orders", 0);
+    let metas: Vec<RecordMeta> = (1..=3).map(|k| meta(k, SOURCE, None)).collect();
+    let messages: Vec<OwnedMessage> = (0..3)
+        .map(|offset| {
+            OwnedMessage::new(
+                None,
+                None,
+                "orders".into(),
+                Timestamp::NotAvailable,
+                0,
+                offset,
+                None,
+            )
+        })
+        .collect();
+    let batch: Vec<Delivery<'_>> = metas
+        .iter()
+        .zip(&messages)
+        .map(|(meta, message)| Delivery {
+            message,
+            meta,
+            position: &position,
+        })
+        .collect();
+
+    // Inserts its effects, then ignores a failed statement.
+    let err = store
+        .process_batch(&mut client, &position, &batch, async |tx, new| {
+            for d in new {
+                insert_effect(tx, d.meta).await?;
+            }
+            let _ = tx.execute("SELECT 1 / 0", &[]).await;
+            Ok::<(), tokio_postgres::Error>(())
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BatchError::HandlerSwallowedError), "{err}");
+    assert!(
+        err.to_string()
+            .contains("aborted by an error it did not return"),
+        "{err}"
+    );
+    assert!(effects(&client).await?.is_empty());
+    // Not even the mark row that the batch created is left.
+    assert_eq!(store.hwm(&client, &position, SOURCE).await?, None);
+    // The connection is usable afterwards (outside a transaction).
+    client.execute("SELECT 1", &[]).await?;
+
+    // Commits its effects itself: the marks went with them, but the loop
+    // must learn that atomicity was broken.
+    let err = store
+        .process_batch(&mut client, &position, &batch[..1], async |tx, new| {
+            insert_effect(tx, new[0].meta).await?;
+            tx.batch_execute("COMMIT").await
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BatchError::HandlerEndedTransaction { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("atomicity was broken"), "{err}");
+    // Rolls back itself, then writes outside any transaction.
+    let err = store
+        .process_batch(&mut client, &position, &batch[1..2], async |tx, new| {
+            tx.batch_execute("ROLLBACK").await?;
+            insert_effect(tx, new[0].meta).await.map(drop)
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BatchError::HandlerEndedTransaction { .. }),
+        "{err}"
+    );
+    client.execute("SELECT 1", &[]).await?;
+
+    // A savepoint around the statement that may fail: applied.
+    let outcome = store
+        .process_batch(&mut client, &position, &batch[2..], async |tx, new| {
+            tx.batch_execute("SAVEPOINT s").await?;
+            if tx.execute("SELECT 1 / 0", &[]).await.is_err() {
+                tx.batch_execute("ROLLBACK TO SAVEPOINT s").await?;
+            }
+            insert_effect(tx, new[0].meta).await.map(drop)
+        })
+        .await?;
+    assert_eq!(outcome.applied, 1);
+    assert_eq!(
+        store.hwm(&client, &position, SOURCE).await?,
+        Some(EventKey(3))
+    );
+    Ok(())
+}

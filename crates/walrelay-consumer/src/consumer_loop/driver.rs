@@ -18,11 +18,12 @@ use tokio::sync::watch;
 use tokio_postgres::Client;
 
 use super::context::{LoopContext, RebalanceEvent};
+use super::failure::{failure_of, stop_message, Failure, Retry};
 use super::job::{run_job, Done, Job, JobKind, JobResult, TopicPartition};
 use super::partition::{Partition, Queued, Step};
 use super::phase_clock::PhaseClock;
 use super::{Apply, LoopError, StoppedPartition};
-use crate::apply::BatchError;
+use crate::apply::BatchOutcome;
 use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels};
 use crate::outage::is_outage;
 use crate::parked::ParkUnkeyedError;
@@ -55,6 +56,8 @@ pub(super) struct Driver<'a> {
     /// Offsets were stored since the last commit.
     stored: bool,
     clock: PhaseClock,
+    /// See [`super::ConsumerLoop::with_handler_timeout`].
+    handler_timeout: Option<Duration>,
 }
 
 /// A partition's own queue of records.
@@ -82,6 +85,7 @@ impl<'a> Driver<'a> {
         database: Database,
         settings: Settings,
         metrics: LoopMetrics,
+        handler_timeout: Option<Duration>,
     ) -> Driver<'a> {
         Driver {
             consumer,
@@ -96,6 +100,7 @@ impl<'a> Driver<'a> {
             cursor: 0,
             stopped: Vec::new(),
             stored: false,
+            handler_timeout,
         }
     }
 
@@ -127,7 +132,7 @@ impl<'a> Driver<'a> {
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), LoopError>
     where
-        E: std::fmt::Display,
+        E: std::fmt::Display + 'static,
         A: Apply<E>,
     {
         let consumer = self.consumer;
@@ -154,7 +159,7 @@ impl<'a> Driver<'a> {
             // partition without a queue of its own resumes fetching.
             self.flow_control(&queues);
             for job in ready.drain(..) {
-                jobs.push(run_job(apply, self.store, job));
+                jobs.push(run_job(apply, self.store, self.handler_timeout, job));
             }
             let now = Instant::now();
             let settings = &self.settings;
@@ -517,7 +522,7 @@ impl<'a> Driver<'a> {
     }
 
     /// Acts on a finished job.
-    fn finish<E: std::fmt::Display>(&mut self, done: Done<E>) {
+    fn finish<E: std::fmt::Display + 'static>(&mut self, done: Done<E>) {
         let Done {
             tp,
             generation,
@@ -528,6 +533,7 @@ impl<'a> Driver<'a> {
             handler,
             ended,
             parking,
+            discard,
             result,
         } = done;
         let now = Instant::now();
@@ -536,8 +542,8 @@ impl<'a> Driver<'a> {
             handler,
             ended.saturating_duration_since(started),
         );
-        let lost_connection = client.as_ref().is_none_or(Client::is_closed);
-        self.pool.give_back(client);
+        let lost_connection = !discard && client.as_ref().is_none_or(Client::is_closed);
+        self.pool.give_back(client.filter(|_| !discard));
         let Some(p) = self
             .partitions
             .get_mut(&tp)
@@ -549,35 +555,12 @@ impl<'a> Driver<'a> {
         };
         p.busy = false;
         let take = records.len();
-        let failure: Option<(String, Option<usize>, bool)> = match result {
+        let failure: Option<(String, Option<usize>, Retry)> = match result {
             JobResult::Batch(Ok(outcome)) => {
-                self.metrics.batches.inc();
-                self.metrics.batch_records.observe(take as f64);
-                self.metrics
-                    .apply_seconds
-                    .observe(now.duration_since(started).as_secs_f64());
-                for (source, key) in &outcome.marks {
-                    let lsn = i64::try_from(key.high()).unwrap_or(i64::MAX);
-                    self.metrics
-                        .hwm_commit_lsn
-                        .get_or_create(&MarkLabels {
-                            topic: tp.0.clone(),
-                            partition: tp.1,
-                            source: source.clone(),
-                        })
-                        .set(lsn);
+                self.batch_committed(&tp, &records, &outcome, now.duration_since(started));
+                if let Some(p) = self.partitions.get_mut(&tp) {
+                    p.learn(&outcome.marks);
                 }
-                if outcome.parked {
-                    if let Some(last) = records.last() {
-                        tracing::warn!(
-                            topic = %tp.0,
-                            partition = tp.1,
-                            offset = last.message.offset(),
-                            "record parked in walrelay_consumer_parked after its last attempt"
-                        );
-                    }
-                }
-                p.learn(&outcome.marks);
                 None
             }
             JobResult::ParkedUnkeyed(Ok(written)) => {
@@ -599,43 +582,17 @@ impl<'a> Driver<'a> {
                 }
                 None
             }
-            JobResult::Batch(Err(BatchError::Handler { index, source })) => {
-                Some((source.to_string(), index, lost_connection))
-            }
-            JobResult::ParkedUnkeyed(Err(e @ ParkUnkeyedError::OffsetReused { .. })) => {
-                // Refused rather than guessed: the partition stops.
-                p.put_back(records);
-                self.stop(&tp, e.to_string());
-                return;
-            }
-            JobResult::Batch(Err(e @ BatchError::CorruptHwm { .. })) => {
-                p.put_back(records);
-                let error = e.to_string();
-                self.stop(&tp, error);
-                return;
-            }
-            JobResult::Batch(Err(e)) => {
-                let outage = lost_connection || matches!(&e, BatchError::Db(db) if is_outage(db));
-                if !outage && parking {
-                    // Parking wrote nothing, for a reason that would come
-                    // again: never move on without the record.
-                    let offset = records.last().map_or(-1, |r| r.message.offset());
+            JobResult::Batch(Err(e)) => match failure_of(&e, lost_connection, parking) {
+                Failure::Stop => {
+                    let error = stop_message(&tp, &records, &e, parking);
                     p.put_back(records);
-                    self.stop(
-                        &tp,
-                        format!(
-                            "parking record {}/{} at offset {offset} failed, not for a database \
-                             outage: {e}",
-                            tp.0, tp.1
-                        ),
-                    );
+                    self.stop(&tp, error);
                     return;
                 }
-                // Not an outage: the batch's own error (a constraint
-                // checked at COMMIT, a serialization failure, a statement
-                // the handler let fail), counted like a handler failure.
-                Some((e.to_string(), None, outage))
-            }
+                Failure::Outage => Some((e.to_string(), None, Retry::Outage)),
+                Failure::Shrink => Some((e.to_string(), None, Retry::Shrink)),
+                Failure::Attempt(index) => Some((e.to_string(), index, Retry::Attempt)),
+            },
             JobResult::ParkedUnkeyed(Err(ParkUnkeyedError::Db(e)))
                 if !lost_connection && !is_outage(&e) =>
             {
@@ -651,7 +608,10 @@ impl<'a> Driver<'a> {
                 );
                 return;
             }
-            JobResult::ParkedUnkeyed(Err(e)) => Some((e.to_string(), None, true)),
+            JobResult::ParkedUnkeyed(Err(e)) => Some((e.to_string(), None, Retry::Outage)),
+        };
+        let Some(p) = self.partitions.get_mut(&tp) else {
+            return;
         };
         match failure {
             None => {
@@ -661,11 +621,89 @@ impl<'a> Driver<'a> {
                     store_offset(self.consumer, &tp, offset, &mut self.stored);
                 }
             }
-            Some((error, _, true)) => {
-                // An outage: replace the connections, retry until it works.
+            Some((error, index, retry)) => self.retry(&tp, records, error, index, retry, now),
+        }
+    }
+
+    /// Metrics and logs of a committed batch.
+    fn batch_committed(
+        &self,
+        tp: &TopicPartition,
+        records: &[Queued],
+        outcome: &BatchOutcome,
+        took: Duration,
+    ) {
+        self.metrics.batches.inc();
+        self.metrics.batch_records.observe(records.len() as f64);
+        self.metrics.apply_seconds.observe(took.as_secs_f64());
+        for (source, key) in &outcome.marks {
+            let lsn = i64::try_from(key.high()).unwrap_or(i64::MAX);
+            self.metrics
+                .hwm_commit_lsn
+                .get_or_create(&MarkLabels {
+                    topic: tp.0.clone(),
+                    partition: tp.1,
+                    source: source.clone(),
+                })
+                .set(lsn);
+        }
+        if outcome.parked {
+            if let Some(last) = records.last() {
+                tracing::warn!(
+                    topic = %tp.0,
+                    partition = tp.1,
+                    offset = last.message.offset(),
+                    "record parked in walrelay_consumer_parked after its last attempt"
+                );
+            }
+        }
+    }
+
+    /// Puts a failed batch back and schedules its retry (see [`Retry`]).
+    fn retry(
+        &mut self,
+        tp: &TopicPartition,
+        records: Vec<Queued>,
+        error: String,
+        index: Option<usize>,
+        retry: Retry,
+        now: Instant,
+    ) {
+        let Some(p) = self.partitions.get_mut(tp) else {
+            return;
+        };
+        let take = records.len();
+        let first = records.first().map_or(-1, |r| r.message.offset());
+        let last = records.last().map_or(-1, |r| r.message.offset());
+        let offset = index
+            .and_then(|i| records.get(i))
+            .map(|r| r.message.offset());
+        p.put_back(records);
+        self.metrics.retries.inc();
+        match retry {
+            Retry::Shrink => match p.contended(error.clone(), take, &self.settings, now) {
+                None => tracing::info!(
+                    topic = %tp.0,
+                    partition = tp.1,
+                    offsets = %format_args!("{first}..{last}"),
+                    "batch of {take} rolled back for contention or for its size, retried in \
+                     batches of half its size (not counted as an attempt until a batch of one \
+                     record): {error}"
+                ),
+                Some(n) => tracing::warn!(
+                    topic = %tp.0,
+                    partition = tp.1,
+                    attempt = n,
+                    attempts = self.settings.retry.attempts,
+                    offset = first,
+                    "record rolled back for contention or a statement timeout on its own \
+                     (counted as an attempt): {error}"
+                ),
+            },
+            Retry::Outage => {
+                // Replace the connections, retry until it works.
                 self.pool.drop_idle();
                 let n = p.db_failed(&self.settings, now);
-                self.metrics.retries.inc();
                 if n.is_power_of_two() {
                     tracing::warn!(
                         topic = %tp.0,
@@ -673,21 +711,13 @@ impl<'a> Driver<'a> {
                         failures = n,
                         retry_in = ?p.backoff_left(now),
                         "database unavailable, the batch will be retried on a new connection \
-                         (meanwhile the partition reads at most two batches ahead; logged at 1, 2, 4, 8... \
-                         failures): {error}"
+                         (meanwhile the partition reads at most two batches ahead; logged at 1, \
+                         2, 4, 8... failures): {error}"
                     );
                 }
-                p.put_back(records);
             }
-            Some((error, index, false)) => {
-                let offset = index
-                    .and_then(|i| records.get(i))
-                    .map(|r| r.message.offset());
-                let first = records.first().map_or(-1, |r| r.message.offset());
-                let last = records.last().map_or(-1, |r| r.message.offset());
-                p.put_back(records);
+            Retry::Attempt => {
                 let n = p.handler_failed(error.clone(), index, take, &self.settings, now);
-                self.metrics.retries.inc();
                 tracing::warn!(
                     topic = %tp.0,
                     partition = tp.1,

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
+use super::handler_call::{self, HandlerFailure};
 use super::partition::Queued;
 use super::Apply;
 use crate::apply::{BatchError, BatchOutcome, Park};
@@ -30,7 +31,10 @@ pub(super) struct Done<E> {
     pub(super) ended: Instant,
     /// The batch parked its last record.
     pub(super) parking: bool,
-    pub(super) result: JobResult<E>,
+    /// The handler timed out: the connection is not given back (its
+    /// statement was cancelled; it may still be busy).
+    pub(super) discard: bool,
+    pub(super) result: JobResult<HandlerFailure<E>>,
 }
 
 pub(super) enum JobResult<E> {
@@ -52,8 +56,14 @@ pub(super) enum JobKind {
     ParkUnkeyed { error: String },
 }
 
-/// Runs a job on its connection and reports back.
-pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: Job) -> Done<E> {
+/// Runs a job on its connection and reports back. A handler call longer
+/// than `handler_timeout` fails the batch.
+pub(super) async fn run_job<E, A: Apply<E>>(
+    apply: &A,
+    store: &PgHwmStore,
+    handler_timeout: Option<Duration>,
+    job: Job,
+) -> Done<E> {
     let Job {
         lease,
         position,
@@ -85,12 +95,15 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
                 handler: Duration::ZERO,
                 ended: Instant::now(),
                 parking,
+                discard: false,
                 result,
             };
         }
     };
+    let mut discard = false;
     let result = match kind {
         JobKind::Batch { park, known } => {
+            let cancel = client.cancel_token();
             let deliveries: Vec<Delivery<'_>> = records
                 .iter()
                 .filter_map(|r| {
@@ -110,7 +123,15 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
                     known,
                     async |tx, new| {
                         let t = Instant::now();
-                        let result = apply.apply(tx, new).await;
+                        let result = handler_call::call(
+                            apply,
+                            tx,
+                            new,
+                            handler_timeout,
+                            &cancel,
+                            &mut discard,
+                        )
+                        .await;
                         handler += t.elapsed();
                         result
                     },
@@ -135,6 +156,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(apply: &A, store: &PgHwmStore, job: 
         handler,
         ended: Instant::now(),
         parking,
+        discard,
         result,
     }
 }

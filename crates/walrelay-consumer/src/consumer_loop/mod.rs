@@ -60,6 +60,8 @@
 
 mod context;
 mod driver;
+mod failure;
+mod handler_call;
 mod job;
 mod partition;
 mod phase_clock;
@@ -228,6 +230,7 @@ pub struct ConsumerLoop {
     database: Database,
     settings: Settings,
     metrics: LoopMetrics,
+    handler_timeout: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for ConsumerLoop {
@@ -236,6 +239,7 @@ impl std::fmt::Debug for ConsumerLoop {
             .field("topics", &self.topics)
             .field("group", &self.group)
             .field("settings", &self.settings)
+            .field("handler_timeout", &self.handler_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -298,7 +302,20 @@ impl ConsumerLoop {
             database,
             settings: Settings::default(),
             metrics,
+            handler_timeout: None,
         })
+    }
+
+    /// Bounds each handler call (default: unbounded). A call that runs
+    /// longer fails its batch like a handler error (an attempt of the
+    /// retry policy): the call is abandoned, its running statement
+    /// cancelled, the transaction rolled back and the connection
+    /// discarded. A handler blocked on a lock or a slow remote call then
+    /// holds neither its partition nor a connection for ever.
+    #[must_use]
+    pub fn with_handler_timeout(mut self, timeout: std::time::Duration) -> ConsumerLoop {
+        self.handler_timeout = Some(timeout);
+        self
     }
 
     /// Replaces the settings (batch bounds, pool size, retries, poison
@@ -353,7 +370,7 @@ impl ConsumerLoop {
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), LoopError>
     where
-        E: std::fmt::Display,
+        E: std::fmt::Display + 'static,
         H: AsyncFn(&Transaction<'_>, &Delivery<'_>) -> Result<(), E>,
     {
         self.run_with(PerRecord(handler), shutdown).await
@@ -369,7 +386,7 @@ impl ConsumerLoop {
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), LoopError>
     where
-        E: std::fmt::Display,
+        E: std::fmt::Display + 'static,
         H: AsyncFn(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), E>,
     {
         self.run_with(PerBatch(handler), shutdown).await
@@ -381,7 +398,7 @@ impl ConsumerLoop {
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), LoopError>
     where
-        E: std::fmt::Display,
+        E: std::fmt::Display + 'static,
         A: Apply<E>,
     {
         let ConsumerLoop {
@@ -392,6 +409,7 @@ impl ConsumerLoop {
             database,
             settings,
             metrics,
+            handler_timeout,
         } = self;
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let result = match consumer.subscribe(&names) {
@@ -400,9 +418,17 @@ impl ConsumerLoop {
                 source,
             }),
             Ok(()) => {
-                driver::Driver::new(&consumer, &group, &store, database, settings, metrics)
-                    .run(&apply, shutdown)
-                    .await
+                driver::Driver::new(
+                    &consumer,
+                    &group,
+                    &store,
+                    database,
+                    settings,
+                    metrics,
+                    handler_timeout,
+                )
+                .run(&apply, shutdown)
+                .await
             }
         };
         // Commit and leave the group off the runtime: both block.

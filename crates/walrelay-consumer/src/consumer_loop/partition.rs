@@ -76,6 +76,16 @@ pub(crate) struct Failing {
     pub len: usize,
 }
 
+/// A cap on the batch size after a batch failed for contention or for
+/// its size ([`crate::outage::ErrorClass::Shrink`]): the failed batch's
+/// records are retried in batches of at most `max`, halved on each such
+/// failure, until `left` of them committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shrink {
+    pub max: usize,
+    pub left: usize,
+}
+
 /// What the partition does next.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -131,6 +141,8 @@ pub(crate) struct Partition {
     /// Records left to apply one per transaction, to find the one that
     /// fails in a batch whose handler cannot say which.
     pub isolate: usize,
+    /// Batches capped smaller after contention (see [`Shrink`]).
+    pub shrink: Option<Shrink>,
     /// Incremented on every assignment, so that a batch of an earlier
     /// assignment is recognized when it completes.
     pub generation: u64,
@@ -161,6 +173,7 @@ impl Partition {
             db_failures: 0,
             retry_at: None,
             isolate: 0,
+            shrink: None,
             generation,
             oldest: None,
             last_offset: None,
@@ -263,11 +276,16 @@ impl Partition {
     /// already fetched before starting it (see [`Partition::next_step`]);
     /// its phase then is [`Phase::Polling`]. One rule for both, so that
     /// the time breakdown names the wait the loop makes.
+    /// A full partition is not read (see [`Partition::wants_records`]),
+    /// so it never waits to fill: a lone record of twice
+    /// `max_batch_bytes` would wait for ever.
     fn is_filling(&self, s: &Settings) -> bool {
         self.more_fetched
+            && !self.is_full(s)
             && self.queue.len() < s.max_batch_records
             && self.failing.is_none()
             && self.isolate == 0
+            && self.shrink.is_none()
     }
 
     /// Raises the cached marks.
@@ -327,6 +345,9 @@ impl Partition {
         if self.isolate > 0 {
             take = 1;
         }
+        if let Some(shrink) = self.shrink {
+            take = take.min(shrink.max);
+        }
         if let Some(f) = self
             .failing
             .as_ref()
@@ -372,10 +393,18 @@ impl Partition {
         // records per partition and turn (so that its batches in flight are
         // served promptly), and starting on a part of them would make many
         // small transactions, each paying its round trips and its `COMMIT`.
+        // Waits no longer than the loop's next turn: it reads the queue
+        // again at once, and a burst that ended exactly on the read limit
+        // (nothing more fetched) then starts its batch without waiting
+        // for a timer.
         if take == self.queue.len() && self.is_filling(s) {
-            return Step::Idle;
+            return Step::WaitUntil(now);
         }
-        if take < s.max_batch_records && !s.batch_linger.is_zero() && self.failing.is_none() {
+        if take < s.max_batch_records
+            && !s.batch_linger.is_zero()
+            && self.failing.is_none()
+            && self.shrink.is_none()
+        {
             if let Some(oldest) = self.oldest {
                 let due = oldest + s.batch_linger;
                 if due > now {
@@ -411,6 +440,10 @@ impl Partition {
         self.db_failures = 0;
         self.retry_at = None;
         self.isolate = self.isolate.saturating_sub(take);
+        self.shrink = self.shrink.and_then(|c| {
+            let left = c.left.saturating_sub(take);
+            (left > 0).then_some(Shrink { left, ..c })
+        });
         self.oldest = (!self.queue.is_empty()).then_some(now);
         // The committed records' failures go with them.
         match self.queue.front().map(|r| r.message.offset()) {
@@ -465,6 +498,30 @@ impl Partition {
         });
         self.retry_at = Some(now + s.retry.backoff(failures));
         failures
+    }
+
+    /// After a batch of `len` records failed for contention or for its
+    /// size ([`crate::outage::ErrorClass::Shrink`]). A batch of several is
+    /// retried at half its size without counting an attempt (returns
+    /// `None`); a batch of one counts it, like a handler failure of that
+    /// record (returns the record's failures).
+    pub(crate) fn contended(
+        &mut self,
+        error: String,
+        len: usize,
+        s: &Settings,
+        now: Instant,
+    ) -> Option<u32> {
+        if len <= 1 {
+            return Some(self.handler_failed(error, Some(0), 1, s, now));
+        }
+        let left = self.shrink.map_or(len, |c| c.left.max(len));
+        self.shrink = Some(Shrink {
+            max: (len / 2).max(1),
+            left,
+        });
+        self.retry_at = Some(now + s.retry.backoff(1));
+        None
     }
 
     /// After a database failure (outage): retried until it works, with

@@ -8,6 +8,7 @@
 //! conformance/README.md describes the actions and the checks; both
 //! runners implement exactly those, and refuse anything else.
 
+mod handler;
 mod scenario;
 #[path = "../support/mod.rs"]
 mod support;
@@ -21,9 +22,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_postgres::Transaction;
 use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore, Settings};
-use walrelay_testkit::{ClusterOptions, PgCluster, TestBroker};
+use walrelay_testkit::{BrokerKind, ClusterOptions, PgCluster, TestBroker};
 
-use world::{apply, run};
+use handler::apply;
+use world::run;
 
 /// Set in the environment of a consumer process this suite starts (and
 /// kills): the test `conformance_child` then runs the consumer.
@@ -50,8 +52,16 @@ async fn every_scenario_of_the_shared_file() -> anyhow::Result<()> {
         cluster: cluster.await??,
         broker: broker.await??,
     });
+    let broker = match shared.broker.kind() {
+        BrokerKind::Kafka => "kafka",
+        BrokerKind::Tansu => "tansu",
+    };
     let mut runs = JoinSet::new();
     for scenario in file.scenarios {
+        if !scenario.runs_on(broker) {
+            eprintln!("scenario {}: not played on {broker}", scenario.name);
+            continue;
+        }
         let (shared, defaults) = (Arc::clone(&shared), file.defaults.clone());
         runs.spawn(async move {
             let name = scenario.name.clone();
@@ -85,19 +95,23 @@ async fn conformance_child() -> anyhow::Result<()> {
         return Ok(());
     };
     let fields: Vec<&str> = spec.split('\t').collect();
-    let [bootstrap, topic, dsn, group, name, interval_ms] = fields[..] else {
-        bail!("{CHILD_ENV} must hold 6 tab-separated fields, not {spec:?}");
+    let [bootstrap, topic, dsn, group, name, interval_ms, instance_id] = fields[..] else {
+        bail!("{CHILD_ENV} must hold 7 tab-separated fields, not {spec:?}");
     };
-    let consumer = ConsumerLoop::new(
-        support::kafka(bootstrap, group),
-        &[topic],
-        PgHwmStore::new(),
-        Database::from_dsn(dsn)?,
-    )?
-    .with_settings(Settings {
-        commit_interval: Duration::from_millis(interval_ms.parse()?),
-        ..Settings::default()
-    });
+    let mut kafka = support::kafka(bootstrap, group);
+    if !instance_id.is_empty() {
+        // Static membership, with Kafka's default session timeout: a
+        // restart under the same id must not wait for it.
+        kafka
+            .set("group.instance.id", instance_id)
+            .remove("session.timeout.ms");
+        kafka.remove("heartbeat.interval.ms");
+    }
+    let consumer = ConsumerLoop::new(kafka, &[topic], PgHwmStore::new(), Database::from_dsn(dsn)?)?
+        .with_settings(Settings {
+            commit_interval: Duration::from_millis(interval_ms.parse()?),
+            ..Settings::default()
+        });
     let (_stop, shutdown) = watch::channel(false);
     consumer
         .run_batches(

@@ -53,8 +53,21 @@ pub struct Scenario {
     pub name: String,
     #[allow(dead_code)]
     pub doc: String,
+    /// The brokers it is played on (every broker without it): `kafka`,
+    /// `tansu`.
+    #[serde(default)]
+    pub brokers: Option<Vec<String>>,
     pub steps: Vec<Step>,
     pub expect: Expect,
+}
+
+impl Scenario {
+    /// Whether it is played on `broker` (`kafka` or `tansu`).
+    pub fn runs_on(&self, broker: &str) -> bool {
+        self.brokers
+            .as_ref()
+            .is_none_or(|b| b.iter().any(|name| name == broker))
+    }
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -132,6 +145,15 @@ pub enum Step {
         /// `lean` or `full` (the default): the header set of the records.
         #[serde(default)]
         headers: HeaderSet,
+        /// How the handler misbehaves on the records.
+        #[serde(default)]
+        behaviour: Option<Behaviour>,
+        /// For the behaviours with a count: on the first `times` calls.
+        #[serde(default = "one")]
+        times: u32,
+        /// The payload padded to this many bytes.
+        #[serde(default)]
+        payload_bytes: Option<usize>,
     },
     RestartRelay {
         source: String,
@@ -159,13 +181,26 @@ pub enum Step {
         batch_delay_ms: u64,
         #[serde(default)]
         max_batch_records: Option<usize>,
+        #[serde(default)]
+        max_batch_bytes: Option<usize>,
+        #[serde(default)]
+        handler_timeout_ms: Option<u64>,
+        #[serde(default)]
+        on_poison: Option<Poison>,
     },
     Stop {
         consumer: String,
+        /// The partitions the loop must report stopped (none without it).
+        #[serde(default)]
+        stopped: Vec<Stopped>,
     },
     StartProcess {
         consumer: String,
         commit_interval_ms: u64,
+        /// Static group membership under this `group.instance.id`, with
+        /// Kafka's default session timeout (45 s).
+        #[serde(default)]
+        instance_id: Option<String>,
     },
     KillProcess {
         consumer: String,
@@ -177,6 +212,12 @@ pub enum Step {
         parked: Option<i64>,
         #[serde(default)]
         seen: Option<u64>,
+        #[serde(default)]
+        stopped: Option<u64>,
+        /// Fails unless reached within this many milliseconds (60 s
+        /// without it).
+        #[serde(default)]
+        within_ms: Option<u64>,
     },
     ExpectCounters {
         processed: u64,
@@ -202,8 +243,60 @@ pub enum Step {
 #[serde(deny_unknown_fields)]
 pub struct Expect {
     pub effects: Count,
-    pub marks: Vec<Mark>,
+    /// `null`: not checked (a handler broke the batch's atomicity).
+    pub marks: Option<Vec<Mark>>,
     pub parked: Vec<Parked>,
+    /// Produced, but not expected among the effects.
+    #[serde(default)]
+    pub not_applied: Vec<Unapplied>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Unapplied {
+    pub partition: i32,
+    pub seq: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stopped {
+    pub partition: i32,
+    pub error_contains: String,
+}
+
+/// How a handler misbehaves on a record (conformance/README.md).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Behaviour {
+    Swallow,
+    Savepoint,
+    Raise,
+    Noop,
+    Slow,
+    SelfCommit,
+    SelfRollback,
+    Contend,
+}
+
+impl Behaviour {
+    /// The payload's first word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Behaviour::Swallow => "swallow",
+            Behaviour::Savepoint => "savepoint",
+            Behaviour::Raise => "raise",
+            Behaviour::Noop => "noop",
+            Behaviour::Slow => "slow",
+            Behaviour::SelfCommit => "self-commit",
+            Behaviour::SelfRollback => "self-rollback",
+            Behaviour::Contend => "contend",
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
 }
 
 #[derive(Debug, Deserialize)]
@@ -254,17 +347,27 @@ pub struct Planned {
     pub fails: u32,
     /// The header set it is written with.
     pub headers: HeaderSet,
+    /// A behaviour of the handler, and on how many calls.
+    pub behaviour: Option<(Behaviour, u32)>,
+    /// The payload padded to this many bytes.
+    pub payload_bytes: Option<usize>,
 }
 
 impl Planned {
     pub fn payload(&self) -> String {
-        let kind = match (self.poison, self.at_commit, self.fails) {
-            (true, _, _) => "poison".to_owned(),
-            (false, true, _) => "commit-poison".to_owned(),
-            (false, false, 0) => "event".to_owned(),
-            (false, false, n) => format!("flaky {n}"),
+        let kind = match (self.poison, self.at_commit, self.fails, self.behaviour) {
+            (true, ..) => "poison".to_owned(),
+            (false, true, ..) => "commit-poison".to_owned(),
+            (false, false, 0, None) => "event".to_owned(),
+            (false, false, 0, Some((b, times))) => format!("{} {times}", b.word()),
+            (false, false, n, _) => format!("flaky {n}"),
         };
-        format!("{kind} {}", self.key)
+        let mut payload = format!("{kind} {}", self.key);
+        if let Some(n) = self.payload_bytes.filter(|&n| n > payload.len() + 1) {
+            payload.push(' ');
+            payload.extend(std::iter::repeat_n('x', n - payload.len()));
+        }
+        payload
     }
 }
 
@@ -278,6 +381,8 @@ pub struct Ledger {
     pub seqs: BTreeMap<(String, i32), BTreeSet<i64>>,
     /// Every distinct key produced.
     pub keys: BTreeSet<String>,
+    /// Keys of `noop` records: applied without an effect.
+    pub noop: BTreeSet<String>,
 }
 
 impl Ledger {
@@ -317,6 +422,8 @@ impl Ledger {
                     at_commit: false,
                     fails: 0,
                     headers: HeaderSet::Full,
+                    behaviour: None,
+                    payload_bytes: None,
                 });
             }
             first = false;
@@ -345,16 +452,28 @@ impl Ledger {
     }
 
     /// The keys that must end up in the effects table exactly once:
-    /// everything produced but the records expected to stay parked.
-    pub fn expected_effects(&self, parked: &[Parked]) -> BTreeSet<String> {
-        let parked: BTreeSet<String> = parked.iter().map(|p| key(p.partition, p.seq)).collect();
-        self.keys.difference(&parked).cloned().collect()
+    /// everything produced but the records expected to stay parked, the
+    /// `noop` ones and those the scenario says are not applied.
+    pub fn expected_effects(
+        &self,
+        parked: &[Parked],
+        not_applied: &[Unapplied],
+    ) -> BTreeSet<String> {
+        let left_out: BTreeSet<String> = parked
+            .iter()
+            .map(|p| key(p.partition, p.seq))
+            .chain(not_applied.iter().map(|u| key(u.partition, u.seq)))
+            .chain(self.noop.iter().cloned())
+            .collect();
+        self.keys.difference(&left_out).cloned().collect()
     }
 
-    pub fn resolve(&self, count: Count, parked: &[Parked]) -> i64 {
+    pub fn resolve(&self, count: Count, parked: &[Parked], not_applied: &[Unapplied]) -> i64 {
         match count {
             Count::N(n) => n,
-            Count::All(_) => i64::try_from(self.expected_effects(parked).len()).unwrap_or(i64::MAX),
+            Count::All(_) => {
+                i64::try_from(self.expected_effects(parked, not_applied).len()).unwrap_or(i64::MAX)
+            }
         }
     }
 }
@@ -395,7 +514,12 @@ mod tests {
             seq: 7,
             attempts: None,
         }];
-        assert_eq!(l.resolve(Count::All(AllTag::All), &parked), 6);
+        assert_eq!(l.resolve(Count::All(AllTag::All), &parked, &[]), 6);
+        let not_applied = [Unapplied {
+            partition: 0,
+            seq: 5,
+        }];
+        assert_eq!(l.resolve(Count::All(AllTag::All), &parked, &not_applied), 5);
     }
 
     #[test]

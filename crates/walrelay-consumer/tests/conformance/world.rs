@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context};
@@ -15,95 +15,19 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio_postgres::{Client, NoTls, Transaction};
 use walrelay_consumer::{
-    migrate, ConsumerLoop, Counters, Database, Delivery, OnPoison, PgHwmStore, RetryPolicy,
-    Settings,
+    migrate, ConsumerLoop, Counters, Database, Delivery, LoopError, LoopMetrics, OnPoison,
+    PgHwmStore, RetryPolicy, Settings,
 };
 use walrelay_contract::header;
 use walrelay_testkit::TestBroker;
 
+use crate::handler::apply;
 use crate::scenario::{
-    self, Count, Defaults, HandlerKind, Ledger, Poison, RedriveHandler, Scenario, Seq, Step,
+    self, Behaviour, Count, Defaults, HandlerKind, Ledger, Poison, RedriveHandler, Scenario, Seq,
+    Step, Unapplied,
 };
 use crate::support::{self, RunHandle};
 use crate::{Shared, AWAIT, CHILD_ENV, CREATE_EFFECTS};
-
-/// How often each flaky record (`flaky <n> <key>`) failed, per topic.
-static FLAKY: Mutex<BTreeMap<(String, String), u32>> = Mutex::new(BTreeMap::new());
-
-/// Fails on a flaky record until it has failed its `n` times.
-fn flaky(d: &Delivery<'_>) -> Result<(), String> {
-    let Some(rest) = d
-        .payload()
-        .and_then(|p| std::str::from_utf8(p).ok())
-        .and_then(|p| p.strip_prefix("flaky "))
-    else {
-        return Ok(());
-    };
-    let n: u32 = rest
-        .split(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| format!("a flaky payload without its count: {rest}"))?;
-    let key = d.meta.key.to_hex();
-    let mut seen = FLAKY
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let failed = seen
-        .entry((d.position.topic.clone(), key.clone()))
-        .or_insert(0);
-    if *failed < n {
-        *failed += 1;
-        return Err(format!("flaky: failure {failed} of {n} of {key}"));
-    }
-    Ok(())
-}
-
-/// The handlers' side effect: one `effects` row per record, written by
-/// `consumer`; while `poison_fails`, a batch with a poison record fails,
-/// and one with a commit-poison record fails at its commit.
-pub(crate) async fn apply(
-    tx: &Transaction<'_>,
-    batch: &[Delivery<'_>],
-    consumer: &str,
-    delay: Duration,
-    poison_fails: bool,
-) -> Result<(), String> {
-    if poison_fails {
-        if let Some(d) = batch
-            .iter()
-            .find(|d| d.payload().is_some_and(|p| p.starts_with(b"poison")))
-        {
-            return Err(format!("poison: cannot apply {}", d.meta.key.to_hex()));
-        }
-        for d in batch {
-            flaky(d)?;
-        }
-        if batch
-            .iter()
-            .any(|d| d.payload().is_some_and(|p| p.starts_with(b"commit-poison")))
-        {
-            // Fine until the commit checks the deferred constraint.
-            tx.execute("INSERT INTO commit_check (id) VALUES (1), (1)", &[])
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-    }
-    if !delay.is_zero() {
-        tx.execute("SELECT pg_sleep($1)", &[&delay.as_secs_f64()])
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    let keys: Vec<String> = batch.iter().map(|d| d.meta.key.to_hex()).collect();
-    let partitions: Vec<i32> = batch.iter().map(|d| d.position.partition).collect();
-    tx.execute(
-        "INSERT INTO effects (event_key, partition, consumer) \
-         SELECT k, p, $3 FROM unnest($1::text[], $2::int4[]) AS u(k, p)",
-        &[&keys, &partitions, &consumer],
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    Ok(())
-}
 
 struct Running {
     handle: RunHandle,
@@ -125,7 +49,19 @@ struct World<'a> {
     processes: BTreeMap<String, Child>,
     /// Of every in-process consumer the scenario started.
     counters: Vec<Arc<Counters>>,
+    metrics: Vec<LoopMetrics>,
     expected_parked: &'a [scenario::Parked],
+    not_applied: &'a [Unapplied],
+}
+
+/// How a consumer of a `start` step runs.
+struct StartOptions {
+    handler: HandlerKind,
+    delay: Duration,
+    max_batch_records: Option<usize>,
+    max_batch_bytes: Option<usize>,
+    handler_timeout: Option<Duration>,
+    on_poison: Option<Poison>,
 }
 
 pub(crate) async fn run(
@@ -170,7 +106,9 @@ pub(crate) async fn run(
         consumers: BTreeMap::new(),
         processes: BTreeMap::new(),
         counters: Vec::new(),
+        metrics: Vec::new(),
         expected_parked: &scenario.expect.parked,
+        not_applied: &scenario.expect.not_applied,
     };
     for (i, step) in scenario.steps.iter().enumerate() {
         world
@@ -199,6 +137,9 @@ impl World<'_> {
                 poison_at_commit,
                 fails,
                 headers,
+                behaviour,
+                times,
+                payload_bytes,
             } => {
                 let mut planned =
                     self.ledger
@@ -207,6 +148,11 @@ impl World<'_> {
                     p.at_commit = *poison_at_commit;
                     p.fails = *fails;
                     p.headers = *headers;
+                    p.behaviour = behaviour.map(|b| (b, *times));
+                    p.payload_bytes = *payload_bytes;
+                    if *behaviour == Some(Behaviour::Noop) {
+                        self.ledger.noop.insert(p.key.clone());
+                    }
                 }
                 self.send(planned).await
             }
@@ -247,10 +193,12 @@ impl World<'_> {
                     if by > 0 {
                         return Ok(());
                     }
-                    let all = self
-                        .ledger
-                        .resolve(Count::All(scenario::AllTag::All), self.expected_parked);
-                    self.await_counts(Some(all), None, None).await?;
+                    let all = self.ledger.resolve(
+                        Count::All(scenario::AllTag::All),
+                        self.expected_parked,
+                        self.not_applied,
+                    );
+                    self.await_counts(Some(all), None, None, None).await?;
                 }
                 bail!("consumer {consumer} applied nothing in 200 rounds")
             }
@@ -259,32 +207,38 @@ impl World<'_> {
                 handler,
                 batch_delay_ms,
                 max_batch_records,
+                max_batch_bytes,
+                handler_timeout_ms,
+                on_poison,
             } => {
-                self.start(
-                    consumer,
-                    *handler,
-                    Duration::from_millis(*batch_delay_ms),
-                    *max_batch_records,
-                )
-                .await
+                let options = StartOptions {
+                    handler: *handler,
+                    delay: Duration::from_millis(*batch_delay_ms),
+                    max_batch_records: *max_batch_records,
+                    max_batch_bytes: *max_batch_bytes,
+                    handler_timeout: handler_timeout_ms.map(Duration::from_millis),
+                    on_poison: *on_poison,
+                };
+                self.start(consumer, options).await
             }
-            Step::Stop { consumer } => {
+            Step::Stop { consumer, stopped } => {
                 let running = self
                     .consumers
                     .remove(consumer)
                     .with_context(|| format!("no running consumer {consumer}"))?;
                 running.stop.send(true)?;
-                tokio::time::timeout(AWAIT, running.handle)
+                let ended = tokio::time::timeout(AWAIT, running.handle)
                     .await
                     .with_context(|| {
                         format!("consumer {consumer} did not stop within {AWAIT:?}")
-                    })???;
-                Ok(())
+                    })??;
+                check_stopped(consumer, ended, stopped)
             }
             Step::StartProcess {
                 consumer,
                 commit_interval_ms,
-            } => self.start_process(consumer, *commit_interval_ms),
+                instance_id,
+            } => self.start_process(consumer, *commit_interval_ms, instance_id.as_deref()),
             Step::KillProcess { consumer } => {
                 let mut child = self
                     .processes
@@ -307,9 +261,18 @@ impl World<'_> {
                 effects,
                 parked,
                 seen,
+                stopped,
+                within_ms,
             } => {
-                let effects = effects.map(|c| self.ledger.resolve(c, self.expected_parked));
-                self.await_counts(effects, *parked, *seen).await
+                let effects = effects.map(|c| {
+                    self.ledger
+                        .resolve(c, self.expected_parked, self.not_applied)
+                });
+                let wait = within_ms.map_or(AWAIT, Duration::from_millis);
+                let counts = self.await_counts(effects, *parked, *seen, *stopped);
+                tokio::time::timeout(wait, counts)
+                    .await
+                    .with_context(|| format!("not reached within {wait:?}"))?
             }
             Step::ExpectCounters {
                 processed,
@@ -452,17 +415,20 @@ impl World<'_> {
         Ok(())
     }
 
-    fn settings(&self, max_batch_records: Option<usize>) -> Settings {
+    fn settings(&self, options: &StartOptions) -> Settings {
         let d = self.defaults;
         Settings {
-            max_batch_records: max_batch_records.unwrap_or(d.max_batch_records),
+            max_batch_records: options.max_batch_records.unwrap_or(d.max_batch_records),
+            max_batch_bytes: options
+                .max_batch_bytes
+                .unwrap_or(Settings::default().max_batch_bytes),
             commit_interval: Duration::from_millis(d.commit_interval_ms),
             retry: RetryPolicy {
                 attempts: d.retry.attempts,
                 base: Duration::from_millis(d.retry.base_ms),
                 cap: Duration::from_millis(d.retry.cap_ms),
             },
-            on_poison: match d.on_poison {
+            on_poison: match options.on_poison.unwrap_or(d.on_poison) {
                 Poison::Park => OnPoison::Park,
                 Poison::Stop => OnPoison::Stop,
             },
@@ -470,13 +436,7 @@ impl World<'_> {
         }
     }
 
-    async fn start(
-        &mut self,
-        name: &str,
-        handler: HandlerKind,
-        delay: Duration,
-        max_batch_records: Option<usize>,
-    ) -> anyhow::Result<()> {
+    async fn start(&mut self, name: &str, options: StartOptions) -> anyhow::Result<()> {
         ensure!(
             !self.consumers.contains_key(name),
             "consumer {name} is already running"
@@ -487,11 +447,17 @@ impl World<'_> {
             PgHwmStore::new(),
             self.database.clone(),
         )?
-        .with_settings(self.settings(max_batch_records));
+        .with_settings(self.settings(&options));
+        let consumer = match options.handler_timeout {
+            Some(timeout) => consumer.with_handler_timeout(timeout),
+            None => consumer,
+        };
         self.counters.push(consumer.counters());
+        self.metrics.push(consumer.metrics());
+        let delay = options.delay;
         let (stop, shutdown) = watch::channel(false);
         let who = name.to_owned();
-        let handle = match handler {
+        let handle = match options.handler {
             HandlerKind::Batch => tokio::spawn(consumer.run_batches(
                 async move |tx: &Transaction<'_>, batch: &[Delivery<'_>]| {
                     apply(tx, batch, &who, delay, true).await
@@ -510,7 +476,12 @@ impl World<'_> {
         Ok(())
     }
 
-    fn start_process(&mut self, name: &str, commit_interval_ms: u64) -> anyhow::Result<()> {
+    fn start_process(
+        &mut self,
+        name: &str,
+        commit_interval_ms: u64,
+        instance_id: Option<&str>,
+    ) -> anyhow::Result<()> {
         ensure!(
             !self.processes.contains_key(name),
             "consumer process {name} is already running"
@@ -522,6 +493,7 @@ impl World<'_> {
             &self.group,
             name,
             &commit_interval_ms.to_string(),
+            instance_id.unwrap_or(""),
         ]
         .join("\t");
         let child = Command::new(std::env::current_exe()?)
@@ -549,6 +521,20 @@ impl World<'_> {
         sum
     }
 
+    /// The partitions the in-process consumers report stopped.
+    fn stopped_partitions(&self) -> anyhow::Result<u64> {
+        let mut registry = prometheus_client::registry::Registry::default();
+        for m in &self.metrics {
+            m.register(&mut registry);
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        Ok(text
+            .lines()
+            .filter(|l| l.contains("partition_stopped{") && l.ends_with(" 1"))
+            .count() as u64)
+    }
+
     async fn count(&self, sql: &str) -> anyhow::Result<i64> {
         Ok(self.client.query_one(sql, &[]).await?.get(0))
     }
@@ -560,6 +546,7 @@ impl World<'_> {
         effects: Option<i64>,
         parked: Option<i64>,
         seen: Option<u64>,
+        stopped: Option<u64>,
     ) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + AWAIT;
         loop {
@@ -569,16 +556,19 @@ impl World<'_> {
                 .await?;
             let c = self.counters_sum();
             let s = c.processed + c.duplicates + c.parked;
+            let st = self.stopped_partitions()?;
             if effects.is_none_or(|n| e >= n)
                 && parked.is_none_or(|n| p >= n)
                 && seen.is_none_or(|n| s >= n)
+                && stopped.is_none_or(|n| st >= n)
             {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
                 bail!(
                     "timed out after {AWAIT:?} waiting for effects {effects:?}, parked {parked:?}, \
-                     seen {seen:?}; have effects {e}, parked {p}, seen {s} ({c:?})"
+                     seen {seen:?}, stopped {stopped:?}; have effects {e}, parked {p}, seen {s}, \
+                     stopped {st} ({c:?})"
                 );
             }
             tokio::time::sleep(support::POLL).await;
@@ -600,13 +590,17 @@ impl World<'_> {
             .collect();
         ensure!(twice.is_empty(), "applied more than once: {twice:?}");
         let total = self.count("SELECT count(*) FROM effects").await?;
-        let want_total = self.ledger.resolve(expect.effects, &expect.parked);
+        let want_total = self
+            .ledger
+            .resolve(expect.effects, &expect.parked, &expect.not_applied);
         ensure!(
             total == want_total,
             "effects rows: expected {want_total}, got {total}"
         );
         let got: BTreeSet<String> = rows.iter().map(|r| r.get(0)).collect();
-        let want = self.ledger.expected_effects(&expect.parked);
+        let want = self
+            .ledger
+            .expected_effects(&expect.parked, &expect.not_applied);
         ensure!(
             got == want,
             "effects: missing {:?}, unexpected {:?}",
@@ -614,6 +608,13 @@ impl World<'_> {
             got.difference(&want).collect::<Vec<_>>()
         );
 
+        if let Some(marks) = &expect.marks {
+            self.check_marks(marks).await?;
+        }
+        self.check_parked(&expect.parked).await
+    }
+
+    async fn check_marks(&self, marks: &[scenario::Mark]) -> anyhow::Result<()> {
         let got: BTreeSet<(i32, String, String)> = self
             .client
             .query(
@@ -626,7 +627,7 @@ impl World<'_> {
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect();
         let mut want = BTreeSet::new();
-        for m in &expect.marks {
+        for m in marks {
             let seq = match m.seq {
                 Seq::N(n) => n,
                 Seq::Last(_) => self
@@ -641,7 +642,10 @@ impl World<'_> {
             ));
         }
         ensure!(got == want, "marks: expected {want:?}, got {got:?}");
+        Ok(())
+    }
 
+    async fn check_parked(&self, parked: &[scenario::Parked]) -> anyhow::Result<()> {
         let rows = self
             .client
             .query(
@@ -654,8 +658,7 @@ impl World<'_> {
             .iter()
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect();
-        let want: Vec<(i32, Option<String>, Option<i32>)> = expect
-            .parked
+        let want: Vec<(i32, Option<String>, Option<i32>)> = parked
             .iter()
             .map(|p| {
                 (
@@ -675,4 +678,39 @@ impl World<'_> {
         );
         Ok(())
     }
+}
+
+/// A stopped loop's outcome against a `stop` step's `stopped`.
+fn check_stopped(
+    consumer: &str,
+    ended: Result<(), LoopError>,
+    want: &[scenario::Stopped],
+) -> anyhow::Result<()> {
+    let got = match ended {
+        Ok(()) => Vec::new(),
+        Err(LoopError::Stopped(stopped)) => stopped,
+        Err(e) => return Err(e.into()),
+    };
+    let mut partitions: Vec<i32> = got.iter().map(|s| s.partition).collect();
+    partitions.sort_unstable();
+    let mut wanted: Vec<i32> = want.iter().map(|s| s.partition).collect();
+    wanted.sort_unstable();
+    ensure!(
+        partitions == wanted,
+        "consumer {consumer}: stopped partitions {partitions:?}, expected {wanted:?}: {got:?}"
+    );
+    for w in want {
+        let error = got
+            .iter()
+            .find(|s| s.partition == w.partition)
+            .map(|s| s.error.as_str())
+            .unwrap_or_default();
+        ensure!(
+            error.contains(&w.error_contains),
+            "consumer {consumer}: partition {} stopped with {error:?}, which lacks {:?}",
+            w.partition,
+            w.error_contains
+        );
+    }
+    Ok(())
 }

@@ -459,7 +459,9 @@ fn a_short_batch_waits_while_more_is_fetched() {
     let now = Instant::now();
     let mut p = partition(&[Some(1), Some(2)]);
     p.more_fetched = true;
-    assert!(matches!(p.next_step(&s, now), Step::Idle));
+    // It waits for the loop's next read only, not for a timer: a burst
+    // that ended exactly on the read limit starts at the next turn.
+    assert_eq!(p.next_step(&s, now), Step::WaitUntil(now));
     // Nothing more waiting in librdkafka: the short batch starts.
     p.more_fetched = false;
     assert!(matches!(p.next_step(&s, now), Step::Apply { take: 2, .. }));
@@ -471,4 +473,75 @@ fn a_short_batch_waits_while_more_is_fetched() {
     let mut p = partition(&[Some(1), None]);
     p.more_fetched = true;
     assert!(matches!(p.next_step(&s, now), Step::Apply { take: 1, .. }));
+}
+
+#[test]
+fn a_lone_record_of_twice_the_byte_bound_never_waits_to_fill() {
+    // 100-byte payloads (plus headers): a partition holding one of them
+    // is full, so it is not read, and it must not wait for more.
+    let s = Settings {
+        max_batch_bytes: 50,
+        ..settings(OnPoison::Stop)
+    };
+    let now = Instant::now();
+    let mut p = partition(&[Some(1)]);
+    p.more_fetched = true;
+    assert!(p.is_full(&s));
+    assert!(!p.wants_records(&s));
+    assert!(matches!(p.next_step(&s, now), Step::Apply { take: 1, .. }));
+}
+
+#[test]
+fn contention_halves_the_batch_without_counting_until_one_record() {
+    let s = Settings {
+        max_batch_records: 8,
+        ..settings(OnPoison::Park)
+    };
+    let now = Instant::now();
+    let keys: Vec<Option<u64>> = (1..=10).map(Some).collect();
+    let mut p = partition(&keys);
+    assert!(matches!(p.next_step(&s, now), Step::Apply { take: 8, .. }));
+    // A deadlock on the batch of 8: half of it next, nothing counted.
+    assert_eq!(p.contended("deadlock".into(), 8, &s, now), None);
+    assert!(p.record_failures.is_empty() && p.failing.is_none());
+    let later = now + Duration::from_secs(1);
+    assert!(matches!(
+        p.next_step(&s, later),
+        Step::Apply { take: 4, .. }
+    ));
+    assert_eq!(p.contended("deadlock".into(), 4, &s, later), None);
+    assert!(matches!(
+        p.next_step(&s, later + Duration::from_secs(1)),
+        Step::Apply { take: 2, .. }
+    ));
+    assert_eq!(p.contended("deadlock".into(), 2, &s, later), None);
+    let t = later + Duration::from_secs(2);
+    assert!(matches!(p.next_step(&s, t), Step::Apply { take: 1, .. }));
+    // At one record it counts, as a failure of that record.
+    assert_eq!(p.contended("deadlock".into(), 1, &s, t), Some(1));
+    assert_eq!(p.record_failures, BTreeMap::from([(0, 1)]));
+    // After the attempts it is parked, like any failing record.
+    assert_eq!(p.contended("deadlock".into(), 1, &s, t), Some(2));
+    let t = t + Duration::from_secs(1);
+    assert!(matches!(
+        p.next_step(&s, t),
+        Step::Apply {
+            take: 1,
+            park: Some(_)
+        }
+    ));
+    // The cap holds for the failed batch's records, then full batches
+    // come back.
+    p.take(1);
+    p.committed(1, t);
+    assert!(matches!(p.next_step(&s, t), Step::Apply { take: 1, .. }));
+    p.take(1);
+    p.committed(1, t);
+    for _ in 0..6 {
+        assert!(p.shrink.is_some());
+        p.take(1);
+        p.committed(1, t);
+    }
+    assert_eq!(p.shrink, None);
+    assert!(matches!(p.next_step(&s, t), Step::Apply { take: 2, .. }));
 }
