@@ -582,6 +582,12 @@ impl<'a> Driver<'a> {
                 }
                 None
             }
+            JobResult::ParkedUnkeyed(Err(e @ ParkUnkeyedError::OffsetReused { .. })) => {
+                // Refused rather than guessed: the partition stops.
+                p.put_back(records);
+                self.stop(&tp, e.to_string());
+                return;
+            }
             JobResult::Batch(Err(e)) => match failure_of(&e, lost_connection, parking) {
                 Failure::Stop => {
                     let error = stop_message(&tp, &records, &e, parking);

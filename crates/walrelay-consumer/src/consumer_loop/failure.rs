@@ -54,10 +54,10 @@ pub(super) fn failure_of<E: 'static>(
                 Some(ErrorClass::Batch) | None => Failure::Attempt(*index),
             };
         }
+        // The handler's own doing, like an error it returned.
+        BatchError::HandlerSwallowedError => return Failure::Attempt(None),
         BatchError::Db(db) => class_of(db),
-        BatchError::HandlerSwallowedError
-        | BatchError::NotParked { .. }
-        | BatchError::RowVanished { .. } => ErrorClass::Batch,
+        BatchError::NotParked { .. } | BatchError::RowVanished { .. } => ErrorClass::Batch,
     };
     match class {
         ErrorClass::Outage => Failure::Outage,
@@ -148,10 +148,23 @@ mod tests {
     }
 
     #[test]
-    fn a_swallowed_error_is_an_attempt_and_stops_a_parking_batch() {
+    fn a_swallowed_error_is_an_attempt_even_in_a_parking_batch() {
         let swallowed: Error = BatchError::HandlerSwallowedError;
         assert_eq!(failure_of(&swallowed, false, false), Failure::Attempt(None));
-        assert_eq!(failure_of(&swallowed, false, true), Failure::Stop);
+        assert_eq!(failure_of(&swallowed, false, true), Failure::Attempt(None));
         assert_eq!(failure_of(&swallowed, true, true), Failure::Outage);
+    }
+
+    #[test]
+    fn parking_that_fails_for_its_own_reason_stops() {
+        let not_parked: Error = BatchError::NotParked {
+            topic: "t".into(),
+            partition: 0,
+            offset: 3,
+            key: walrelay_contract::EventKey(1),
+            rows: 0,
+        };
+        assert_eq!(failure_of(&not_parked, false, true), Failure::Stop);
+        assert_eq!(failure_of(&not_parked, true, true), Failure::Outage);
     }
 }
