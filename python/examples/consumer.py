@@ -7,13 +7,22 @@ batch's transaction, together with the high-water marks; duplicates
 before the handler sees them. SIGTERM or Ctrl-C stops it cleanly.
 
     python consumer.py --bootstrap 127.0.0.1:9092 --topic orders \\
-        --dsn "host=127.0.0.1 dbname=app user=app" --group orders-service
+        --dsn "host=127.0.0.1 dbname=app user=app" --group orders-service \\
+        --instance-id orders-service-0
+
+``--instance-id`` makes it a static member of its group (Kafka's
+``group.instance.id``): restarted after a crash under the same id, it gets
+its partitions back at once instead of after the dead member's session
+timeout (45 s by default). The id must be unique per running instance
+(e.g. a StatefulSet pod's name): a second instance with the same id fences
+the first out of the group.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +61,12 @@ def main() -> None:
     p.add_argument("--topic", action="append", required=True, help="topic to consume (repeatable)")
     p.add_argument("--dsn", required=True, help="libpq connection string of the service's database")
     p.add_argument("--group", required=True, help="consumer group: the marks are kept per group")
+    p.add_argument(
+        "--instance-id",
+        default=os.environ.get("WALRELAY_INSTANCE_ID"),
+        help="static group membership (group.instance.id), unique per running instance "
+        "(default: $WALRELAY_INSTANCE_ID; none: a dynamic member)",
+    )
     p.add_argument("--on-poison", choices=["stop", "park"], default="stop", help="what to do with a record that keeps failing")
     p.add_argument(
         "--kafka", action="append", default=[], metavar="KEY=VALUE", help="another librdkafka setting (repeatable)"
@@ -69,6 +84,7 @@ def main() -> None:
         args.topic,
         args.dsn,
         Settings(on_poison=OnPoison(args.on_poison)),
+        group_instance_id=args.instance_id,
     )
     loop.run_batches(apply)  # until SIGTERM / SIGINT
     c = loop.counters

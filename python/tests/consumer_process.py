@@ -1,7 +1,11 @@
 """A consumer service as a separate process, for the tests that kill or
 signal it: applies records into ``effects`` with the batch handler.
 
-    python consumer_process.py BOOTSTRAP TOPIC DSN GROUP NAME COMMIT_INTERVAL
+    python consumer_process.py BOOTSTRAP TOPIC DSN GROUP NAME COMMIT_INTERVAL [INSTANCE_ID]
+
+With INSTANCE_ID it is a static member of its group (``group.instance.id``)
+with Kafka's default session timeout (45 s); without, a dynamic member with
+a 6 s session.
 """
 
 import logging
@@ -12,17 +16,17 @@ from walrelay_consumer import ConsumerLoop, Settings
 
 def main() -> int:
     bootstrap, topic, dsn, group, name, interval = sys.argv[1:7]
+    instance_id = sys.argv[7] if len(sys.argv) > 7 else None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    kafka = {"bootstrap.servers": bootstrap, "group.id": group, "heartbeat.interval.ms": 1000}
+    if instance_id is None:
+        kafka["session.timeout.ms"] = 6000
     loop = ConsumerLoop(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 1000,
-        },
+        kafka,
         [topic],
         dsn + f" application_name=walrelay-test-{name}",
         Settings(commit_interval=float(interval)),
+        group_instance_id=instance_id,
     )
 
     def handler(conn, batch):

@@ -14,6 +14,7 @@ from walrelay_consumer import (
     DatabaseFailed,
     Delivery,
     HandlerFailed,
+    HandlerSwallowedError,
     Position,
     Record,
     RecordMeta,
@@ -133,17 +134,24 @@ def test_the_per_record_handler_names_the_failing_record_in_the_batch(db):
 
 def test_a_handler_that_swallows_a_failed_statement_does_not_commit(db):
     def swallow(conn, batch):
+        insert_all(conn, batch)
         try:
             conn.execute("SELECT 1/0")
         except psycopg.errors.DivisionByZero:
             pass
 
-    with pytest.raises(HandlerFailed, match="transaction is aborted") as e:
+    with pytest.raises(HandlerFailed, match="aborted by an error it did not return") as e:
         process_batch(db, POS, [d(1)], swallow)
     assert e.value.index == 0
+    assert isinstance(e.value.error, HandlerSwallowedError)
     # The mark row's creation is part of the same transaction: nothing at
-    # all committed.
-    assert marks(db) == {}
+    # all committed, and the connection is idle again.
+    assert marks(db) == {} and effects(db) == []
+    assert db.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    # A batch handler on several records cannot say which one.
+    with pytest.raises(HandlerFailed) as e:
+        process_batch(db, POS, [d(1), d(2, prev=1)], swallow)
+    assert e.value.index is None and effects(db) == []
 
 
 def test_gaps_are_counted_logged_and_still_applied(db, caplog):

@@ -8,15 +8,19 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry
 
+from brokers import broker_kind
 from conftest import SOURCE, Relay, await_condition, count, key
 from walrelay_consumer import (
+    AsyncConsumerLoop,
     ConfigError,
     ConsumerLoop,
     OnPoison,
@@ -475,6 +479,23 @@ def test_configuration_that_would_skip_events_is_refused():
     ConsumerLoop({"bootstrap.servers": "x", "group.id": "g", "enable.auto.commit": False}, ["t"], "dbname=x")
 
 
+def test_static_group_membership_is_a_keyword_or_the_kafka_setting():
+    # Issue 35, item 5: group_instance_id is group.instance.id (KIP-345).
+    base = {"bootstrap.servers": "x", "group.id": "g"}
+    loop = ConsumerLoop(base, ["t"], "dbname=x", group_instance_id="billing-0")
+    assert loop._config["group.instance.id"] == "billing-0"
+    aloop = AsyncConsumerLoop(base, ["t"], "dbname=x", group_instance_id="billing-1")
+    assert aloop._config["group.instance.id"] == "billing-1"
+    # The same id both ways is fine; two different ones, or an empty one, are refused.
+    ConsumerLoop({**base, "group.instance.id": "billing-0"}, ["t"], "dbname=x", group_instance_id="billing-0")
+    with pytest.raises(ConfigError, match="unique per running instance"):
+        ConsumerLoop({**base, "group.instance.id": "a"}, ["t"], "dbname=x", group_instance_id="b")
+    with pytest.raises(ConfigError, match="non-empty"):
+        ConsumerLoop(base, ["t"], "dbname=x", group_instance_id="")
+    # Without it the member is dynamic, as before.
+    assert "group.instance.id" not in ConsumerLoop(base, ["t"], "dbname=x")._config
+
+
 def test_the_example_service_applies_records_and_stops_on_sigterm(broker, topic, dsn):
     relay = Relay(broker.bootstrap, topic)
     relay.send([(p, s) for s in range(1, 6) for p in (0, 1)])
@@ -586,3 +607,23 @@ def test_an_assignment_does_not_wait_for_a_database_that_does_not_answer(broker,
         holder.close()
     await_condition("the record applied", lambda: count(env, EFFECTS) == 1)
     assert a.stop() is None
+
+
+@pytest.mark.skipif(broker_kind() != "kafka", reason="static group membership is tested on Apache Kafka")
+def test_a_second_member_with_the_same_instance_id_ends_the_first_with_an_error(broker, topic, env):
+    # Issue 35, item 5: the instance id must be unique per running
+    # instance. A second one fences the first out of the group, which
+    # librdkafka reports as a fatal error: the loop ends with it instead of
+    # polling for ever without partitions.
+    relay = Relay(broker.bootstrap, topic)
+    relay.send([(0, 1), (1, 1)])
+    group = f"fenced-{uuid.uuid4().hex[:8]}"
+    config = {**kafka(broker.bootstrap, group), "group.instance.id": "only-one"}
+    a = Running(ConsumerLoop(config, [topic], env, registry=CollectorRegistry()), insert("a"))
+    await_condition("a applies", lambda: count(env, EFFECTS) == 2)
+    b = Running(ConsumerLoop(config, [topic], env, registry=CollectorRegistry()), insert("b"))
+    a.thread.join(60)
+    assert not a.thread.is_alive(), "the fenced loop did not end"
+    assert isinstance(a.error, KafkaException), a.error
+    assert "fenced" in str(a.error).lower() and "group.instance.id" in str(a.error)
+    assert b.stop() is None

@@ -125,3 +125,68 @@ def test_attempts_are_counted_per_record_not_per_batch():
     p.take(7)
     p.committed(7)
     assert p.record_failures == {7: 5}
+
+
+def test_contention_halves_the_batch_without_counting_until_one_record():
+    # Issue 35, item 4 (the Rust crate's test of the same name).
+    s = Settings(max_batch_records=8, retry=RetryPolicy(attempts=2, base=1.0, cap=4.0), on_poison=OnPoison.PARK)
+    p = part(*(rec(i, i + 1) for i in range(10)))
+    assert p.next_step(s, 0.0) == Apply(8)
+    # A deadlock on the batch of 8: half of it next, nothing counted, the
+    # retry after the policy's first backoff.
+    assert p.contended("deadlock", 8, s, 0.0) is None
+    assert not p.record_failures and p.failing is None
+    assert p.next_step(s, 0.5) == WaitUntil(1.0)
+    assert p.next_step(s, 1.0) == Apply(4)
+    assert p.contended("deadlock", 4, s, 1.0) is None
+    assert p.next_step(s, 2.0) == Apply(2)
+    assert p.contended("deadlock", 2, s, 2.0) is None
+    assert p.next_step(s, 3.0) == Apply(1)
+    # At one record it counts, as a failure of that record...
+    assert p.contended("deadlock", 1, s, 3.0) == 1
+    assert p.record_failures == {0: 1}
+    # ...so after the policy's attempts it is parked, like any failing record.
+    assert p.contended("deadlock", 1, s, 5.0) == 2
+    assert p.next_step(s, 10.0) == Apply(1, Park(error="deadlock", attempts=2))
+    p.take(1)
+    p.committed(1)
+    # The cap holds for the failed batch's 8 records, then full batches
+    # come back.
+    for _ in range(6):
+        assert p.shrink is not None and p.next_step(s, 10.0) == Apply(1)
+        p.take(1)
+        p.committed(1)
+    assert p.shrink is not None
+    p.take(1)
+    p.committed(1)
+    assert p.shrink is None and p.next_step(s, 10.0) == Apply(2)
+
+
+def test_a_lone_record_of_several_times_the_byte_bound_is_applied_at_once():
+    # Issue 35, item 3: the Rust loop waited for ever to fill a batch
+    # behind such a record. Here it makes a batch of its own, and the
+    # paused partition resumes once it is applied.
+    s = Settings(max_batch_bytes=1024)
+    big = Queued.of(Record("t", 0, 0, None, b"x" * 4096, rec(0, 1).record.headers))
+    p = part(big)
+    assert p.is_full(s) and p.should_pause(s)
+    p.paused = True
+    assert p.next_step(s, 0.0) == Apply(1)
+    p.take(1)
+    p.committed(1)
+    assert p.should_resume(s)
+    # Two of them: one batch each.
+    p = part(big, Queued.of(Record("t", 0, 1, None, b"x" * 4096, rec(1, 2).record.headers)))
+    assert p.next_step(s, 0.0) == Apply(1)
+
+
+def test_a_partition_never_waits_for_more_records_to_fill_a_batch():
+    # Issue 35, item 3: the Rust loop's short batch waited while librdkafka
+    # had more, and a burst ending exactly on its read limit waited for the
+    # 1 s ticker. The Python loop has no such wait: whatever is queued is
+    # applied in the round after the poll that fetched it (its poll waits
+    # 0 s while a partition has more ready), so a healthy partition with
+    # records queued is never idle.
+    for n in (1, 2, 3, 16, 1024):
+        p = part(*(rec(i, i + 1) for i in range(n)))
+        assert p.next_step(S, 0.0) == Apply(min(n, S.max_batch_records))

@@ -161,7 +161,9 @@ const ENSURE_SQL: &str = "INSERT INTO walrelay_consumer_hwm \
      (consumer_group, topic, partition, source, hwm) \
      SELECT $1, $2, $3, s, '00000000000000000000000000000000' FROM unnest($4::text[]) AS s \
      ON CONFLICT DO NOTHING";
-const LOCK_SQL: &str = "SELECT source, hwm FROM walrelay_consumer_hwm \
+/// Also returns the transaction's id: Python compares it with the one
+/// [`ADVANCE_SQL`] returns after the handler (the statements are shared).
+const LOCK_SQL: &str = "SELECT source, hwm, pg_current_xact_id()::text FROM walrelay_consumer_hwm \
      WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND source = ANY($4::text[]) \
      ORDER BY source FOR UPDATE";
 const ADVANCE_SQL: &str = "UPDATE walrelay_consumer_hwm AS h \

@@ -22,7 +22,9 @@ from .apply import (
     BatchOutcome,
     CorruptHwm,
     DatabaseFailed,
+    HandlerEndedTransaction,
     HandlerFailed,
+    HandlerSwallowedError,
     NotParked,
     RecordHandler,
     RowVanished,
@@ -32,6 +34,7 @@ from .apply import (
 from .batch import Gap, Plan, plan
 from .consumer import ConfigError, ConsumerLoop, PartitionsStopped, StoppedPartition, load_marks
 from .counters import Counters
+from .handler_timeout import HandlerTimedOut
 from .keys import INITIAL_HWM, KeyFormatError, parse_key
 from .meta import (
     BadKey,
@@ -69,7 +72,10 @@ __all__ = [
     "TwoPreviousKeys",
     "EmptySource",
     "Gap",
+    "HandlerEndedTransaction",
     "HandlerFailed",
+    "HandlerSwallowedError",
+    "HandlerTimedOut",
     "INITIAL_HWM",
     "KeyFormatError",
     "MetaError",

@@ -26,7 +26,9 @@ from .apply import (
     Park,
     RowVanished,
     _advance_params,
+    _check_ended,
     _check_parked,
+    _check_same_transaction,
     _count,
     _Failed,
     _marks_of,
@@ -34,6 +36,7 @@ from .apply import (
     _params,
     _require_idle,
     _Split,
+    _xact_of,
 )
 from .counters import Counters
 from .records import Delivery, Position
@@ -127,14 +130,17 @@ async def _apply(
     try:
         async with conn.transaction():
             cur = psycopg.AsyncRawCursor(conn)
-            marks = await _lock_marks(cur, position, sources, known)
+            marks, xact = await _lock_marks(cur, position, sources, known)
             plan = batch.plan(marks, metas)
             split = _Split.of(plan, len(records), park)
             if split.take:
+                new = [records[i] for i in split.take]
                 try:
-                    await apply(conn, [records[i] for i in split.take])
+                    await apply(conn, new)
                 except _Failed as failed:
+                    _check_ended(conn.info.transaction_status, position, new, failed)
                     raise split.handler_failed(failed) from failed.error
+                _check_ended(conn.info.transaction_status, position, new, None)
                 if conn.info.transaction_status == pq.TransactionStatus.INERROR:
                     raise split.swallowed()
             if park is not None and split.parked_is_new:
@@ -149,6 +155,9 @@ async def _apply(
                 await cur.execute(ADVANCE_SQL, p)
                 if cur.rowcount != rows:
                     raise RowVanished(",".join(plan.raised))
+                if split.take:
+                    after = _xact_of(await cur.fetchall())
+                    _check_same_transaction(xact, after, position, [records[i] for i in split.take])
     except psycopg.Error as e:
         raise DatabaseFailed(e) from e
     return _outcome(position, plan, marks, split)
@@ -156,7 +165,7 @@ async def _apply(
 
 async def _lock_marks(
     cur: psycopg.AsyncRawCursor[Any], position: Position, sources: list[str], known: bool
-) -> dict[str, str]:
+) -> tuple[dict[str, str], str | None]:
     p = _params(position, sources)
     if not known:
         await cur.execute(ENSURE_SQL, p)
@@ -164,7 +173,7 @@ async def _lock_marks(
     if len(rows) < len(sources) and known:
         await cur.execute(ENSURE_SQL, p)
         rows = await (await cur.execute(LOCK_SQL, p)).fetchall()
-    return _marks_of(rows, sources)
+    return _marks_of(rows, sources), _xact_of(rows)
 
 
 async def redrive_async(

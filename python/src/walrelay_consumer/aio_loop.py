@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from .aio import AsyncBatchHandler, AsyncRecordHandler, _AsyncApply, apply_batch_async
 from .apply import BatchError, _Failed
+from .handler_timeout import call_async, discards_connection
 from .consumer import (
     LOAD_SQL,
     STATEMENT_TIMEOUT_SQL,
@@ -63,8 +64,17 @@ class AsyncConsumerLoop(ConsumerLoop):
         database: str | AsyncConnect,
         settings: Settings | None = None,
         registry: Any = None,
+        *,
+        group_instance_id: str | None = None,
     ) -> None:
-        super().__init__(kafka, topics, database if isinstance(database, str) else "", settings, registry)
+        super().__init__(
+            kafka,
+            topics,
+            database if isinstance(database, str) else "",
+            settings,
+            registry,
+            group_instance_id=group_instance_id,
+        )
         if isinstance(database, str):
             conninfo = database
 
@@ -84,10 +94,12 @@ class AsyncConsumerLoop(ConsumerLoop):
         """Applies records with an async **per-record** handler until
         :meth:`stop`. See :meth:`ConsumerLoop.run`."""
 
+        timeout = self.settings.handler_timeout
+
         async def apply(conn: psycopg.AsyncConnection[Any], new: list[Delivery]) -> None:
             for index, delivery in enumerate(new):
                 try:
-                    await handler(conn, delivery)
+                    await call_async(handler(conn, delivery), timeout)
                 except Exception as e:
                     raise _Failed(e, index) from e
 
@@ -97,9 +109,11 @@ class AsyncConsumerLoop(ConsumerLoop):
         """Applies records with an async **batch** handler until :meth:`stop`.
         See :meth:`ConsumerLoop.run_batches`."""
 
+        timeout = self.settings.handler_timeout
+
         async def apply(conn: psycopg.AsyncConnection[Any], new: list[Delivery]) -> None:
             try:
-                await handler(conn, new)
+                await call_async(handler(conn, new), timeout)
             except Exception as e:
                 raise _Failed(e, 0 if len(new) == 1 else None) from e
 
@@ -153,6 +167,7 @@ class AsyncConsumerLoop(ConsumerLoop):
                 await self._aclose()
                 for sig in signals:
                     loop.remove_signal_handler(sig)
+        self._raise_fatal()
         if self._stopped:
             raise PartitionsStopped(list(self._stopped))
 
@@ -219,7 +234,9 @@ class AsyncConsumerLoop(ConsumerLoop):
             job.result = e
         finally:
             job.conn_gone = conn is None or conn.closed or conn.broken
-            if conn is not None and not job.conn_gone:
+            if conn is not None and not job.conn_gone and discards_connection(job.result):
+                await conn.close()
+            elif conn is not None and not job.conn_gone:
                 self._idle.append(conn)
 
     async def _acquire(self) -> psycopg.AsyncConnection[Any]:

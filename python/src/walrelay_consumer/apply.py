@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,8 @@ __all__ = [
     "BatchOutcome",
     "BatchError",
     "HandlerFailed",
+    "HandlerSwallowedError",
+    "HandlerEndedTransaction",
     "DatabaseFailed",
     "CorruptHwm",
     "RowVanished",
@@ -59,7 +62,7 @@ ENSURE_SQL = (
     "ON CONFLICT DO NOTHING"
 )
 LOCK_SQL = (
-    "SELECT source, hwm FROM walrelay_consumer_hwm "
+    "SELECT source, hwm, pg_current_xact_id()::text FROM walrelay_consumer_hwm "
     "WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND source = ANY($4::text[]) "
     "ORDER BY source FOR UPDATE"
 )
@@ -67,7 +70,8 @@ ADVANCE_SQL = (
     "UPDATE walrelay_consumer_hwm AS h "
     "SET hwm = v.hwm, updated_at = now() "
     "FROM unnest($4::text[], $5::text[]) AS v(source, hwm) "
-    "WHERE h.consumer_group = $1 AND h.topic = $2 AND h.partition = $3 AND h.source = v.source"
+    "WHERE h.consumer_group = $1 AND h.topic = $2 AND h.partition = $3 AND h.source = v.source "
+    "RETURNING pg_current_xact_id()::text"
 )
 
 
@@ -103,6 +107,46 @@ class HandlerFailed(BatchError):
         )
         self.error = error
         self.index = index
+
+
+class HandlerSwallowedError(Exception):
+    """The handler returned, but one of its statements had failed and
+    aborted the transaction (an error it caught and did not raise, without
+    a savepoint): ``COMMIT`` would have rolled its side effects back while
+    the offset moved on. The ``error`` of a :class:`HandlerFailed`: a
+    failed attempt, retried, then parked or stopping the partition."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the handler's transaction was aborted by an error it did not return (a failed "
+            "statement whose error the handler swallowed): rolled back, the high-water marks are "
+            "unchanged; use a savepoint around a statement that may fail "
+            "(with conn.transaction(): ...), or let the error propagate"
+        )
+
+
+class HandlerEndedTransaction(BatchError):
+    """The handler ended the batch's transaction itself (it ran ``COMMIT``
+    or ``ROLLBACK``): part of its side effects may be committed while the
+    high-water marks did not move, so the batch's atomicity was broken and
+    no retry can repair it. The loop stops the partition whatever its
+    poison policy (nothing retried, parked, or committed to Kafka)."""
+
+    def __init__(self, position: Position, records: Sequence[Delivery]) -> None:
+        first, last = records[0].record.offset, records[-1].record.offset
+        keys = [d.meta.key for d in records[:5]]
+        more = f" and {len(records) - 5} more" if len(records) > 5 else ""
+        super().__init__(
+            f"the handler ended the transaction of records {position.topic}/{position.partition} "
+            f"offsets {first}..{last} (keys {', '.join(keys)}{more}) itself: it ran COMMIT or "
+            "ROLLBACK, so atomicity was broken (part of the side effects may be committed without "
+            "the high-water marks, and would be applied again). The partition is stopped: fix the "
+            "handler (it must not commit or roll back; the loop commits), check these records' "
+            "side effects by hand, then restart"
+        )
+        self.first = first
+        self.last = last
+        self.keys = [d.meta.key for d in records]
 
 
 class DatabaseFailed(BatchError):
@@ -171,28 +215,36 @@ class _Failed(Exception):
 
 
 Apply = Callable[["psycopg.Connection[Any]", list[Delivery]], None]
+#: Wraps each handler call (the loop's :class:`~walrelay_consumer.handler_timeout.Watchdog`).
+Watch = Callable[["psycopg.Connection[Any]"], AbstractContextManager[None]]
 
 
-def per_batch(handler: BatchHandler) -> Apply:
+def _unwatched(_conn: psycopg.Connection[Any]) -> AbstractContextManager[None]:
+    return nullcontext()
+
+
+def per_batch(handler: BatchHandler, watch: Watch = _unwatched) -> Apply:
     """Adapts a batch handler; a batch of one knows its failing record."""
 
     def apply(conn: psycopg.Connection[Any], new: list[Delivery]) -> None:
         try:
-            handler(conn, new)
+            with watch(conn):
+                handler(conn, new)
         except Exception as e:
             raise _Failed(e, 0 if len(new) == 1 else None) from e
 
     return apply
 
 
-def per_record(handler: RecordHandler) -> Apply:
+def per_record(handler: RecordHandler, watch: Watch = _unwatched) -> Apply:
     """Adapts a per-record handler: each record in order, the failing one
     named."""
 
     def apply(conn: psycopg.Connection[Any], new: list[Delivery]) -> None:
         for index, delivery in enumerate(new):
             try:
-                handler(conn, delivery)
+                with watch(conn):
+                    handler(conn, delivery)
             except Exception as e:
                 raise _Failed(e, index) from e
 
@@ -275,20 +327,25 @@ def _apply(
     try:
         with conn.transaction():
             cur = psycopg.RawCursor(conn)
-            marks = _lock_marks(cur, position, sources, known)
+            marks, xact = _lock_marks(cur, position, sources, known)
             plan = batch.plan(marks, metas)
             split = _Split.of(plan, len(records), park)
             if split.take:
+                new = [records[i] for i in split.take]
                 try:
-                    apply(conn, [records[i] for i in split.take])
+                    apply(conn, new)
                 except _Failed as failed:
+                    _check_ended(conn.info.transaction_status, position, new, failed)
                     raise split.handler_failed(failed) from failed.error
+                _check_ended(conn.info.transaction_status, position, new, None)
                 if conn.info.transaction_status == pq.TransactionStatus.INERROR:
                     raise split.swallowed()
             if park is not None and split.parked_is_new:
                 _check_parked(position, records[-1], parked.insert(cur, records[-1], park.error, park.attempts))
             if plan.raised:
-                _advance(cur, position, plan.raised)
+                after = _advance(cur, position, plan.raised)
+                if split.take:
+                    _check_same_transaction(xact, after, position, [records[i] for i in split.take])
     except psycopg.Error as e:
         raise DatabaseFailed(e) from e
     return _outcome(position, plan, marks, split)
@@ -296,6 +353,19 @@ def _apply(
 
 # The pure steps of a batch, shared with the asyncio flavour
 # (:mod:`walrelay_consumer.aio`), which only awaits the statements.
+
+
+def _check_ended(
+    status: pq.TransactionStatus, position: Position, new: list[Delivery], failed: _Failed | None
+) -> None:
+    """After the handler: the batch's transaction must still be open. Outside
+    one (IDLE), the handler ran ``COMMIT`` or ``ROLLBACK`` itself, whether
+    it then returned or raised."""
+    if status == pq.TransactionStatus.IDLE:
+        error = HandlerEndedTransaction(position, new)
+        if failed is not None:
+            raise error from failed.error
+        raise error
 
 
 def _require_idle(status: pq.TransactionStatus) -> None:
@@ -332,13 +402,7 @@ class _Split:
     def swallowed(self) -> HandlerFailed:
         """The handler swallowed a failed statement: its failure (an
         attempt), not a database outage."""
-        return HandlerFailed(
-            RuntimeError(
-                "a statement of the handler failed and the handler went on as if it "
-                "had not: the transaction is aborted (let the error propagate)"
-            ),
-            self.take[0] if len(self.take) == 1 else None,
-        )
+        return HandlerFailed(HandlerSwallowedError(), self.take[0] if len(self.take) == 1 else None)
 
 
 def _check_parked(position: Position, d: Delivery, rows: int) -> None:
@@ -376,12 +440,28 @@ def _marks_of(rows: Sequence[tuple[Any, ...]], sources: list[str]) -> dict[str, 
         if source not in found:
             raise RowVanished(source)
     marks: dict[str, str] = {}
-    for source, text in rows:
+    for source, text, *_ in rows:
         try:
             marks[source] = parse_key(text)
         except KeyFormatError as e:
             raise CorruptHwm(source, text, e.reason) from None
     return marks
+
+
+def _xact_of(rows: Sequence[tuple[Any, ...]]) -> str | None:
+    """The transaction id that :data:`LOCK_SQL` and :data:`ADVANCE_SQL`
+    return in their last column."""
+    return str(rows[0][-1]) if rows else None
+
+
+def _check_same_transaction(
+    locked: str | None, raised: str | None, position: Position, new: list[Delivery]
+) -> None:
+    """The marks must be raised in the transaction that locked them: another
+    one means the handler ran ``COMMIT`` (or ``ROLLBACK``) and then
+    ``BEGIN`` itself, which the transaction status alone does not show."""
+    if locked is not None and raised != locked:
+        raise HandlerEndedTransaction(position, new)
 
 
 def _advance_params(position: Position, raised: dict[str, str]) -> tuple[list[object], int]:
@@ -398,9 +478,9 @@ def _params(position: Position, sources: list[str]) -> list[object]:
 
 def _lock_marks(
     cur: psycopg.RawCursor[Any], position: Position, sources: list[str], known: bool
-) -> dict[str, str]:
+) -> tuple[dict[str, str], str | None]:
     """Locks the mark rows of ``sources`` and returns their marks, creating
-    missing rows first."""
+    missing rows first, and the transaction's id."""
     p = _params(position, sources)
     if not known:
         cur.execute(ENSURE_SQL, p)
@@ -409,14 +489,16 @@ def _lock_marks(
         # Rows deleted by hand since they were seen: create them.
         cur.execute(ENSURE_SQL, p)
         rows = cur.execute(LOCK_SQL, p).fetchall()
-    return _marks_of(rows, sources)
+    return _marks_of(rows, sources), _xact_of(rows)
 
 
-def _advance(cur: psycopg.RawCursor[Any], position: Position, raised: dict[str, str]) -> None:
+def _advance(cur: psycopg.RawCursor[Any], position: Position, raised: dict[str, str]) -> str | None:
+    """Raises the marks; returns the id of the transaction that did."""
     p, rows = _advance_params(position, raised)
     cur.execute(ADVANCE_SQL, p)
     if cur.rowcount != rows:
         raise RowVanished(",".join(raised))
+    return _xact_of(cur.fetchall())
 
 
 def _log_gaps(position: Position, plan: batch.Plan) -> None:

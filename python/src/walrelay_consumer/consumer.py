@@ -37,10 +37,17 @@ Failures:
   server shutting down, cannot connect), or a handler error on a connection
   that is gone, is not a poison record: the connection is replaced and the
   batch retried with backoff for as long as it takes, while the loop keeps
-  polling (the partition pauses once its queue is full). Any other database
-  error of the batch (a constraint checked at COMMIT, a serialization
-  failure) counts as an attempt, like a handler error; attempts are counted
-  per record;
+  polling (the partition pauses once its queue is full). Contention or a
+  batch too large (a deadlock, a serialization failure, a statement
+  timeout, out of shared memory) retries the failed batch's records in
+  batches of half its size without counting, and counts at one record. Any
+  other database error of the batch (a constraint checked at COMMIT)
+  counts as an attempt, like a handler error, and so does a handler call
+  running past :attr:`Settings.handler_timeout`; attempts are counted per
+  record;
+* a handler that ended the batch's transaction itself (ran ``COMMIT`` or
+  ``ROLLBACK``) stops its partition whatever the poison policy: atomicity
+  was broken, no retry can repair it;
 * a record without walrelay headers goes to the same policy, alone.
 """
 
@@ -50,7 +57,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
@@ -66,6 +73,7 @@ from .apply import (
     BatchOutcome,
     BatchHandler,
     CorruptHwm,
+    HandlerEndedTransaction,
     HandlerFailed,
     RecordHandler,
     per_batch,
@@ -76,7 +84,10 @@ from .apply import Apply as ApplyFn
 from .counters import Counters
 from .denied import explain as explain_denied
 from .metrics import Metrics
-from .outage import is_outage
+from .connections import Connect, Connections
+from .handler_timeout import Watchdog, discards_connection
+from .kafka_config import ConfigError, consumer_config
+from .outage import ErrorClass, class_of
 from .partition import Apply, Idle, Partition, ParkUnkeyed, Queued, Skip, Stop, WaitUntil
 from .records import Delivery, Position, Record
 from .settings import Settings
@@ -84,21 +95,6 @@ from .settings import Settings
 __all__ = ["ConsumerLoop", "ConfigError", "PartitionsStopped", "StoppedPartition", "load_marks"]
 
 log = logging.getLogger("walrelay_consumer")
-
-#: Settings the loop depends on, and the value it requires.
-REQUIRED: Mapping[str, str] = {
-    # Offsets are committed by the loop, after processing.
-    "enable.auto.commit": "false",
-    "enable.auto.offset.store": "false",
-    # Never see records of aborted Kafka transactions.
-    "isolation.level": "read_committed",
-}
-#: Defaults the caller may override.
-DEFAULTS: Mapping[str, str] = {
-    # A new group starts at the beginning: every retained event is
-    # processed once.
-    "auto.offset.reset": "earliest",
-}
 
 #: Records taken from librdkafka per poll.
 POLL_BURST = 1024
@@ -129,10 +125,6 @@ STATEMENT_TIMEOUT_SQL = "SELECT set_config('statement_timeout', $1, true)"
 
 def _millis(seconds: float) -> str:
     return f"{max(int(seconds * 1000), 1)}ms"
-
-
-class ConfigError(ValueError):
-    """The loop cannot be built with this configuration."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,45 +172,6 @@ def load_marks(
     for topic, partition, source, hwm in rows:
         out.setdefault((topic, partition), {})[source] = hwm
     return out
-
-
-Connect = Callable[[], "psycopg.Connection[Any]"]
-
-
-class _Connections:
-    """The loop's database connections: one per worker at a time (and one
-    for loading marks on assignment), kept open between batches, created
-    when one is needed. After an outage the idle ones are closed; one in
-    use is dropped when it comes back broken."""
-
-    def __init__(self, connect: Connect) -> None:
-        self._connect = connect
-        self._idle: list[psycopg.Connection[Any]] = []
-        self._lock = threading.Lock()
-
-    def acquire(self) -> psycopg.Connection[Any]:
-        with self._lock:
-            while self._idle:
-                conn = self._idle.pop()
-                if not conn.closed:
-                    return conn
-        conn = self._connect()
-        conn.autocommit = True
-        return conn
-
-    def release(self, conn: psycopg.Connection[Any]) -> None:
-        if not conn.closed and not conn.broken:
-            with self._lock:
-                self._idle.append(conn)
-
-    def close_all(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            try:
-                conn.close()
-            except psycopg.Error:
-                pass
 
 
 @dataclass(slots=True)
@@ -299,25 +252,10 @@ class ConsumerLoop:
         database: str | Connect,
         settings: Settings | None = None,
         registry: Any = None,
+        *,
+        group_instance_id: str | None = None,
     ) -> None:
-        config = dict(kafka)
-        group = config.get("group.id")
-        if not group:
-            raise ConfigError(
-                "the Kafka configuration has no group.id (high-water marks are kept per consumer group)"
-            )
-        if not topics:
-            raise ConfigError("no topics to consume")
-        for key, required in REQUIRED.items():
-            value = config.get(key)
-            if value is not None and str(value).lower() != required:
-                raise ConfigError(
-                    f"the Kafka setting {key}={value} conflicts with the consumer loop, which "
-                    f"needs {key}={required} (offsets are stored and committed only after processing)"
-                )
-            config[key] = required
-        for key, default in DEFAULTS.items():
-            config.setdefault(key, default)
+        config, group = consumer_config(kafka, topics, group_instance_id)
         self.metrics = Metrics.for_registry(registry)
         if self.metrics.enabled:
             # Statistics feed the consumer-lag gauge.
@@ -334,7 +272,11 @@ class ConsumerLoop:
         else:
             self._connect = database
         self._stop = threading.Event()
-        self._conns = _Connections(self._connect)
+        self._conns = Connections(self._connect)
+        self._watchdog = Watchdog(self.settings.handler_timeout)
+        #: A fatal Kafka error (a static member fenced by another one with
+        #: its group.instance.id): the loop ends with it.
+        self._fatal: KafkaError | None = None
         self._workers: ThreadPoolExecutor | None = None
         #: Stragglers: batches left running after their round.
         self._in_flight: dict[tuple[str, int], tuple[_Job, _Running]] = {}
@@ -368,13 +310,13 @@ class ConsumerLoop:
         Raises :class:`PartitionsStopped` at the end if a poison record
         stopped a partition.
         """
-        self._run(per_record(handler), handle_signals)
+        self._run(per_record(handler, self._watchdog.watch), handle_signals)
 
     def run_batches(self, handler: BatchHandler, *, handle_signals: bool = True) -> None:
         """Like :meth:`run` with a **batch** handler: ``handler(conn,
         deliveries)`` is called once per batch with its new records (in
         order, duplicates dropped), so it can apply them in one statement."""
-        self._run(per_batch(handler), handle_signals)
+        self._run(per_batch(handler, self._watchdog.watch), handle_signals)
 
     # -- the loop ---------------------------------------------------------
 
@@ -382,7 +324,12 @@ class ConsumerLoop:
         """A consumer error: librdkafka goes on retrying, so it is only
         reported, an authorization error as the ACL that is missing."""
         message = explain_denied(error, self.topics, self.group)
-        if message is not None:
+        if error.fatal() or error.code() == KafkaError._FATAL:
+            # Nothing works after it: end the loop with it.
+            log.error("fatal Kafka consumer error, the loop stops: %s", error)
+            self._fatal = error
+            self.stop()
+        elif message is not None:
             log.error("Kafka consumer error: %s", message)
         else:
             log.warning("Kafka consumer error: %s", error)
@@ -433,10 +380,16 @@ class ConsumerLoop:
                 # The workers are done: so is every abandoned batch.
                 self._collect_abandoned()
                 self._close_db()
+                self._watchdog.close()
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
+        self._raise_fatal()
         if self._stopped:
             raise PartitionsStopped(list(self._stopped))
+
+    def _raise_fatal(self) -> None:
+        if self._fatal is not None:
+            raise KafkaException(self._fatal)
 
     def _enqueue(self, record: Record) -> None:
         tp = (record.topic, record.partition)
@@ -612,7 +565,9 @@ class ConsumerLoop:
             job.result = e
         finally:
             job.conn_gone = conn is None or conn.closed or conn.broken
-            if conn is not None:
+            if conn is not None and discards_connection(job.result):
+                conn.close()
+            elif conn is not None:
                 self._conns.release(conn)
 
     def _finish(self, job: _Job) -> None:
@@ -645,7 +600,8 @@ class ConsumerLoop:
             return
         if isinstance(written, Exception):
             p.put_back(records)
-            if is_outage(written, conn_gone):
+            if class_of(written, conn_gone) is not ErrorClass.BATCH:
+                # An outage, or contention on a one-row insert: not the record's.
                 self._outage(tp, p, written, now)
             else:
                 self._stop_partition(
@@ -679,7 +635,18 @@ class ConsumerLoop:
         parking: bool = False,
     ) -> None:
         """Acts on a batch's outcome: store the offset, or retry, or stop."""
-        if isinstance(result, HandlerFailed) and not conn_gone:
+        if isinstance(result, (CorruptHwm, HandlerEndedTransaction)):
+            p.put_back(records)
+            self._stop_partition(tp, p, str(result))
+            return
+        kind = class_of(result, conn_gone) if isinstance(result, Exception) else None
+        if kind is ErrorClass.SHRINK:
+            assert isinstance(result, Exception)
+            self.metrics.failed()
+            p.put_back(records)
+            self._contended(tp, p, records, result, now)
+            return
+        if isinstance(result, HandlerFailed) and kind is ErrorClass.BATCH:
             self.metrics.failed()
             p.put_back(records)
             n = p.handler_failed(str(result.error), result.index, len(records), self.settings, now)
@@ -696,11 +663,7 @@ class ConsumerLoop:
                 result.error,
             )
             return
-        if isinstance(result, CorruptHwm):
-            p.put_back(records)
-            self._stop_partition(tp, p, str(result))
-            return
-        if isinstance(result, Exception) and is_outage(result, conn_gone):
+        if isinstance(result, Exception) and kind is ErrorClass.OUTAGE:
             # The database is unreachable or going away (or a handler failed
             # on a connection that is gone): not the batch's fault.
             self.metrics.failed()
@@ -751,6 +714,23 @@ class ConsumerLoop:
             first,
             last,
             error,
+        )
+
+    def _contended(self, tp: tuple[str, int], p: Partition, records: list[Queued], error: Exception, now: float) -> None:
+        """The batch failed for contention or for its size, not for a record:
+        its records are retried in smaller batches, counted at one."""
+        cause = error.error if isinstance(error, HandlerFailed) else error
+        n = p.contended(str(cause), len(records), self.settings, now)
+        log.warning(
+            "a batch failed for contention or for its size (topic %s partition %d offsets %d..%d), "
+            "rolled back and retried %s: %s",
+            tp[0],
+            tp[1],
+            records[0].record.offset,
+            records[-1].record.offset,
+            f"in batches of {len(records) // 2}, not counted" if n is None
+            else f"(attempt {n} of {self.settings.retry.attempts} of the record)",
+            cause,
         )
 
     def _outage(self, tp: tuple[str, int], p: Partition, error: Exception, now: float) -> None:

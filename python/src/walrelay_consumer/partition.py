@@ -5,7 +5,8 @@ apply next, when to wait, what a failure means
 A batch only ever takes records from the front of the queue, and they leave
 the queue only when their transaction committed, so the partition's order
 is strict and a failed batch is retried as it was (or one record per
-transaction, to find the record that fails).
+transaction, to find the record that fails; or in batches of half its size
+after contention, :class:`Shrink`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .meta import MetaError, RecordMeta
 from .records import Position, Record
 from .settings import OnPoison, Settings
 
-__all__ = ["Queued", "Failing", "Step", "Idle", "WaitUntil", "Skip", "Apply", "ParkUnkeyed", "Stop", "Partition"]
+__all__ = ["Queued", "Failing", "Shrink", "Step", "Idle", "WaitUntil", "Skip", "Apply", "ParkUnkeyed", "Stop", "Partition"]
 
 
 @dataclass(slots=True)
@@ -50,6 +51,17 @@ class Failing:
     index: int | None
     #: The batch's length.
     len: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shrink:
+    """A cap on the batch size after a batch failed for contention or for
+    its size (:attr:`~walrelay_consumer.outage.ErrorClass.SHRINK`): the
+    failed batch's records are retried in batches of at most ``max``,
+    halved on each such failure, until ``left`` of them committed."""
+
+    max: int
+    left: int
 
 
 class Step:
@@ -130,6 +142,8 @@ class Partition:
     #: whose offset would go ahead of the batch's) until its outcome is
     #: known.
     in_flight: bool = False
+    #: Batches capped smaller after contention (see :class:`Shrink`).
+    shrink: Shrink | None = None
 
     def push(self, queued: Queued) -> None:
         self.queued_bytes += queued.bytes
@@ -205,6 +219,8 @@ class Partition:
             size += queued.bytes
         if self.isolate > 0:
             take = 1
+        if self.shrink is not None:
+            take = min(take, self.shrink.max)
         f = self.failing
         if f is not None and f.failures >= s.retry.attempts:
             poison: int | None
@@ -244,6 +260,9 @@ class Partition:
         self.db_failures = 0
         self.retry_at = None
         self.isolate = max(self.isolate - take, 0)
+        if self.shrink is not None:
+            left = self.shrink.left - take
+            self.shrink = Shrink(self.shrink.max, left) if left > 0 else None
         # The committed records' failures go with them.
         first = self.queue[0].record.offset if self.queue else None
         self.record_failures = {
@@ -274,6 +293,19 @@ class Partition:
         self.failing = Failing(failures, error, index, n)
         self.retry_at = now + s.retry.backoff(failures)
         return failures
+
+    def contended(self, error: str, n: int, s: Settings, now: float) -> int | None:
+        """After a batch of ``n`` records failed for contention or for its
+        size (:attr:`~walrelay_consumer.outage.ErrorClass.SHRINK`). A batch
+        of several is retried at half its size without counting an attempt
+        (returns ``None``); a batch of one counts it, like a handler failure
+        of that record (returns the record's failures)."""
+        if n <= 1:
+            return self.handler_failed(error, 0, 1, s, now)
+        left = n if self.shrink is None else max(self.shrink.left, n)
+        self.shrink = Shrink(max(n // 2, 1), left)
+        self.retry_at = now + s.retry.backoff(1)
+        return None
 
     def db_failed(self, s: Settings, now: float) -> int:
         """After a database failure (outage): retried until it works, with

@@ -77,6 +77,14 @@ class Settings:
     #: drop what it committed. Both bounds stay well below
     #: ``max.poll.interval.ms`` (default 300 s), the rebalance's own limit.
     revoke_wait: float = 10.0
+    #: Seconds a handler call may run (``None``: no bound). A call running
+    #: longer is a failed attempt of its batch (counted, like a handler
+    #: error): the statement it is running is cancelled, the batch rolled
+    #: back and the connection discarded. The blocking loop cannot
+    #: interrupt Python code: a handler blocked outside the database is
+    #: declared timed out only when it returns. See
+    #: :mod:`walrelay_consumer.handler_timeout`.
+    handler_timeout: float | None = None
 
     def normalized(self) -> Settings:
         """The settings with every bound at least 1 (a zero would stall)."""
@@ -89,6 +97,7 @@ class Settings:
             pool_size=max(self.pool_size, 1),
             rebalance_db_timeout=max(self.rebalance_db_timeout, 0.001),
             revoke_wait=max(self.revoke_wait, 0.0),
+            handler_timeout=None if self.handler_timeout is None else max(self.handler_timeout, 0.001),
         )
 
     @property

@@ -9,15 +9,12 @@
 use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio_postgres::{CancelToken, NoTls, Transaction};
-
-use super::Apply;
-use crate::apply::Failed;
-use crate::delivery::Delivery;
+use tokio_postgres::{CancelToken, NoTls};
 
 /// Why a handler call failed.
 #[derive(Debug)]
@@ -81,47 +78,57 @@ fn sqlstate_of(error: &dyn Any) -> Option<String> {
     None
 }
 
-/// Calls the handler, catching a panic and bounding the call by
-/// `timeout`. On a timeout the running statement is cancelled (through
-/// `cancel`, which needs no TLS: a cancel request is not an authenticated
-/// session) and `timed_out` is set, so that the job discards the
-/// connection.
-pub(crate) async fn call<E, A: Apply<E>>(
-    apply: &A,
-    tx: &Transaction<'_>,
-    records: &[Delivery<'_>],
+/// Each handler call of one batch goes through here: a panic is caught,
+/// and the call is bounded by the handler timeout. On a timeout the
+/// running statement is cancelled (through `cancel`, which needs no TLS: a
+/// cancel request is not an authenticated session) and the connection is
+/// marked for discarding.
+pub(crate) struct Bound<'a> {
     timeout: Option<Duration>,
-    cancel: &CancelToken,
-    timed_out: &mut bool,
-) -> Result<(), Failed<HandlerFailure<E>>> {
-    let call = AssertUnwindSafe(apply.apply(tx, records)).catch_unwind();
-    let finished = match timeout {
-        Some(limit) => tokio::time::timeout(limit, call).await.ok(),
-        None => Some(call.await),
-    };
-    match finished {
-        Some(Ok(Ok(()))) => Ok(()),
-        Some(Ok(Err(failed))) => Err(Failed {
-            index: failed.index,
-            error: HandlerFailure::Returned(failed.error),
-        }),
-        Some(Err(panic)) => Err(Failed {
-            index: None,
-            error: HandlerFailure::Panicked(panic_message(panic.as_ref())),
-        }),
-        None => {
-            *timed_out = true;
-            if let Err(e) = cancel.cancel_query(NoTls).await {
-                tracing::warn!(
-                    "cancelling the statement of a handler that timed out failed (its \
-                     connection is closed instead; the server ends the statement when it \
-                     notices): {e}"
-                );
+    cancel: &'a CancelToken,
+    timed_out: bool,
+}
+
+impl<'a> Bound<'a> {
+    pub(crate) fn new(timeout: Option<Duration>, cancel: &'a CancelToken) -> Bound<'a> {
+        Bound {
+            timeout,
+            cancel,
+            timed_out: false,
+        }
+    }
+
+    /// Whether a call timed out: the connection must not be reused (its
+    /// statement may still be running).
+    pub(crate) fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    /// One handler call.
+    pub(crate) async fn call<E>(
+        &mut self,
+        handler: impl Future<Output = Result<(), E>>,
+    ) -> Result<(), HandlerFailure<E>> {
+        let call = AssertUnwindSafe(handler).catch_unwind();
+        let finished = match self.timeout {
+            Some(limit) => tokio::time::timeout(limit, call).await.ok(),
+            None => Some(call.await),
+        };
+        match finished {
+            Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(error))) => Err(HandlerFailure::Returned(error)),
+            Some(Err(panic)) => Err(HandlerFailure::Panicked(panic_message(panic.as_ref()))),
+            None => {
+                self.timed_out = true;
+                if let Err(e) = self.cancel.cancel_query(NoTls).await {
+                    tracing::warn!(
+                        "cancelling the statement of a handler that timed out failed (its \
+                         connection is closed instead; the server ends the statement when it \
+                         notices): {e}"
+                    );
+                }
+                Err(HandlerFailure::TimedOut(self.timeout.unwrap_or_default()))
             }
-            Err(Failed {
-                index: None,
-                error: HandlerFailure::TimedOut(timeout.unwrap_or_default()),
-            })
         }
     }
 }

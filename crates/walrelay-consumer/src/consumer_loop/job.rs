@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
-use super::handler_call::{self, HandlerFailure};
+use super::handler_call::{Bound, HandlerFailure};
 use super::partition::Queued;
 use super::Apply;
 use crate::apply::{BatchError, BatchOutcome, Park};
@@ -104,6 +104,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(
     let result = match kind {
         JobKind::Batch { park, known } => {
             let cancel = client.cancel_token();
+            let mut bound = Bound::new(handler_timeout, &cancel);
             let deliveries: Vec<Delivery<'_>> = records
                 .iter()
                 .filter_map(|r| {
@@ -123,20 +124,13 @@ pub(super) async fn run_job<E, A: Apply<E>>(
                     known,
                     async |tx, new| {
                         let t = Instant::now();
-                        let result = handler_call::call(
-                            apply,
-                            tx,
-                            new,
-                            handler_timeout,
-                            &cancel,
-                            &mut discard,
-                        )
-                        .await;
+                        let result = apply.apply(tx, new, &mut bound).await;
                         handler += t.elapsed();
                         result
                     },
                 )
                 .await;
+            discard = bound.timed_out();
             JobResult::Batch(result)
         }
         JobKind::ParkUnkeyed { error } => JobResult::ParkedUnkeyed(match records.first() {

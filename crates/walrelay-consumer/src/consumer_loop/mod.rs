@@ -81,6 +81,7 @@ use crate::pool::Database;
 use crate::settings::Settings;
 use crate::store::PgHwmStore;
 use context::{commit_sync, LoopContext};
+use handler_call::{Bound, HandlerFailure};
 
 /// Settings the loop depends on, and the value it requires.
 const REQUIRED: &[(&str, &str)] = &[
@@ -182,9 +183,15 @@ pub enum LoopError {
 }
 
 /// How the loop hands records to the service: one at a time or a whole
-/// batch, always inside the batch's transaction.
+/// batch, always inside the batch's transaction, each call through
+/// `bound` (panics caught, the handler timeout).
 pub(crate) trait Apply<E> {
-    async fn apply(&self, tx: &Transaction<'_>, records: &[Delivery<'_>]) -> Result<(), Failed<E>>;
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        records: &[Delivery<'_>],
+        bound: &mut Bound<'_>,
+    ) -> Result<(), Failed<HandlerFailure<E>>>;
 }
 
 /// The per-record handler, called for each new record of a batch.
@@ -194,12 +201,20 @@ impl<E, H> Apply<E> for PerRecord<H>
 where
     H: AsyncFn(&Transaction<'_>, &Delivery<'_>) -> Result<(), E>,
 {
-    async fn apply(&self, tx: &Transaction<'_>, records: &[Delivery<'_>]) -> Result<(), Failed<E>> {
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        records: &[Delivery<'_>],
+        bound: &mut Bound<'_>,
+    ) -> Result<(), Failed<HandlerFailure<E>>> {
         for (index, record) in records.iter().enumerate() {
-            (self.0)(tx, record).await.map_err(|error| Failed {
-                index: Some(index),
-                error,
-            })?;
+            bound
+                .call((self.0)(tx, record))
+                .await
+                .map_err(|error| Failed {
+                    index: Some(index),
+                    error,
+                })?;
         }
         Ok(())
     }
@@ -212,11 +227,19 @@ impl<E, H> Apply<E> for PerBatch<H>
 where
     H: AsyncFn(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), E>,
 {
-    async fn apply(&self, tx: &Transaction<'_>, records: &[Delivery<'_>]) -> Result<(), Failed<E>> {
-        (self.0)(tx, records).await.map_err(|error| Failed {
-            index: (records.len() == 1).then_some(0),
-            error,
-        })
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        records: &[Delivery<'_>],
+        bound: &mut Bound<'_>,
+    ) -> Result<(), Failed<HandlerFailure<E>>> {
+        bound
+            .call((self.0)(tx, records))
+            .await
+            .map_err(|error| Failed {
+                index: (records.len() == 1).then_some(0),
+                error,
+            })
     }
 }
 
@@ -306,10 +329,11 @@ impl ConsumerLoop {
         })
     }
 
-    /// Bounds each handler call (default: unbounded). A call that runs
-    /// longer fails its batch like a handler error (an attempt of the
-    /// retry policy): the call is abandoned, its running statement
-    /// cancelled, the transaction rolled back and the connection
+    /// Bounds each handler call (default: unbounded): each record's call
+    /// of a per-record handler, each batch's call of a batch handler. A
+    /// call that runs longer fails its batch like a handler error (an
+    /// attempt of the retry policy): the call is abandoned, its running
+    /// statement cancelled, the transaction rolled back and the connection
     /// discarded. A handler blocked on a lock or a slow remote call then
     /// holds neither its partition nor a connection for ever.
     #[must_use]
