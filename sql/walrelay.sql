@@ -103,3 +103,22 @@ COMMENT ON FUNCTION walrelay.emit(text, text, jsonb, jsonb) IS
     'Publish an event (JSON payload) through walrelay when the current transaction commits';
 COMMENT ON FUNCTION walrelay.emit(text, text, text, jsonb) IS
     'Publish an event whose payload is JSON given as text (validated now) when the current transaction commits';
+
+-- What `walrelay setup` created: one row per replication slot, kept in the
+-- database itself. A base backup holds no replication slots but holds this
+-- table, and so does a promoted standby and an upgraded cluster: `setup`
+-- finds a slot it created gone and refuses to create a new one in silence
+-- (docs/operations.md, "A lost replication slot"). Only `setup` writes it.
+CREATE TABLE IF NOT EXISTS walrelay.slots (
+    slot_name text PRIMARY KEY,
+    system_identifier text NOT NULL,
+    database text NOT NULL,
+    source_id text NOT NULL,
+    created_lsn pg_lsn NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    last_lsn pg_lsn NOT NULL,
+    last_seen_at timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE walrelay.slots IS
+    'Replication slots walrelay setup created, so that a slot lost in a restore, failover or upgrade is noticed';

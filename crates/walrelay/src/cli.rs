@@ -28,8 +28,10 @@ pub enum Command {
     /// Create what `run` needs, if missing: the SQL helpers
     /// (walrelay.emit), the publication (for the outbox tables, or none
     /// for messages only) and the replication slot. Idempotent; reports
-    /// what it created and what already existed.
-    Setup,
+    /// what it created and what already existed. Refuses to create a slot
+    /// it created before and that is gone (a restore, a failover, an
+    /// upgrade) unless --accept-slot-loss says so.
+    Setup(SetupArgs),
     /// Relay until SIGTERM or SIGINT: then stop reading, wait for Kafka to
     /// acknowledge what is in flight, report the final position to
     /// PostgreSQL, and exit 0.
@@ -53,6 +55,19 @@ pub enum Command {
     /// --max-lag-bytes, 5 no relay connected (with --require-active),
     /// 64 invalid command line.
     Status(StatusArgs),
+}
+
+/// Options of `walrelay setup`.
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// Create the replication slot even though the one `setup` created
+    /// before is gone, accepting that what was committed since it was lost
+    /// is not relayed (docs/operations.md, "A lost replication slot").
+    /// Deliberately a flag only, never a setting: it is a decision about
+    /// one incident. Where the WAL position went back, it also needs a new
+    /// relay.source_id.
+    #[arg(long)]
+    pub accept_slot_loss: bool,
 }
 
 /// Options of `walrelay status`.

@@ -61,8 +61,8 @@ pub enum RelayError {
          the slot still needed (it held more than max_slot_wal_keep_size, or on PostgreSQL 18 \
          stayed idle longer than idle_replication_slot_timeout), so events committed after its \
          confirmed position {} cannot be relayed from it; fix: drop the slot (SELECT \
-         pg_drop_replication_slot('{slot}')) and create a new one with `walrelay setup`, under \
-         a new relay.source_id; backfill or reconcile the events committed since that position \
+         pg_drop_replication_slot('{slot}')) and create a new one with `walrelay setup \
+         --accept-slot-loss`, under a new relay.source_id; backfill or reconcile the events committed since that position \
          from the application's data; then raise max_slot_wal_keep_size and alert when \
          `walrelay status` reports wal_status 'unreserved' (exit code 4), before the slot is lost \
          (docs/operations.md, \"The slot was invalidated or dropped\")",
@@ -81,7 +81,8 @@ pub enum RelayError {
          walsender), or PostgreSQL failed over to a server without it; events committed after \
          {confirmed} may be missing from Kafka, and walrelay does not create a new slot by itself \
          because a new slot starts at the current WAL position and would skip them; fix: find out \
-         what dropped it, create a new slot with `walrelay setup` under a new relay.source_id, and \
+         what dropped it, create a new slot with `walrelay setup --accept-slot-loss` under a new \
+         relay.source_id, and \
          backfill or reconcile the events committed after {confirmed} (docs/operations.md, \"The \
          slot was invalidated or dropped\")"
     )]

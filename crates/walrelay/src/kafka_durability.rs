@@ -209,7 +209,23 @@ pub async fn report(config: &Config, requested: &[String]) -> KafkaDurability {
             }
         });
     }
+    if !config.relay.fence {
+        switched_off(&mut out.topics);
+    }
     out
+}
+
+/// With `relay.fence = false` the relay reads no tail: no topic is fenced,
+/// whatever its settings would allow.
+fn switched_off(topics: &mut [TopicDurability]) {
+    for t in topics.iter_mut().filter(|t| t.exists) {
+        t.fenced = false;
+        t.unfenced_because = Some(
+            "relay.fence = false: the relay reads no tail and fences nothing (every crash \
+             writes the replayed events again, as duplicates on the wire)"
+                .to_owned(),
+        );
+    }
 }
 
 /// The verdict on a topic whose settings were read.
@@ -315,6 +331,16 @@ mod tests {
             Some("DescribeConfigs: denied")
         );
         assert!(denied.unfenced_because.unwrap().contains("DescribeConfigs"));
+        let mut off = vec![topic_durability(
+            "t".into(),
+            &settings(3, Ok(2), StrictMinIsr::Yes),
+        )];
+        switched_off(&mut off);
+        assert!(!off[0].fenced);
+        assert!(off[0]
+            .unfenced_because
+            .as_deref()
+            .is_some_and(|why| why.contains("relay.fence = false")));
         let risky = topic_durability("t".into(), &settings(3, Ok(1), StrictMinIsr::Yes));
         assert!(risky.fenced && risky.risks.len() == 1);
         let text = render(&KafkaDurability {

@@ -53,5 +53,6 @@ pub mod secrets;
 pub mod setup;
 pub mod shutdown;
 pub mod sink;
+pub mod slot_record;
 pub mod status;
 pub mod verify;

@@ -70,8 +70,11 @@ async fn main() -> anyhow::Result<()> {
     let config = cli.options.effective_config()?;
     match cli.command {
         Command::Config => print!("{}", cli::render(&config)),
-        Command::Setup => {
-            for step in walrelay::setup::setup(&config).await? {
+        Command::Setup(args) => {
+            let options = walrelay::setup::SetupOptions {
+                accept_slot_loss: args.accept_slot_loss,
+            };
+            for step in walrelay::setup::setup_with(&config, options).await? {
                 println!("{step}");
             }
         }

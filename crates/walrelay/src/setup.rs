@@ -11,6 +11,8 @@ use walrelay_pg::{Config as PgConfig, ReplicationConnection, SlotStatus};
 
 use crate::config::Config;
 use crate::error::RelayError;
+use crate::pipeline::default_source_id;
+use crate::slot_record;
 
 /// The SQL helpers (`walrelay.emit`), from `sql/walrelay.sql`.
 pub const HELPERS_SQL: &str = include_str!("../../../sql/walrelay.sql");
@@ -35,8 +37,22 @@ impl std::fmt::Display for Step {
     }
 }
 
+/// How `setup` treats a slot it created that is gone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetupOptions {
+    /// Create the slot anyway, accepting that what was committed since the
+    /// old one was lost is not relayed (`--accept-slot-loss`; see
+    /// [`crate::slot_record`]).
+    pub accept_slot_loss: bool,
+}
+
 /// Run the set-up and report what was done.
 pub async fn setup(config: &Config) -> Result<Vec<Step>, RelayError> {
+    setup_with(config, SetupOptions::default()).await
+}
+
+/// [`setup`] with its options.
+pub async fn setup_with(config: &Config, options: SetupOptions) -> Result<Vec<Step>, RelayError> {
     let pg = PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
     let mut conn = ReplicationConnection::connect(&pg).await?;
     conn.check_wal_level().await?;
@@ -187,25 +203,77 @@ pub async fn setup(config: &Config) -> Result<Vec<Step>, RelayError> {
         return Err(crate::publication::PublicationError { problems }.into());
     }
 
-    // 3. Slot (after the publication).
-    match conn.ensure_slot(&config.postgres.slot).await? {
-        SlotStatus::Created(i) => steps.push(Step::Created(format!(
-            "replication slot {} (pgoutput), starting at {}",
-            i.slot_name,
-            i.confirmed_flush_lsn
-                .map(|l| l.to_string())
-                .unwrap_or_default()
-        ))),
-        SlotStatus::Existed(i) => steps.push(Step::Existed(format!(
-            "replication slot {} (pgoutput), confirmed_flush_lsn {}",
-            i.slot_name,
-            i.confirmed_flush_lsn
-                .map(|l| l.to_string())
-                .unwrap_or_default()
-        ))),
-    }
+    // 3. Slot (after the publication), unless one it created is gone.
+    slot_step(&mut conn, config, &pg, options, &mut steps).await?;
     let _ = conn.close().await;
     Ok(steps)
+}
+
+/// Ensures the slot and records it in `walrelay.slots`, after checking
+/// that no slot `setup` created is gone ([`crate::slot_record::decide`]).
+async fn slot_step(
+    conn: &mut ReplicationConnection,
+    config: &Config,
+    pg: &PgConfig,
+    options: SetupOptions,
+    steps: &mut Vec<Step>,
+) -> Result<(), RelayError> {
+    let slot = &config.postgres.slot;
+    let system = conn.identify_system().await?;
+    let database = system
+        .dbname
+        .clone()
+        .unwrap_or_else(|| pg.get_dbname().to_owned());
+    let source = config
+        .relay
+        .source_id
+        .clone()
+        .unwrap_or_else(|| default_source_id(&system.system_id, &database, slot));
+    let recorded = slot_record::fetch(conn, slot).await?;
+    let now = slot_record::Now {
+        slot_exists: conn.slot_info(slot).await?.is_some(),
+        system_identifier: &system.system_id,
+        source_id: &source,
+        wal: system.xlogpos,
+    };
+    slot_record::decide(&now, recorded.as_ref(), options.accept_slot_loss).map_err(|r| {
+        RelayError::Setup {
+            problem: r.problem,
+            fix: r.fix,
+        }
+    })?;
+    let replaced = recorded.is_some() && !now.slot_exists;
+    let (info, created) = match conn.ensure_slot(slot).await? {
+        SlotStatus::Created(i) => (i, true),
+        SlotStatus::Existed(i) => (i, false),
+    };
+    let position = info.confirmed_flush_lsn.unwrap_or(system.xlogpos);
+    slot_record::record(
+        conn,
+        slot,
+        &system.system_id,
+        &database,
+        &source,
+        position,
+        created,
+    )
+    .await?;
+    steps.push(match (created, replaced) {
+        (true, true) => Step::Created(format!(
+            "replication slot {} (pgoutput), starting at {position}, replacing the lost one \
+             (--accept-slot-loss: what was committed since it was lost is not relayed)",
+            info.slot_name
+        )),
+        (true, false) => Step::Created(format!(
+            "replication slot {} (pgoutput), starting at {position}",
+            info.slot_name
+        )),
+        (false, _) => Step::Existed(format!(
+            "replication slot {} (pgoutput), confirmed_flush_lsn {position}",
+            info.slot_name
+        )),
+    });
+    Ok(())
 }
 
 fn describe(tables: &[(String, String)]) -> String {

@@ -181,7 +181,22 @@ async fn refused_then_delivered_under(
     expect: &[&str],
     new_source: &str,
 ) -> Result<()> {
-    walrelay::setup::setup(&env.config(bootstrap)).await?;
+    // `setup` finds the slot it created gone and refuses to create one in
+    // silence (issue 36).
+    let refusal = walrelay::setup::setup(&env.config(bootstrap))
+        .await
+        .expect_err("setup refuses to replace a lost slot in silence")
+        .to_string();
+    ensure!(
+        refusal.contains("replication slot \"walrelay\" no longer exists")
+            && refusal.contains("--accept-slot-loss"),
+        "{refusal}"
+    );
+    // A slot made by hand (or by an older walrelay) meets the relay's own
+    // checks, the second line of defence.
+    env.client
+        .batch_execute("SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')")
+        .await?;
     let start = env.confirmed_flush_lsn("walrelay").await?;
     let after = emit(env, "after", 100).await?;
     write_wal(env, wal_segments).await?;
@@ -301,4 +316,117 @@ async fn a_failover_to_a_standby_behind_the_published_wal_stops_the_relay_and_lo
         "promoted-1",
     )
     .await
+}
+
+/// Issue 36, item 1: after a restore the application writes before anyone
+/// runs walrelay; `setup` finds the slot it created (recorded in
+/// `walrelay.slots`, which the backup kept) gone and refuses, naming the
+/// positions and the procedure. The procedure of docs/operations.md ("A
+/// lost replication slot"): accept the loss under a new source, re-drive
+/// the outbox rows committed meanwhile: each arrives once; the emitted
+/// messages of the gap cannot be recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_lost_in_a_restore_is_refused_by_setup_and_the_procedure_redrives_the_outbox(
+) -> Result<()> {
+    let mut env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let mut config = env.config(&bootstrap);
+    walrelay::setup::setup(&config).await?;
+    let log = env.cluster.dir().join("relay.log");
+    relay_then_restore(&mut env, &bootstrap, &log).await?;
+
+    // The application writes while nobody runs walrelay.
+    env.client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+               SELECT 'meanwhile-' || g, 'order', g::text, 'created', '{}'::jsonb
+               FROM generate_series(0, 19) g;",
+        )
+        .await?;
+    emit(&env, "meanwhile", 10).await?;
+
+    let refusal = walrelay::setup::setup(&config)
+        .await
+        .expect_err("setup refuses to replace a lost slot in silence")
+        .to_string();
+    for part in [
+        "replication slot \"walrelay\" no longer exists",
+        "would skip it in silence",
+        "A lost replication slot",
+        "--accept-slot-loss",
+        "new relay.source_id",
+    ] {
+        ensure!(refusal.contains(part), "{part:?} in {refusal}");
+    }
+    ensure!(
+        env.client
+            .query_opt("SELECT 1 FROM pg_replication_slots", &[])
+            .await?
+            .is_none(),
+        "no slot was created"
+    );
+
+    // The procedure: accept the loss under a new source, then re-drive
+    // the outbox rows of the gap (DELETE and INSERT in one statement: the
+    // relay publishes the INSERTs, with the keys of this transaction).
+    config.relay.source_id = Some("restored-1".into());
+    let options = walrelay::setup::SetupOptions {
+        accept_slot_loss: true,
+    };
+    let steps = walrelay::setup::setup_with(&config, options).await?;
+    ensure!(
+        steps
+            .iter()
+            .any(|s| s.to_string().contains("replacing the lost one")),
+        "{steps:?}"
+    );
+    env.client
+        .batch_execute(
+            "WITH lost AS (DELETE FROM outbox WHERE id LIKE 'meanwhile-%' RETURNING *)
+             INSERT INTO outbox SELECT * FROM lost;",
+        )
+        .await?;
+    // setup is idempotent again: the slot exists.
+    let again = walrelay::setup::setup(&config).await?;
+    ensure!(
+        again
+            .iter()
+            .any(|s| s.to_string().starts_with("existed:  replication slot")),
+        "{again:?}"
+    );
+    relay_to_the_end(
+        &env,
+        &bootstrap,
+        &log,
+        &["--source-id", "restored-1", "--outbox-table", "public.outbox"],
+    )
+    .await?;
+
+    let records = read_until_quiet(
+        &bootstrap,
+        &["outbox.event.order", TOPIC],
+        Duration::from_secs(1),
+        WAIT,
+    )
+    .await?;
+    let mut redriven: Vec<String> = records
+        .iter()
+        .filter(|r| r.topic == "outbox.event.order")
+        .map(|r| {
+            ensure!(r.header_str("walrelay-source") == Some("restored-1"));
+            Ok(r.header_str("id").unwrap_or_default().to_owned())
+        })
+        .collect::<Result<_>>()?;
+    redriven.sort();
+    let mut want: Vec<String> = (0..20).map(|i| format!("meanwhile-{i}")).collect();
+    want.sort();
+    ensure!(redriven == want, "re-driven outbox rows: {redriven:?}");
+    // The messages emitted in the gap are in no slot: not recoverable.
+    ensure!(
+        !records
+            .iter()
+            .any(|r| event_id(r).starts_with("meanwhile-")),
+        "an emitted message of the gap reached Kafka"
+    );
+    Ok(())
 }

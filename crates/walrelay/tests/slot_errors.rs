@@ -201,7 +201,7 @@ async fn a_slot_invalidated_by_max_slot_wal_keep_size_stops_run_and_status_repor
             "max_slot_wal_keep_size",
             &format!("events committed after its confirmed position {confirmed} cannot be relayed"),
             "SELECT pg_drop_replication_slot('walrelay')",
-            "create a new one with `walrelay setup`",
+            "create a new one with `walrelay setup --accept-slot-loss`",
             "backfill or reconcile",
             "wal_status 'unreserved'",
             "relay stopped",
@@ -274,7 +274,7 @@ async fn a_slot_invalidated_under_a_running_relay_stops_it() -> Result<()> {
         &[
             "replication slot \"walrelay\" is invalidated (wal_status = lost)",
             "cannot be relayed",
-            "`walrelay setup`",
+            "`walrelay setup --accept-slot-loss`",
             "relay stopped",
         ],
     );
@@ -346,7 +346,7 @@ async fn a_slot_dropped_while_running_stops_the_relay_without_recreating_it() ->
             "events committed after",
             "may be missing from Kafka",
             "does not create a new slot by itself",
-            "`walrelay setup`",
+            "`walrelay setup --accept-slot-loss`",
             "backfill or reconcile",
             "relay stopped",
         ],

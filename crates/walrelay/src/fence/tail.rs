@@ -415,7 +415,11 @@ fn metadata_error(
     }
 }
 
-/// The record, if it is one of `source`'s.
+/// The record, if it is one of `source`'s. A record with a reserved
+/// header twice, or with both forms of the previous key, is refused by
+/// every reader (docs/relay.md): it is never taken for one of ours, so it
+/// never becomes a fence key (a replay writes its event again, as a
+/// duplicate, rather than trusting it).
 fn own_record<M: Message>(msg: &M, source: &[u8]) -> Option<OwnRecord> {
     let headers = msg.headers()?;
     let hex = |value: &[u8]| {
@@ -431,7 +435,14 @@ fn own_record<M: Message>(msg: &M, source: &[u8]) -> Option<OwnRecord> {
     let (mut key, mut from, mut layout) = (None, false, None);
     // The previous key in either header set's form; walrelay writes one.
     let (mut prev_hex, mut prev_compact) = (None, None);
+    let mut reserved: Vec<&str> = Vec::new();
     for h in headers.iter() {
+        if header::is_reserved(h.key) {
+            if reserved.iter().any(|r| r.eq_ignore_ascii_case(h.key)) {
+                return None;
+            }
+            reserved.push(h.key);
+        }
         let value = h.value.unwrap_or_default();
         match h.key {
             header::IDEMPOTENCY_KEY => key = hex(value),
@@ -444,8 +455,9 @@ fn own_record<M: Message>(msg: &M, source: &[u8]) -> Option<OwnRecord> {
     }
     let prev = match (prev_hex, prev_compact) {
         (Some(p), None) | (None, Some(p)) => p,
-        // Both (not walrelay's doing) or neither: no known predecessor.
-        _ => None,
+        // Both: not walrelay's doing, and refused by every reader.
+        (Some(_), Some(_)) => return None,
+        (None, None) => None,
     };
     Some(OwnRecord {
         offset: msg.offset(),
@@ -470,4 +482,72 @@ fn fence_denied(code: RDKafkaErrorCode, topic: &str) -> String {
 
 fn to_i32(partition: u32) -> i32 {
     i32::try_from(partition).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
+    use rdkafka::Timestamp;
+
+    use super::*;
+
+    const KEY: &str = "00000000000001000000000000000002";
+
+    fn message(headers: &[(&str, &str)]) -> OwnedMessage {
+        let mut h = OwnedHeaders::new();
+        for (key, value) in headers {
+            h = h.insert(Header {
+                key,
+                value: Some(*value),
+            });
+        }
+        OwnedMessage::new(
+            None,
+            None,
+            "t".into(),
+            Timestamp::NotAvailable,
+            0,
+            7,
+            Some(h),
+        )
+    }
+
+    #[test]
+    fn a_well_formed_record_of_this_source_is_ours() {
+        let m = message(&[
+            (header::IDEMPOTENCY_KEY, KEY),
+            (header::SOURCE, "s"),
+            (header::PREV_KEY, ""),
+        ]);
+        let own = own_record(&m, b"s").expect("ours");
+        assert_eq!((own.offset, own.prev), (7, None));
+        assert!(own_record(&m, b"other").is_none());
+    }
+
+    #[test]
+    fn both_previous_keys_or_a_reserved_header_twice_are_never_ours() {
+        let both = message(&[
+            (header::IDEMPOTENCY_KEY, KEY),
+            (header::SOURCE, "s"),
+            (header::PREV_KEY, ""),
+            (header::PREV, ""),
+        ]);
+        assert!(own_record(&both, b"s").is_none());
+        for twice in [header::IDEMPOTENCY_KEY, header::SOURCE, "Walrelay-Layout"] {
+            let mut headers = vec![
+                (header::IDEMPOTENCY_KEY, KEY),
+                (header::SOURCE, "s"),
+                (header::LAYOUT, "x"),
+            ];
+            headers.push((
+                twice,
+                if twice == header::IDEMPOTENCY_KEY {
+                    KEY
+                } else {
+                    "s"
+                },
+            ));
+            assert!(own_record(&message(&headers), b"s").is_none(), "{twice}");
+        }
+    }
 }
