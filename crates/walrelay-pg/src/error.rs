@@ -108,7 +108,7 @@ impl DbError {
             OBJECT_NOT_IN_PREREQUISITE_STATE if self.is_slot_invalidated() => {
                 "the slot was invalidated (its WAL was removed, e.g. by max_slot_wal_keep_size): \
                  events in the lost WAL cannot be recovered; drop the slot \
-                 (pg_drop_replication_slot) and recreate it (`walrelay setup`), tell consumers \
+                 (pg_drop_replication_slot) and recreate it (`walrelay setup --accept-slot-loss`), tell consumers \
                  that keys restart from the new slot's position, backfill or reconcile the lost \
                  events, and raise max_slot_wal_keep_size"
             }
@@ -119,7 +119,8 @@ impl DbError {
             UNDEFINED_OBJECT if m.contains("replication slot") => {
                 "create the slot (`walrelay setup` does it) or fix the slot name; if the slot \
                  existed before, it was dropped and the events committed since its confirmed \
-                 position may be missing: create a new one, backfill or reconcile them"
+                 position may be missing: create a new one (`walrelay setup --accept-slot-loss`), \
+                 backfill or reconcile them"
             }
             CONFIGURATION_LIMIT_EXCEEDED if m.contains("replication slot") => {
                 "all replication slots are in use: raise max_replication_slots (restart needed) \
