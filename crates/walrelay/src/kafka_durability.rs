@@ -126,9 +126,19 @@ pub async fn report(config: &Config, requested: &[String]) -> KafkaDurability {
         .properties
         .get("security.protocol")
         .map_or("plaintext", String::as_str);
+    let admin = match client_config(kafka, KafkaClient::Admin) {
+        Ok(admin) => admin,
+        Err(e) => {
+            return KafkaDurability {
+                strict_min_isr: "unknown".to_owned(),
+                strict_min_isr_unknown: None,
+                topics: Vec::new(),
+                error: Some(e.to_string()),
+            }
+        }
+    };
     let (strict, strict_why) =
-        crate::fence::api_versions::strict_min_isr(&kafka.bootstrap_servers, protocol, TIMEOUT)
-            .await;
+        crate::fence::api_versions::cluster_strict_min_isr(&admin, protocol, TIMEOUT).await;
     let mut out = KafkaDurability {
         strict_min_isr: match strict {
             StrictMinIsr::Yes => "yes",
@@ -139,13 +149,6 @@ pub async fn report(config: &Config, requested: &[String]) -> KafkaDurability {
         strict_min_isr_unknown: strict_why,
         topics: Vec::new(),
         error: None,
-    };
-    let admin = match client_config(kafka, KafkaClient::Admin) {
-        Ok(admin) => admin,
-        Err(e) => {
-            out.error = Some(e.to_string());
-            return out;
-        }
     };
     // Replica counts from one metadata request.
     let metadata = {

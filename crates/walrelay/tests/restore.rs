@@ -398,7 +398,12 @@ async fn a_slot_lost_in_a_restore_is_refused_by_setup_and_the_procedure_redrives
         &env,
         &bootstrap,
         &log,
-        &["--source-id", "restored-1", "--outbox-table", "public.outbox"],
+        &[
+            "--source-id",
+            "restored-1",
+            "--outbox-table",
+            "public.outbox",
+        ],
     )
     .await?;
 

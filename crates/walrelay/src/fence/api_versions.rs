@@ -4,7 +4,7 @@
 //! versions it supports: 3.7 added Produce v10 (KIP-951), so a broker
 //! whose Produce goes to v10 or beyond is 3.7 or later. librdkafka reads
 //! the ApiVersions response but does not expose it, so walrelay sends its
-//! own ApiVersions request (v3) to a bootstrap server.
+//! own ApiVersions request (v3) to every broker.
 //!
 //! Kafka answers ApiVersions before authentication, so a plaintext
 //! connection is enough on `PLAINTEXT` and `SASL_PLAINTEXT` listeners. On
@@ -14,6 +14,11 @@
 //! crash, never a loss). A broker that is not Apache Kafka may report API
 //! versions that say nothing of its high watermark; for the rule that
 //! errs towards "no" unless it reports Produce v10.
+//!
+//! Every broker of the cluster is asked, not just the first bootstrap
+//! server that answers: during a rolling upgrade, or behind a proxy, that
+//! one may run 3.7 while a partition's leader still runs 3.6. The cluster
+//! is strict only when every broker is ([`combine`]).
 //!
 //! The encoding and decoding are pure functions ([`request`],
 //! [`parse_response`]), tested byte for byte below.
@@ -106,11 +111,50 @@ pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<StrictMinIsr,
     }
 }
 
-/// Asks the bootstrap servers, one after the other, until one answers.
-/// `Unknown`, with the reason, on a TLS listener or when none answered
-/// within `timeout` (each).
-pub async fn strict_min_isr(
-    bootstrap_servers: &str,
+/// The `host:port` of every broker in the cluster's metadata, asked
+/// through a client made from `config` (blocking: run it on a blocking
+/// thread).
+pub fn cluster_brokers(
+    config: &rdkafka::ClientConfig,
+    timeout: Duration,
+) -> Result<Vec<String>, String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let client: BaseConsumer = config
+        .create()
+        .map_err(|e| format!("creating a client for the metadata: {e}"))?;
+    let metadata = client
+        .fetch_metadata(None, timeout)
+        .map_err(|e| format!("fetching the cluster's metadata: {e}"))?;
+    Ok(metadata
+        .brokers()
+        .iter()
+        .map(|b| format!("{}:{}", b.host(), b.port()))
+        .collect())
+}
+
+/// [`strict_min_isr_of`] the brokers of the cluster that `config`
+/// reaches: `Unknown`, with the reason, when the metadata cannot be read.
+pub async fn cluster_strict_min_isr(
+    config: &rdkafka::ClientConfig,
+    security_protocol: &str,
+    timeout: Duration,
+) -> (StrictMinIsr, Option<String>) {
+    let config = config.clone();
+    let brokers = tokio::task::spawn_blocking(move || cluster_brokers(&config, timeout))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|listed| listed);
+    match brokers {
+        Ok(brokers) => strict_min_isr_of(&brokers, security_protocol, timeout).await,
+        Err(e) => (StrictMinIsr::Unknown, Some(e)),
+    }
+}
+
+/// Asks every broker of the cluster (`brokers`: `host:port` from the
+/// metadata) at once; the cluster is strict only if each of them is
+/// ([`combine`]). `Unknown`, with the reason, on a TLS listener.
+pub async fn strict_min_isr_of(
+    brokers: &[String],
     security_protocol: &str,
     timeout: Duration,
 ) -> (StrictMinIsr, Option<String>) {
@@ -123,25 +167,67 @@ pub async fn strict_min_isr(
             )),
         );
     }
-    let mut last = None;
-    for server in bootstrap_servers
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
-        let server = server
-            .split_once("://")
-            .map_or(server, |(_, address)| address);
-        match tokio::time::timeout(timeout, ask(server)).await {
-            Ok(Ok(strict)) => return (strict, None),
-            Ok(Err(e)) => last = Some(format!("{server}: {e}")),
-            Err(_) => last = Some(format!("{server}: no answer within {timeout:?}")),
+    let mut asking = tokio::task::JoinSet::new();
+    for broker in brokers {
+        let broker = broker.clone();
+        asking.spawn(async move {
+            let answer = match tokio::time::timeout(timeout, ask(&broker)).await {
+                Ok(answer) => answer,
+                Err(_) => Err(format!("no answer within {timeout:?}")),
+            };
+            (broker, answer)
+        });
+    }
+    let mut answers = Vec::with_capacity(brokers.len());
+    while let Some(joined) = asking.join_next().await {
+        match joined {
+            Ok(answer) => answers.push(answer),
+            Err(e) => answers.push(("?".to_owned(), Err(format!("the asking task failed: {e}")))),
         }
     }
-    (
-        StrictMinIsr::Unknown,
-        Some(last.unwrap_or_else(|| "no bootstrap server".to_owned())),
-    )
+    // In the metadata's order, so that the reason names brokers stably.
+    answers.sort_by_key(|(broker, _)| brokers.iter().position(|b| b == broker));
+    combine(&answers)
+}
+
+/// The cluster's answer from its brokers' answers: `No` as soon as one
+/// broker runs a release before 3.7 (it may lead a partition), `Yes` only
+/// when every broker answered `Yes`, otherwise `Unknown` (treated as no).
+#[must_use]
+pub fn combine(
+    answers: &[(String, Result<StrictMinIsr, String>)],
+) -> (StrictMinIsr, Option<String>) {
+    if answers.is_empty() {
+        return (
+            StrictMinIsr::Unknown,
+            Some("the metadata listed no broker".to_owned()),
+        );
+    }
+    if let Some((broker, _)) = answers
+        .iter()
+        .find(|(_, a)| matches!(a, Ok(StrictMinIsr::No)))
+    {
+        return (
+            StrictMinIsr::No,
+            Some(format!(
+                "broker {broker} runs a release before Kafka 3.7 (a rolling upgrade not \
+                 finished?); it may lead a partition"
+            )),
+        );
+    }
+    let unanswered: Vec<String> = answers
+        .iter()
+        .filter_map(|(broker, a)| match a {
+            Ok(StrictMinIsr::Yes) => None,
+            Ok(other) => Some(format!("{broker}: {other}")),
+            Err(e) => Some(format!("{broker}: {e}")),
+        })
+        .collect();
+    if unanswered.is_empty() {
+        (StrictMinIsr::Yes, None)
+    } else {
+        (StrictMinIsr::Unknown, Some(unanswered.join("; ")))
+    }
 }
 
 async fn ask(server: &str) -> Result<StrictMinIsr, String> {
@@ -229,10 +315,64 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_cluster_is_strict_only_when_every_broker_is() {
+        let yes = |b: &str| (b.to_owned(), Ok(StrictMinIsr::Yes));
+        let no = |b: &str| (b.to_owned(), Ok(StrictMinIsr::No));
+        let err = |b: &str| (b.to_owned(), Err("connecting: refused".to_owned()));
+        assert_eq!(
+            combine(&[yes("a:1"), yes("b:1")]),
+            (StrictMinIsr::Yes, None)
+        );
+        let (strict, why) = combine(&[yes("a:1"), no("b:1"), err("c:1")]);
+        assert_eq!(strict, StrictMinIsr::No);
+        assert!(why.unwrap().contains("b:1"));
+        let (strict, why) = combine(&[yes("a:1"), err("c:1")]);
+        assert_eq!(strict, StrictMinIsr::Unknown);
+        assert!(why.unwrap().contains("c:1: connecting: refused"));
+        assert_eq!(combine(&[]).0, StrictMinIsr::Unknown);
+    }
+
+    /// A fake broker that answers one ApiVersions request with Produce up
+    /// to `produce_max`.
+    async fn fake_broker(produce_max: i16) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let len = socket.read_i32().await.unwrap();
+            let mut request = vec![0; usize::try_from(len).unwrap()];
+            socket.read_exact(&mut request).await.unwrap();
+            let correlation = i32::from_be_bytes(request[4..8].try_into().unwrap());
+            let body = response(correlation, produce_max);
+            socket
+                .write_all(&i32::try_from(body.len()).unwrap().to_be_bytes())
+                .await
+                .unwrap();
+            socket.write_all(&body).await.unwrap();
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn a_broker_still_on_3_6_makes_the_cluster_not_strict() {
+        let brokers = vec![fake_broker(10).await, fake_broker(9).await];
+        let (strict, why) = strict_min_isr_of(&brokers, "PLAINTEXT", Duration::from_secs(5)).await;
+        assert_eq!(strict, StrictMinIsr::No, "{why:?}");
+        assert!(why.unwrap().contains(&brokers[1]));
+        let brokers = vec![fake_broker(10).await, fake_broker(11).await];
+        let (strict, why) = strict_min_isr_of(&brokers, "PLAINTEXT", Duration::from_secs(5)).await;
+        assert_eq!((strict, why), (StrictMinIsr::Yes, None));
+    }
+
     #[tokio::test]
     async fn tls_listeners_are_not_asked() {
-        let (strict, why) =
-            strict_min_isr("127.0.0.1:1", "SASL_SSL", Duration::from_millis(10)).await;
+        let (strict, why) = strict_min_isr_of(
+            &["127.0.0.1:1".to_owned()],
+            "SASL_SSL",
+            Duration::from_millis(10),
+        )
+        .await;
         assert_eq!(strict, StrictMinIsr::Unknown);
         assert!(why.unwrap().contains("SASL_SSL"));
     }

@@ -223,9 +223,17 @@ impl SessionFence {
             .properties
             .get("security.protocol")
             .map_or("plaintext", String::as_str);
-        let (strict, why) =
-            super::api_versions::strict_min_isr(&kafka.bootstrap_servers, protocol, self.timeout)
-                .await;
+        // Every broker of the cluster, from the metadata the admin client
+        // reads (it is only asked where an admin client is configured).
+        let (strict, why) = match &self.admin {
+            Some(admin) => {
+                super::api_versions::cluster_strict_min_isr(admin, protocol, self.timeout).await
+            }
+            None => (
+                StrictMinIsr::Unknown,
+                Some("no admin client configured".to_owned()),
+            ),
+        };
         match why {
             None => info!(strict_min_isr = %strict, "whether the Kafka brokers hold the high watermark while a partition is under min.insync.replicas"),
             Some(why) => warn!("could not learn whether the Kafka brokers hold the high watermark while a partition is under min.insync.replicas ({why}): treated as not, so replicated topics with min.insync.replicas >= 2 are not fenced"),
