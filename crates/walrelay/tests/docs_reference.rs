@@ -527,3 +527,95 @@ fn operations_lists_the_status_exit_codes() {
         "usage error exit code"
     );
 }
+
+// ---------------------------------------------------------------------
+// The README: a front door whose paths exist and whose layout names every
+// top-level part.
+
+/// The README's paths in backquotes (those under a top-level part of the
+/// repository) and its relative links.
+fn readme_paths(readme: &str) -> BTreeSet<String> {
+    const ROOTS: [&str; 10] = [
+        "crates/",
+        "python/",
+        "conformance/",
+        "bench/",
+        "benches/",
+        "tests/",
+        "sql/",
+        "scripts/",
+        "docker/",
+        "docs/",
+    ];
+    // Prose only: code blocks hold commands and examples, not paths.
+    let mut fenced = false;
+    let prose: String = readme
+        .lines()
+        .filter(|line| {
+            if line.starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let readme = prose.as_str();
+    let mut paths = BTreeSet::new();
+    for (i, quoted) in readme.split('`').enumerate() {
+        if i % 2 == 1 && ROOTS.iter().any(|r| quoted.starts_with(r)) && !quoted.contains(' ') {
+            paths.insert(quoted.to_owned());
+        }
+    }
+    for link in readme.split("](").skip(1) {
+        let target = link.split(')').next().unwrap_or_default();
+        let target = target.split('#').next().unwrap_or_default();
+        if !target.is_empty() && !target.contains("://") {
+            paths.insert(target.to_owned());
+        }
+    }
+    paths
+}
+
+#[test]
+fn the_readme_is_a_front_door_whose_paths_exist() {
+    let readme = read("README.md");
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 200,
+        "README.md has {lines} lines: keep it a front door (<= 200), details go to docs/"
+    );
+    let root = repo_root();
+    let missing: Vec<String> = readme_paths(&readme)
+        .into_iter()
+        .filter(|p| !p.contains('*') && !root.join(p.trim_end_matches('/')).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README.md names paths that do not exist: {missing:?}"
+    );
+    // The layout table names every crate and every top-level folder.
+    let layout = readme
+        .split("## Layout")
+        .nth(1)
+        .expect("README.md has a Layout section");
+    let mut parts: Vec<String> = fs::read_dir(root.join("crates"))
+        .expect("crates/")
+        .map(|e| format!("crates/{}", e.expect("entry").file_name().to_string_lossy()))
+        .collect();
+    for dir in fs::read_dir(&root).expect("the repository") {
+        let dir = dir.expect("entry");
+        let name = dir.file_name().to_string_lossy().into_owned();
+        if dir.path().is_dir() && !name.starts_with('.') && name != "target" && name != "crates" {
+            parts.push(format!("{name}/"));
+        }
+    }
+    let unnamed: Vec<&String> = parts
+        .iter()
+        .filter(|p| !layout.contains(&format!("`{p}")))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "README.md's layout table lacks {unnamed:?}"
+    );
+}
