@@ -297,7 +297,7 @@ async fn an_invalidated_slot_is_refused_with_the_fix() -> Result<()> {
         "replication slot \"doomed\"",
         "invalidated",
         "fix: the slot was invalidated",
-        "`walrelay setup`",
+        "`walrelay setup --accept-slot-loss`",
         "max_slot_wal_keep_size",
     ] {
         assert!(text.contains(part), "missing {part:?}: {text}");

@@ -290,7 +290,7 @@ pub fn render(s: &Status) -> String {
             Health::WalLevel => "WAL_LEVEL: wal_level is not logical: set wal_level=logical and restart PostgreSQL (exit 2)",
             Health::Inactive => "INACTIVE: the slot is fine but no relay is connected, so nothing is being published: start `walrelay run` or find out why it stopped (exit 5, --require-active)",
             Health::Missing => "MISSING: the slot or publication is missing or not pgoutput, or the publication does not cover the configured outbox tables (exit 2)",
-            Health::Lost => "LOST: the slot was invalidated; WAL it needed is gone, and the events committed after confirmed_flush_lsn cannot be relayed: drop the slot, recreate it with `walrelay setup` under a new relay.source_id, backfill or reconcile the lost events, raise max_slot_wal_keep_size (docs/operations.md) (exit 3)",
+            Health::Lost => "LOST: the slot was invalidated; WAL it needed is gone, and the events committed after confirmed_flush_lsn cannot be relayed: drop the slot, recreate it with `walrelay setup --accept-slot-loss` under a new relay.source_id, backfill or reconcile the lost events, raise max_slot_wal_keep_size (docs/operations.md) (exit 3)",
             Health::AtRisk => "AT RISK: WAL may be removed before walrelay confirms it, or lag is over the limit: find out why walrelay is not confirming before the slot is lost (exit 4)",
         }
     ));
