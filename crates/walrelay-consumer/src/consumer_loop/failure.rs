@@ -87,20 +87,22 @@ pub(super) fn stop_message<E: std::fmt::Display>(
         [one] => format!(" (key {one})"),
         [a, .., b] => format!(" (keys {a}..{b})"),
     };
-    match error {
-        BatchError::HandlerEndedTransaction { .. } | BatchError::CorruptHwm { .. } => format!(
-            "records {}/{} at offsets {first}..{last}{keys}: {error}",
-            tp.0, tp.1
-        ),
-        _ if parking => format!(
+    // A stop that is not about the batch itself is the parking's failure.
+    let about_the_batch = matches!(
+        error,
+        BatchError::HandlerEndedTransaction { .. } | BatchError::CorruptHwm { .. }
+    );
+    if parking && !about_the_batch {
+        format!(
             "parking record {}/{} at offset {last}{keys} failed, not for a database outage: \
              {error}",
             tp.0, tp.1
-        ),
-        _ => format!(
+        )
+    } else {
+        format!(
             "records {}/{} at offsets {first}..{last}{keys}: {error}",
             tp.0, tp.1
-        ),
+        )
     }
 }
 
