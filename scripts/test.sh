@@ -102,12 +102,12 @@ WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --te
     --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test restore --test short \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 
-stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite, short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust and the Python consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker) and the cut-over from it to walrelay"
+stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite, short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust and the Python consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker) and the cut-over from it to walrelay"
 # kafka_security and three_brokers (a short chaos run on three nodes) run
 # the Python consumer with the virtualenv above (they fail, not skip,
 # without one when CI=true).
 WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${python_bin}" \
     cargo test --workspace --locked \
     --test relay_e2e --test bad_input --test fence --test verify_cli --test exactly_once \
-    --test conformance --test short --test three_brokers --test kafka_security --test debezium --test debezium_cutover \
+    --test conformance --test short --test three_brokers --test kafka_security --test fence_secured --test debezium --test debezium_cutover \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"

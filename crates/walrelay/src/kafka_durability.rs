@@ -122,10 +122,6 @@ fn template_matches(template: &str, topic: &str) -> bool {
 /// [`topics_to_report`]).
 pub async fn report(config: &Config, requested: &[String]) -> KafkaDurability {
     let kafka = &config.kafka;
-    let protocol = kafka
-        .properties
-        .get("security.protocol")
-        .map_or("plaintext", String::as_str);
     let admin = match client_config(kafka, KafkaClient::Admin) {
         Ok(admin) => admin,
         Err(e) => {
@@ -138,7 +134,7 @@ pub async fn report(config: &Config, requested: &[String]) -> KafkaDurability {
         }
     };
     let (strict, strict_why) =
-        crate::fence::api_versions::cluster_strict_min_isr(&admin, protocol, TIMEOUT).await;
+        crate::fence::api_versions::cluster_strict_min_isr(&admin, TIMEOUT).await;
     let mut out = KafkaDurability {
         strict_min_isr: match strict {
             StrictMinIsr::Yes => "yes",

@@ -28,6 +28,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod broker_conn;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;

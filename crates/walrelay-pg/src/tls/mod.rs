@@ -52,7 +52,7 @@ pub use channel_binding::{end_point_hash_for, server_end_point_hash, EndPointHas
 use error::handshake_error;
 pub use error::TlsError;
 use verify::server_name;
-pub use verify::{client_config, load_roots, verification_for, Verification};
+pub use verify::{client_config, load_roots, server_verifier, verification_for, Verification};
 
 /// SSLRequest: length 8, code 80877103.
 const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];

@@ -216,8 +216,12 @@ impl ServerCertVerifier for VerifyChainOnly {
     }
 }
 
-/// Builds the rustls client configuration for a verification policy.
-pub fn client_config(verification: &Verification) -> Result<Arc<ClientConfig>, TlsError> {
+/// The server certificate check of a verification policy, on the ring
+/// provider. Public so that walrelay's own Kafka requests check a
+/// broker's certificate by the same rules.
+pub fn server_verifier(
+    verification: &Verification,
+) -> Result<Arc<dyn ServerCertVerifier>, TlsError> {
     let provider = ring_provider();
     let webpki = |roots: &RootCert| -> Result<Arc<WebPkiServerVerifier>, TlsError> {
         let store = load_roots(roots)?;
@@ -225,7 +229,7 @@ pub fn client_config(verification: &Verification) -> Result<Arc<ClientConfig>, T
             .build()
             .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))
     };
-    let verifier: Arc<dyn ServerCertVerifier> = match verification {
+    Ok(match verification {
         Verification::None => Arc::new(AcceptAnyCertificate {
             algorithms: provider.signature_verification_algorithms,
         }),
@@ -233,7 +237,13 @@ pub fn client_config(verification: &Verification) -> Result<Arc<ClientConfig>, T
             inner: webpki(roots)?,
         }),
         Verification::ChainAndName(roots) => webpki(roots)?,
-    };
+    })
+}
+
+/// Builds the rustls client configuration for a verification policy.
+pub fn client_config(verification: &Verification) -> Result<Arc<ClientConfig>, TlsError> {
+    let provider = ring_provider();
+    let verifier = server_verifier(verification)?;
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(TlsError::Rustls)?

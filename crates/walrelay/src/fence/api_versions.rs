@@ -6,9 +6,11 @@
 //! the ApiVersions response but does not expose it, so walrelay sends its
 //! own ApiVersions request (v3) to every broker.
 //!
-//! Kafka answers ApiVersions before authentication, so a plaintext
-//! connection is enough on `PLAINTEXT` and `SASL_PLAINTEXT` listeners. On
-//! TLS listeners walrelay does not probe and the answer is
+//! Kafka answers ApiVersions before authentication (KIP-35), so the
+//! probe connects as the producer does ([`crate::broker_conn`]: TLS with
+//! its certificate checks on `SSL` and `SASL_SSL` listeners) without
+//! logging in. Where walrelay cannot connect as the producer would (a
+//! setting [`crate::broker_conn::settings`] refuses), the answer is
 //! [`StrictMinIsr::Unknown`], treated as no: a replicated topic with
 //! `min.insync.replicas` >= 2 stays unfenced there (duplicates after a
 //! crash, never a loss). A broker that is not Apache Kafka may report API
@@ -25,11 +27,9 @@
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
 use super::durability::StrictMinIsr;
 use super::kafka_wire::Reader;
+use crate::broker_conn::{Connection, Settings};
 
 const PRODUCE: i16 = 0;
 /// The first Produce version of Kafka 3.7, the first release with a strict
@@ -37,8 +37,6 @@ const PRODUCE: i16 = 0;
 const PRODUCE_OF_3_7: i16 = 10;
 const API_VERSIONS: i16 = 18;
 const UNSUPPORTED_VERSION: i16 = 35;
-/// The largest response walrelay reads (a broker's is about 1 KB).
-const MAX_RESPONSE: usize = 1 << 20;
 
 /// An ApiVersions v3 request with `correlation_id`, length-prefixed.
 #[must_use]
@@ -133,48 +131,48 @@ pub fn cluster_brokers(
 }
 
 /// [`strict_min_isr_of`] the brokers of the cluster that `config`
-/// reaches: `Unknown`, with the reason, when the metadata cannot be read.
+/// reaches, asked as a client made from `config` connects: `Unknown`,
+/// with the reason, when the metadata cannot be read or walrelay cannot
+/// connect that way.
 pub async fn cluster_strict_min_isr(
     config: &rdkafka::ClientConfig,
-    security_protocol: &str,
     timeout: Duration,
 ) -> (StrictMinIsr, Option<String>) {
+    let settings = match Settings::from_client_config(config) {
+        Ok(settings) => settings.without_sasl(),
+        Err(why) => {
+            return (
+                StrictMinIsr::Unknown,
+                Some(format!(
+                    "walrelay cannot connect to the brokers as its Kafka client does: {why}"
+                )),
+            )
+        }
+    };
     let config = config.clone();
     let brokers = tokio::task::spawn_blocking(move || cluster_brokers(&config, timeout))
         .await
         .map_err(|e| e.to_string())
         .and_then(|listed| listed);
     match brokers {
-        Ok(brokers) => strict_min_isr_of(&brokers, security_protocol, timeout).await,
+        Ok(brokers) => strict_min_isr_of(&brokers, &settings, timeout).await,
         Err(e) => (StrictMinIsr::Unknown, Some(e)),
     }
 }
 
 /// Asks every broker of the cluster (`brokers`: `host:port` from the
-/// metadata) at once; the cluster is strict only if each of them is
-/// ([`combine`]). `Unknown`, with the reason, on a TLS listener.
+/// metadata) at once, each connection made as `settings` say; the
+/// cluster is strict only if each of them is ([`combine`]).
 pub async fn strict_min_isr_of(
     brokers: &[String],
-    security_protocol: &str,
+    settings: &Settings,
     timeout: Duration,
 ) -> (StrictMinIsr, Option<String>) {
-    let protocol = security_protocol.to_ascii_lowercase();
-    if protocol == "ssl" || protocol == "sasl_ssl" {
-        return (
-            StrictMinIsr::Unknown,
-            Some(format!(
-                "not asked over {security_protocol}: walrelay asks only plaintext listeners"
-            )),
-        );
-    }
     let mut asking = tokio::task::JoinSet::new();
     for broker in brokers {
-        let broker = broker.clone();
-        asking.spawn(async move {
-            let answer = match tokio::time::timeout(timeout, ask(&broker)).await {
-                Ok(answer) => answer,
-                Err(_) => Err(format!("no answer within {timeout:?}")),
-            };
+        let (broker, settings) = (broker.clone(), settings.clone());
+        asking.spawn_blocking(move || {
+            let answer = ask(&broker, &settings, timeout);
             (broker, answer)
         });
     }
@@ -230,34 +228,18 @@ pub fn combine(
     }
 }
 
-async fn ask(server: &str) -> Result<StrictMinIsr, String> {
+/// One broker's answer; blocking, each step bounded by `timeout`.
+fn ask(server: &str, settings: &Settings, timeout: Duration) -> Result<StrictMinIsr, String> {
     const CORRELATION_ID: i32 = 0x5752_4c59;
-    let mut stream = TcpStream::connect(server)
-        .await
-        .map_err(|e| format!("connecting: {e}"))?;
-    stream
-        .write_all(&request(CORRELATION_ID))
-        .await
-        .map_err(|e| format!("sending ApiVersions: {e}"))?;
-    let len = stream
-        .read_i32()
-        .await
-        .map_err(|e| format!("reading the response: {e}"))?;
-    let len = usize::try_from(len)
-        .ok()
-        .filter(|n| *n <= MAX_RESPONSE)
-        .ok_or_else(|| format!("a response of {len} bytes"))?;
-    let mut body = vec![0; len];
-    stream
-        .read_exact(&mut body)
-        .await
-        .map_err(|e| format!("reading the response: {e}"))?;
-    parse_response(&body, CORRELATION_ID)
+    let answer =
+        Connection::open(server, settings, timeout)?.round_trip(&request(CORRELATION_ID))?;
+    parse_response(&answer, CORRELATION_ID)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn the_request_is_api_versions_v3_with_header_v2() {
@@ -357,23 +339,29 @@ mod tests {
     #[tokio::test]
     async fn a_broker_still_on_3_6_makes_the_cluster_not_strict() {
         let brokers = vec![fake_broker(10).await, fake_broker(9).await];
-        let (strict, why) = strict_min_isr_of(&brokers, "PLAINTEXT", Duration::from_secs(5)).await;
+        let (strict, why) =
+            strict_min_isr_of(&brokers, &Settings::plaintext(), Duration::from_secs(5)).await;
         assert_eq!(strict, StrictMinIsr::No, "{why:?}");
         assert!(why.unwrap().contains(&brokers[1]));
         let brokers = vec![fake_broker(10).await, fake_broker(11).await];
-        let (strict, why) = strict_min_isr_of(&brokers, "PLAINTEXT", Duration::from_secs(5)).await;
+        let (strict, why) =
+            strict_min_isr_of(&brokers, &Settings::plaintext(), Duration::from_secs(5)).await;
         assert_eq!((strict, why), (StrictMinIsr::Yes, None));
     }
 
     #[tokio::test]
-    async fn tls_listeners_are_not_asked() {
-        let (strict, why) = strict_min_isr_of(
-            &["127.0.0.1:1".to_owned()],
-            "SASL_SSL",
-            Duration::from_millis(10),
-        )
-        .await;
+    async fn a_login_walrelay_cannot_reproduce_leaves_the_answer_unknown_and_says_why() {
+        let mut config = rdkafka::ClientConfig::new();
+        config
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("security.protocol", "SASL_SSL")
+            .set("sasl.mechanism", "GSSAPI");
+        let (strict, why) = cluster_strict_min_isr(&config, Duration::from_millis(10)).await;
         assert_eq!(strict, StrictMinIsr::Unknown);
-        assert!(why.unwrap().contains("SASL_SSL"));
+        let why = why.unwrap();
+        assert!(
+            why.contains("cannot connect") && why.contains("GSSAPI"),
+            "{why}"
+        );
     }
 }

@@ -102,7 +102,8 @@ impl fmt::Display for NotProvenAcked {
                  watermark under min ISR: {strict_min_isr}; older brokers let a record become readable while fewer than \
                  {min_insync_replicas} replicas are in sync, although it was never acknowledged \
                  (NOT_ENOUGH_REPLICAS_AFTER_APPEND), and skipping it could lose it; to fence this topic, run Kafka 3.7 or \
-                 later (KAFKA-15583) on a listener walrelay can identify it on (docs/contract.md, \"Visible is not durable\")"
+                 later (KAFKA-15583) and let walrelay reach every broker as its Kafka client does (a WARN line says why it \
+                 could not) (docs/contract.md, \"Visible is not durable\")"
             ),
             NotProvenAcked::SettingsUnknown {
                 replication_factor,

@@ -1,5 +1,6 @@
-//! Reading Kafka protocol responses field by field, for the two requests
-//! walrelay sends itself ([`super::api_versions`], [`super::log_end`]):
+//! Reading Kafka protocol responses field by field, for the requests
+//! walrelay sends itself ([`super::api_versions`], [`super::log_end`],
+//! and the SASL exchange of [`crate::broker_conn`]):
 //! big-endian integers, unsigned varints and tagged fields, each read
 //! checked against the bytes left.
 
@@ -52,6 +53,33 @@ impl<'a> Reader<'a> {
             .ok()
             .filter(|n| *n <= self.bytes.len())
             .ok_or_else(|| format!("an array of {n} entries"))
+    }
+
+    /// A nullable `string` (an `int16` length, -1 for null).
+    pub fn nullable_string(&mut self) -> Result<Option<String>, String> {
+        let n = self.i16()?;
+        if n < 0 {
+            return Ok(None);
+        }
+        let raw = self.take(usize::try_from(n).unwrap_or_default())?;
+        String::from_utf8(raw.to_vec())
+            .map(Some)
+            .map_err(|_| "a string that is not UTF-8".to_owned())
+    }
+
+    /// A `string` that may not be null.
+    pub fn string(&mut self) -> Result<String, String> {
+        self.nullable_string()?
+            .ok_or_else(|| "a null string where one is required".to_owned())
+    }
+
+    /// `bytes` (an `int32` length; -1, null, reads as empty).
+    pub fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let n = self.i32()?;
+        if n < 0 {
+            return Ok(&[]);
+        }
+        self.take(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
     pub fn uvarint(&mut self) -> Result<u64, String> {

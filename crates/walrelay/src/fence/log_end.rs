@@ -18,40 +18,52 @@
 //! log end (Kafka's `Partition.fetchOffsetForTimestamp` bounds the answer
 //! by the isolation level only for consumer requests) and needs only
 //! Describe on the topic. librdkafka cannot send it, so walrelay sends its
-//! own ListOffsets v1 to the partition's leader, on plaintext listeners
-//! (as [`super::api_versions`]); elsewhere the fence does not wait, and a
-//! replay after a crash may write the unreplicated tail again (duplicates,
-//! never a loss).
+//! own ListOffsets v2 to the partition's leader, over a connection made
+//! as the producer's are ([`crate::broker_conn`]: TLS, SASL). The high
+//! watermark comes from the same leader, asked as a consumer with
+//! `read_uncommitted`: the fence's reader runs `read_committed`, whose
+//! watermark is the last stable offset, which another producer's open
+//! transaction holds back however well replicated the partition is.
+//! Where walrelay cannot connect as the producer does (see
+//! [`crate::broker_conn::settings`]) the fence does not wait, and a replay
+//! after a crash may write the unreplicated tail again (duplicates, never
+//! a loss).
 //!
 //! The encoding and decoding are pure functions ([`request`],
-//! [`parse_response`]), tested byte for byte below.
+//! [`parse_response`]), tested byte for byte below, and so is the wait
+//! ([`await_readable`]).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use super::kafka_wire::Reader;
+use crate::broker_conn::Connection;
 
 const LIST_OFFSETS: i16 = 2;
 /// `ListOffsetsRequest.DEBUGGING_REPLICA_ID`: answered with the log end.
-const DEBUGGING_REPLICA_ID: i32 = -2;
+pub const DEBUGGING_REPLICA_ID: i32 = -2;
+/// `ListOffsetsRequest.CONSUMER_REPLICA_ID`: answered with the high
+/// watermark under `read_uncommitted`.
+pub const CONSUMER_REPLICA_ID: i32 = -1;
 /// `ListOffsetsRequest.LATEST_TIMESTAMP`.
 const LATEST: i64 = -1;
-/// The largest response walrelay reads.
-const MAX_RESPONSE: usize = 1 << 20;
+/// `IsolationLevel.READ_UNCOMMITTED`.
+const READ_UNCOMMITTED: u8 = 0;
 
-/// A ListOffsets v1 request (header v1) for the log end of `partitions`
-/// of `topic`, length-prefixed.
+/// A ListOffsets v2 request (header v1) for the latest offset of
+/// `partitions` of `topic` as `replica_id` sees it (`read_uncommitted`),
+/// length-prefixed.
 #[must_use]
-pub fn request(correlation_id: i32, topic: &str, partitions: &[i32]) -> Vec<u8> {
+pub fn request(correlation_id: i32, replica_id: i32, topic: &str, partitions: &[i32]) -> Vec<u8> {
     let mut body = Vec::with_capacity(32 + topic.len() + 12 * partitions.len());
     body.extend_from_slice(&LIST_OFFSETS.to_be_bytes());
-    body.extend_from_slice(&1i16.to_be_bytes());
+    body.extend_from_slice(&2i16.to_be_bytes());
     body.extend_from_slice(&correlation_id.to_be_bytes());
     let client_id = b"walrelay-fence";
     body.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
     body.extend_from_slice(client_id);
-    body.extend_from_slice(&DEBUGGING_REPLICA_ID.to_be_bytes());
+    body.extend_from_slice(&replica_id.to_be_bytes());
+    body.push(READ_UNCOMMITTED);
     body.extend_from_slice(&1i32.to_be_bytes()); // one topic
     body.extend_from_slice(&(topic.len() as i16).to_be_bytes());
     body.extend_from_slice(topic.as_bytes());
@@ -66,21 +78,21 @@ pub fn request(correlation_id: i32, topic: &str, partitions: &[i32]) -> Vec<u8> 
     framed
 }
 
-/// One partition's answer: its log end offset, or Kafka's error code.
-pub type LogEnd = (i32, Result<i64, i16>);
+/// One partition's answer: an offset, or Kafka's error code.
+pub type Answer = (i32, Result<i64, i16>);
 
-/// A ListOffsets v1 response (without its length prefix): each
-/// partition's log end offset or error code.
-pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<Vec<LogEnd>, String> {
+/// A ListOffsets v2 response (without its length prefix): each
+/// partition's offset or error code.
+pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<Vec<Answer>, String> {
     let mut r = Reader::new(bytes);
     let got = r.i32()?;
     if got != correlation_id {
         return Err(format!("correlation id {got}, expected {correlation_id}"));
     }
+    let _throttle_ms = r.i32()?;
     let mut out = Vec::new();
     for _ in 0..r.count()? {
-        let name_len = usize::try_from(r.i16()?).map_err(|_| "a null topic name".to_owned())?;
-        r.take(name_len)?;
+        r.string()?;
         for _ in 0..r.count()? {
             let partition = r.i32()?;
             let error = r.i16()?;
@@ -92,47 +104,57 @@ pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<Vec<LogEnd>, 
     Ok(out)
 }
 
-/// Asks `leader` (`host:port`, a plaintext listener) for the log end of
-/// `partitions` of `topic`. Blocking, each step bounded by `timeout`.
+/// What a leader holds of one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offsets {
+    pub log_end: i64,
+    pub high_watermark: i64,
+}
+
+/// One partition's offsets, or Kafka's error code.
+pub type PartitionOffsets = (i32, Result<Offsets, i16>);
+
+/// Asks the leader on `connection` for the log end and the high
+/// watermark of `partitions` of `topic` (two requests).
 pub fn ask(
-    leader: &str,
+    connection: &mut Connection,
     topic: &str,
     partitions: &[i32],
-    timeout: Duration,
-) -> Result<Vec<LogEnd>, String> {
-    const CORRELATION_ID: i32 = 0x4c45_4f31;
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(leader)
-        .map_err(|e| format!("resolving {leader}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{leader} resolves to no address"))?;
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)
-        .map_err(|e| format!("connecting to {leader}: {e}"))?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .and_then(|()| stream.set_write_timeout(Some(timeout)))
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(&request(CORRELATION_ID, topic, partitions))
-        .map_err(|e| format!("sending ListOffsets to {leader}: {e}"))?;
-    let mut len = [0u8; 4];
-    stream
-        .read_exact(&mut len)
-        .map_err(|e| format!("reading ListOffsets from {leader}: {e}"))?;
-    let len = i32::from_be_bytes(len);
-    let len = usize::try_from(len)
-        .ok()
-        .filter(|n| *n <= MAX_RESPONSE)
-        .ok_or_else(|| format!("a response of {len} bytes"))?;
-    let mut body = vec![0; len];
-    stream
-        .read_exact(&mut body)
-        .map_err(|e| format!("reading ListOffsets from {leader}: {e}"))?;
-    parse_response(&body, CORRELATION_ID)
+) -> Result<Vec<PartitionOffsets>, String> {
+    let mut one = |correlation_id: i32, replica_id: i32| {
+        let answer =
+            connection.round_trip(&request(correlation_id, replica_id, topic, partitions))?;
+        parse_response(&answer, correlation_id)
+    };
+    let ends = one(0x4c45_4f32, DEBUGGING_REPLICA_ID)?;
+    let highs: BTreeMap<i32, Result<i64, i16>> =
+        one(0x4857_4d32, CONSUMER_REPLICA_ID)?.into_iter().collect();
+    Ok(ends
+        .into_iter()
+        .map(|(p, end)| {
+            let high = highs
+                .get(&p)
+                .copied()
+                .unwrap_or(Err(UNKNOWN_TOPIC_OR_PARTITION));
+            (
+                p,
+                end.and_then(|log_end| {
+                    high.map(|high_watermark| Offsets {
+                        log_end,
+                        high_watermark,
+                    })
+                }),
+            )
+        })
+        .collect())
 }
+
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// Kafka error codes a partition answers with while its leadership
 /// moves: ask again (the leaders are looked up again).
-const LEADERSHIP_MOVING: [i16; 4] = [
+const LEADERSHIP_MOVING: [i16; 5] = [
+    5,  // LEADER_NOT_AVAILABLE
     6,  // NOT_LEADER_OR_FOLLOWER
     74, // FENCED_LEADER_EPOCH
     75, // UNKNOWN_LEADER_EPOCH
@@ -142,105 +164,158 @@ const LEADERSHIP_MOVING: [i16; 4] = [
 /// How often the high watermarks are read while waiting.
 const POLL: Duration = Duration::from_millis(50);
 
-/// A partition whose high watermark stayed below the log end its leader
-/// reported.
+/// A partition whose leader's records were not all readable at the
+/// deadline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Behind {
     pub partition: i32,
-    pub high_watermark: Option<i64>,
-    pub log_end: i64,
+    pub lag: Lag,
+}
+
+/// Why a partition was behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lag {
+    /// No leader was found for it (a leaderless partition, or the
+    /// metadata could not be read: the last error, if any).
+    NoLeader { last_error: Option<String> },
+    /// The in-sync replicas have not all copied what the leader holds.
+    NotReplicated { high_watermark: i64, log_end: i64 },
+}
+
+/// The partitions in `behind`, what each lacks, and what to do: the
+/// middle of [`super::FenceError::Behind`]'s message.
+#[must_use]
+pub fn describe(behind: &[Behind]) -> String {
+    let parts: Vec<String> = behind
+        .iter()
+        .map(|b| match &b.lag {
+            Lag::NoLeader { last_error } => format!(
+                "partition {} has no leader{}",
+                b.partition,
+                last_error
+                    .as_ref()
+                    .map(|e| format!(" (last error: {e})"))
+                    .unwrap_or_default()
+            ),
+            Lag::NotReplicated {
+                high_watermark,
+                log_end,
+            } => format!(
+                "partition {} is at high watermark {high_watermark} below its log end {log_end}",
+                b.partition
+            ),
+        })
+        .collect();
+    let mut advice = Vec::new();
+    if behind
+        .iter()
+        .any(|b| matches!(b.lag, Lag::NotReplicated { .. }))
+    {
+        advice.push(
+            "the in-sync replicas have not all copied what the leader holds: the partition may be \
+             under min.insync.replicas (kafka-topics --describe --under-min-isr-partitions lists \
+             them) or a follower is slow",
+        );
+    }
+    if behind.iter().any(|b| matches!(b.lag, Lag::NoLeader { .. })) {
+        advice.push(
+            "a partition without a leader cannot be read or written: its brokers are down or \
+             unreachable (kafka-topics --describe --unavailable-partitions lists them)",
+        );
+    }
+    format!("{}; {}", parts.join(", "), advice.join("; "))
 }
 
 /// Waits until the high watermark of every partition in `partitions`
 /// reached the log end its leader reported when first asked, or
-/// `deadline`. `leaders` looks up each partition's leader (`host:port`),
-/// `log_end` asks a leader ([`ask`]), `high_watermark` reads a
-/// partition's high watermark. A partition whose leader does not answer
-/// the request (an error code other than a moving leadership, or no
-/// answer at all: a broker that does not serve it) is not waited for: it
-/// costs duplicates at worst, as without the wait. Returns the partitions
-/// still behind at the deadline.
+/// `deadline`. `leaders` looks up each partition's leader (`host:port`;
+/// a partition without one is left out), `offsets` asks a leader
+/// ([`ask`]). A partition whose leader refuses the request (an error code
+/// other than a moving leadership) or does not answer at all is not
+/// waited for: it costs duplicates at worst, as without the wait. Returns
+/// the partitions still behind at the deadline, each with why.
 pub fn await_readable(
     partitions: &[i32],
-    deadline: std::time::Instant,
+    deadline: Instant,
     mut leaders: impl FnMut() -> Result<Vec<(i32, String)>, String>,
-    mut log_end: impl FnMut(&str, &[i32]) -> Result<Vec<LogEnd>, String>,
-    mut high_watermark: impl FnMut(i32) -> Result<i64, String>,
+    mut offsets: impl FnMut(&str, &[i32]) -> Result<Vec<PartitionOffsets>, String>,
 ) -> Result<(), Vec<Behind>> {
-    use std::collections::{BTreeMap, BTreeSet};
     // Per partition, the log end to reach; `None` while not yet known.
     let mut targets: BTreeMap<i32, Option<i64>> = partitions.iter().map(|&p| (p, None)).collect();
     let mut last_high: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut leader_of: BTreeMap<i32, String> = BTreeMap::new();
+    let mut last_error: Option<String> = None;
     loop {
-        let unknown: BTreeSet<i32> = targets
-            .iter()
-            .filter(|(_, t)| t.is_none())
-            .map(|(p, _)| *p)
-            .collect();
-        if !unknown.is_empty() {
+        if targets.keys().any(|p| !leader_of.contains_key(p)) {
             match leaders() {
-                Ok(by_partition) => {
-                    let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-                    for (p, leader) in by_partition {
-                        if unknown.contains(&p) {
-                            by_leader.entry(leader).or_default().push(p);
-                        }
-                    }
-                    for (leader, ps) in by_leader {
-                        match log_end(&leader, &ps) {
-                            Ok(answers) => {
-                                for (p, answer) in answers {
-                                    match answer {
-                                        Ok(end) => {
-                                            targets.insert(p, Some(end));
-                                        }
-                                        Err(code) if LEADERSHIP_MOVING.contains(&code) => {}
-                                        Err(code) => {
-                                            tracing::debug!(
-                                                partition = p,
-                                                code,
-                                                "no log end from the leader: not waiting for it"
-                                            );
-                                            targets.remove(&p);
-                                        }
-                                    }
-                                }
-                            }
-                            Err(e) => {
-                                tracing::debug!(%leader, "no log end from the leader ({e}): not waiting for its partitions");
-                                for p in ps {
-                                    targets.remove(&p);
-                                }
-                            }
-                        }
-                    }
+                Ok(found) => leader_of = found.into_iter().collect(),
+                Err(e) => {
+                    tracing::debug!("looking up the partitions' leaders: {e}");
+                    last_error = Some(e);
                 }
-                Err(e) => tracing::debug!("looking up the partitions' leaders: {e}"),
             }
         }
-        targets.retain(|&p, target| {
-            let Some(end) = *target else { return true };
-            match high_watermark(p) {
-                Ok(high) if high >= end => false,
-                Ok(high) => {
-                    last_high.insert(p, high);
-                    true
-                }
-                Err(_) => true,
+        let mut by_leader: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for p in targets.keys() {
+            if let Some(leader) = leader_of.get(p) {
+                by_leader.entry(leader.clone()).or_default().push(*p);
             }
-        });
+        }
+        for (leader, ps) in by_leader {
+            match offsets(&leader, &ps) {
+                Ok(answers) => {
+                    for (p, answer) in answers {
+                        let Some(target) = targets.get_mut(&p) else {
+                            continue;
+                        };
+                        match answer {
+                            Ok(o) => {
+                                let end = *target.get_or_insert(o.log_end);
+                                if o.high_watermark >= end {
+                                    targets.remove(&p);
+                                } else {
+                                    last_high.insert(p, o.high_watermark);
+                                }
+                            }
+                            Err(code) if LEADERSHIP_MOVING.contains(&code) => {
+                                leader_of.remove(&p);
+                            }
+                            Err(code) => {
+                                tracing::debug!(
+                                    partition = p,
+                                    code,
+                                    "no log end from the leader: not waiting for it"
+                                );
+                                targets.remove(&p);
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(%leader, "no log end from the leader ({e}): not waiting for its partitions");
+                    for p in ps {
+                        targets.remove(&p);
+                    }
+                }
+            }
+        }
         if targets.is_empty() {
             return Ok(());
         }
-        if std::time::Instant::now() >= deadline {
+        if Instant::now() >= deadline {
             return Err(targets
                 .into_iter()
-                .filter_map(|(p, end)| {
-                    end.map(|log_end| Behind {
-                        partition: p,
-                        high_watermark: last_high.get(&p).copied(),
-                        log_end,
-                    })
+                .map(|(partition, end)| Behind {
+                    partition,
+                    lag: match (end, last_high.get(&partition)) {
+                        (Some(log_end), Some(&high_watermark)) => Lag::NotReplicated {
+                            high_watermark,
+                            log_end,
+                        },
+                        _ => Lag::NoLeader {
+                            last_error: last_error.clone(),
+                        },
+                    },
                 })
                 .collect());
         }
@@ -253,11 +328,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_request_is_list_offsets_v1_for_the_log_end() {
-        let r = request(7, "ab", &[0, 3]);
-        let mut want = vec![0, 2, 0, 1, 0, 0, 0, 7, 0, 14];
+    fn the_request_is_list_offsets_v2_for_the_latest_offset_read_uncommitted() {
+        let r = request(7, DEBUGGING_REPLICA_ID, "ab", &[0, 3]);
+        let mut want = vec![0, 2, 0, 2, 0, 0, 0, 7, 0, 14];
         want.extend_from_slice(b"walrelay-fence");
         want.extend_from_slice(&(-2i32).to_be_bytes()); // debugging replica
+        want.push(0); // read_uncommitted
         want.extend_from_slice(&[0, 0, 0, 1, 0, 2, b'a', b'b', 0, 0, 0, 2]);
         for p in [0i32, 3] {
             want.extend_from_slice(&p.to_be_bytes());
@@ -265,10 +341,13 @@ mod tests {
         }
         assert_eq!(&r[..4], &(want.len() as i32).to_be_bytes());
         assert_eq!(&r[4..], &want[..]);
+        let consumer = request(7, CONSUMER_REPLICA_ID, "ab", &[0, 3]);
+        assert_eq!(&consumer[28..32], &(-1i32).to_be_bytes());
     }
 
     fn response(correlation: i32, partitions: &[(i32, i16, i64)]) -> Vec<u8> {
         let mut b = correlation.to_be_bytes().to_vec();
+        b.extend_from_slice(&[0, 0, 0, 0]); // throttle
         b.extend_from_slice(&[0, 0, 0, 1, 0, 2, b'a', b'b']);
         b.extend_from_slice(&(partitions.len() as i32).to_be_bytes());
         for (p, error, offset) in partitions {
@@ -281,7 +360,7 @@ mod tests {
     }
 
     #[test]
-    fn each_partition_gets_its_log_end_or_its_error() {
+    fn each_partition_gets_its_offset_or_its_error() {
         let got = parse_response(&response(7, &[(0, 0, 42), (3, 6, -1)]), 7).unwrap();
         assert_eq!(got, vec![(0, Ok(42)), (3, Err(6))]);
     }
@@ -294,79 +373,118 @@ mod tests {
             assert!(parse_response(&ok[..cut], 7).is_err(), "cut at {cut}");
         }
         let mut huge = 7i32.to_be_bytes().to_vec();
+        huge.extend_from_slice(&[0, 0, 0, 0]);
         huge.extend_from_slice(&i32::MAX.to_be_bytes());
         assert!(parse_response(&huge, 7).unwrap_err().contains("entries"));
     }
 
     use std::cell::Cell;
-    use std::time::Instant;
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_millis(400)
     }
 
+    fn at(high_watermark: i64, log_end: i64) -> Result<Offsets, i16> {
+        Ok(Offsets {
+            log_end,
+            high_watermark,
+        })
+    }
+
     #[test]
-    fn waits_until_the_high_watermark_reaches_the_log_end() {
+    fn waits_until_the_high_watermark_reaches_the_first_log_end() {
         let high = Cell::new(5);
         let got = await_readable(
             &[0],
             soon(),
             || Ok(vec![(0, "a:1".to_owned())]),
-            |_, ps| Ok(ps.iter().map(|&p| (p, Ok(8))).collect()),
-            |_| {
+            |_, ps| {
                 high.set(high.get() + 1);
-                Ok(high.get())
+                // The log end moves on; only the first one is waited for.
+                Ok(ps
+                    .iter()
+                    .map(|&p| (p, at(high.get(), high.get() + 5)))
+                    .collect())
             },
         );
         assert_eq!(got, Ok(()));
-        assert_eq!(high.get(), 8, "read until it reached the log end");
+        assert_eq!(high.get(), 11, "read until it reached the first log end");
     }
 
     #[test]
     fn a_moving_leadership_is_asked_again_and_a_refusal_is_not_waited_for() {
         let asked = Cell::new(0);
+        let looked_up = Cell::new(0);
         let got = await_readable(
             &[0, 1],
             soon(),
-            || Ok(vec![(0, "a:1".to_owned()), (1, "b:1".to_owned())]),
+            || {
+                looked_up.set(looked_up.get() + 1);
+                Ok(vec![(0, "a:1".to_owned()), (1, "b:1".to_owned())])
+            },
             |leader, _| {
                 asked.set(asked.get() + 1);
                 Ok(match (leader, asked.get()) {
                     ("a:1", n) if n <= 2 => vec![(0, Err(6))],
-                    ("a:1", _) => vec![(0, Ok(3))],
+                    ("a:1", _) => vec![(0, at(3, 3))],
                     _ => vec![(1, Err(35))],
                 })
             },
-            |_| Ok(3),
         );
         assert_eq!(got, Ok(()));
         assert!(asked.get() >= 3, "asked partition 0's leader again");
+        assert!(looked_up.get() >= 2, "looked the leader up again");
     }
 
     #[test]
-    fn a_partition_still_behind_at_the_deadline_is_reported() {
+    fn a_partition_still_behind_or_without_a_leader_is_reported_with_why() {
         let got = await_readable(
-            &[2],
+            &[1, 2],
             Instant::now() + Duration::from_millis(120),
+            // Partition 1 has no leader.
             || Ok(vec![(2, "a:1".to_owned())]),
-            |_, _| Ok(vec![(2, Ok(10))]),
-            |_| Ok(7),
+            |_, _| Ok(vec![(2, at(7, 10))]),
         );
+        let behind = got.unwrap_err();
         assert_eq!(
-            got,
-            Err(vec![Behind {
-                partition: 2,
-                high_watermark: Some(7),
-                log_end: 10
-            }])
+            behind,
+            vec![
+                Behind {
+                    partition: 1,
+                    lag: Lag::NoLeader { last_error: None }
+                },
+                Behind {
+                    partition: 2,
+                    lag: Lag::NotReplicated {
+                        high_watermark: 7,
+                        log_end: 10
+                    }
+                }
+            ]
         );
+        let text = describe(&behind);
+        assert!(text.starts_with("partition 1 has no leader, partition 2 is at high watermark 7 below its log end 10; the in-sync replicas"), "{text}");
+        assert!(text.contains("--unavailable-partitions"), "{text}");
+        // The metadata cannot be read: no leader, and the error says why.
+        let behind = await_readable(
+            &[0],
+            Instant::now() + Duration::from_millis(120),
+            || Err("Broker: transport failure".to_owned()),
+            |_, _| unreachable!("no leader to ask"),
+        )
+        .unwrap_err();
+        let text = describe(&behind);
+        assert!(
+            text.contains("partition 0 has no leader (last error: Broker: transport failure)"),
+            "{text}"
+        );
+        assert!(!text.contains("in-sync"), "{text}");
         // A broker that does not answer at all: not waited for.
         let got = await_readable(
             &[2],
             soon(),
             || Ok(vec![(2, "a:1".to_owned())]),
             |_, _| Err("connection refused".to_owned()),
-            |_| Ok(0),
         );
         assert_eq!(got, Ok(()));
     }

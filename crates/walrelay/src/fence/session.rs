@@ -218,17 +218,10 @@ impl SessionFence {
 
 impl SessionFence {
     async fn ask_strict_min_isr(&self) -> StrictMinIsr {
-        let kafka = &self.config.kafka;
-        let protocol = kafka
-            .properties
-            .get("security.protocol")
-            .map_or("plaintext", String::as_str);
         // Every broker of the cluster, from the metadata the admin client
         // reads (it is only asked where an admin client is configured).
         let (strict, why) = match &self.admin {
-            Some(admin) => {
-                super::api_versions::cluster_strict_min_isr(admin, protocol, self.timeout).await
-            }
+            Some(admin) => super::api_versions::cluster_strict_min_isr(admin, self.timeout).await,
             None => (
                 StrictMinIsr::Unknown,
                 Some("no admin client configured".to_owned()),

@@ -39,30 +39,26 @@ use super::{Layout, OwnRecord, PartitionTail};
 use crate::key::EventKey;
 use crate::record::header;
 
-/// Whether the reader connects without TLS or SASL, so that
-/// [`super::log_end`] may ask the leaders itself.
-fn plaintext(config: &ClientConfig) -> bool {
-    config
-        .get("security.protocol")
-        .is_none_or(|p| p.eq_ignore_ascii_case("plaintext"))
-}
-
-/// [`super::log_end::await_readable`] for `topic`'s partitions, through the
-/// fence's reader: what each leader held when asked is readable before
-/// the tail is read, so the fence sees the records an ended session left
-/// unreplicated instead of writing them again.
+/// [`super::log_end::await_readable`] for `topic`'s partitions: what each
+/// leader held when asked is readable before the tail is read, so the
+/// fence sees the records an ended session left unreplicated instead of
+/// writing them again. The leaders are asked over walrelay's own
+/// connections, made as `settings` say; one per leader, kept for the wait.
 fn wait_until_readable(
     consumer: &BaseConsumer<Quiet>,
+    settings: &crate::broker_conn::Settings,
     topic: &str,
     partitions: u32,
     deadline: Instant,
 ) -> Result<(), Vec<super::log_end::Behind>> {
+    use crate::broker_conn::Connection;
     let step = |deadline: Instant| {
         deadline
             .saturating_duration_since(Instant::now())
             .clamp(Duration::from_millis(10), Duration::from_secs(2))
     };
     let all: Vec<i32> = (0..partitions).map(to_i32).collect();
+    let mut connections: HashMap<String, Connection> = HashMap::new();
     super::log_end::await_readable(
         &all,
         deadline,
@@ -84,12 +80,18 @@ fn wait_until_readable(
                 .filter_map(|p| address(p.leader()).map(|a| (p.id(), a)))
                 .collect())
         },
-        |leader, ps| super::log_end::ask(leader, topic, ps, step(deadline)),
-        |p| {
-            consumer
-                .fetch_watermarks(topic, p, step(deadline))
-                .map(|(_, high)| high)
-                .map_err(|e| e.to_string())
+        |leader, ps| {
+            let connection = match connections.entry(leader.to_owned()) {
+                std::collections::hash_map::Entry::Occupied(c) => c.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(Connection::open(leader, settings, step(deadline))?)
+                }
+            };
+            let answer = super::log_end::ask(connection, topic, ps);
+            if answer.is_err() {
+                connections.remove(leader);
+            }
+            answer
         },
     )
 }
@@ -133,16 +135,9 @@ pub enum FenceError {
     /// Records the leader holds are not all readable yet.
     #[error(
         "the tail fence waited relay.fence_timeout ({timeout:?}) for the leaders of topic \"{topic}\" to make \
-         what they hold readable, and {}; the in-sync replicas have not all copied it: the partition may \
-         be under min.insync.replicas (kafka-topics --describe --under-min-isr-partitions lists them) or a \
-         follower is slow; walrelay confirms nothing meanwhile and tries again, and goes on by itself once \
-         the replicas catch up",
-        behind.iter().map(|b| format!(
-            "partition {} is at high watermark {} below its log end {}",
-            b.partition,
-            b.high_watermark.map_or_else(|| "?".to_owned(), |h| h.to_string()),
-            b.log_end
-        )).collect::<Vec<_>>().join(", ")
+         what they hold readable, and {}; walrelay confirms nothing meanwhile and tries again, and goes on \
+         by itself once the partitions are whole again",
+        super::log_end::describe(behind)
     )]
     Behind {
         topic: String,
@@ -277,14 +272,21 @@ pub fn read(
         .map(|p| u32::try_from(p.replicas().len()).unwrap_or(u32::MAX))
         .max()
         .unwrap_or(1);
-    if replication_factor > 1 && plaintext(config) {
-        wait_until_readable(&consumer, topic, partitions, deadline).map_err(|behind| {
-            FenceError::Behind {
-                topic: topic.to_owned(),
-                behind,
-                timeout,
-            }
-        })?;
+    if replication_factor > 1 {
+        match crate::broker_conn::Settings::from_client_config(config) {
+            Ok(settings) => wait_until_readable(&consumer, &settings, topic, partitions, deadline)
+                .map_err(|behind| FenceError::Behind {
+                    topic: topic.to_owned(),
+                    behind,
+                    timeout,
+                })?,
+            Err(why) => tracing::warn!(
+                %topic,
+                "the tail fence does not wait for records the leaders hold unreplicated: walrelay \
+                 cannot connect to the brokers as its Kafka client does ({why}); a replay after a \
+                 crash may write such records again (duplicates, never a loss)"
+            ),
+        }
     }
     let mut tails = vec![PartitionTail::default(); partitions as usize];
     // Per partition, the lowest offset read so far: a deeper round counts

@@ -1,0 +1,213 @@
+//! Kafka's SASL framing (KIP-152): a SaslHandshake v1 names the
+//! mechanism, then SaslAuthenticate v1 requests carry its messages until
+//! the mechanism is done. Pure encoders and parsers, tested byte for
+//! byte; [`super::Connection`] sends them.
+//!
+//! The mechanisms: `PLAIN` (one message, `\0user\0password`) and
+//! `SCRAM-SHA-256` / `SCRAM-SHA-512` ([`super::scram`], two rounds).
+
+use crate::fence::kafka_wire::Reader;
+
+const SASL_HANDSHAKE: i16 = 17;
+const SASL_AUTHENTICATE: i16 = 36;
+/// `UNSUPPORTED_SASL_MECHANISM`.
+const UNSUPPORTED_MECHANISM: i16 = 33;
+/// `SASL_AUTHENTICATION_FAILED`.
+const AUTHENTICATION_FAILED: i16 = 58;
+
+/// A mechanism walrelay's own requests can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mechanism {
+    Plain,
+    ScramSha256,
+    ScramSha512,
+}
+
+impl Mechanism {
+    /// From librdkafka's `sasl.mechanism` value; `None` for a mechanism
+    /// walrelay does not speak (GSSAPI, OAUTHBEARER).
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Mechanism> {
+        match name.trim().to_ascii_uppercase().as_str() {
+            "PLAIN" => Some(Mechanism::Plain),
+            "SCRAM-SHA-256" => Some(Mechanism::ScramSha256),
+            "SCRAM-SHA-512" => Some(Mechanism::ScramSha512),
+            _ => None,
+        }
+    }
+
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Plain => "PLAIN",
+            Mechanism::ScramSha256 => "SCRAM-SHA-256",
+            Mechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// A request header v1 (api key, version, correlation id, client id) and
+/// `body`, length-prefixed.
+fn frame(api_key: i16, version: i16, correlation_id: i32, body: &[u8]) -> Vec<u8> {
+    const CLIENT_ID: &[u8] = b"walrelay";
+    let len = 2 + 2 + 4 + 2 + CLIENT_ID.len() + body.len();
+    let mut out = Vec::with_capacity(4 + len);
+    out.extend_from_slice(&(len as i32).to_be_bytes());
+    out.extend_from_slice(&api_key.to_be_bytes());
+    out.extend_from_slice(&version.to_be_bytes());
+    out.extend_from_slice(&correlation_id.to_be_bytes());
+    out.extend_from_slice(&(CLIENT_ID.len() as i16).to_be_bytes());
+    out.extend_from_slice(CLIENT_ID);
+    out.extend_from_slice(body);
+    out
+}
+
+/// A SaslHandshake v1 request for `mechanism`.
+#[must_use]
+pub fn handshake_request(correlation_id: i32, mechanism: Mechanism) -> Vec<u8> {
+    let name = mechanism.name().as_bytes();
+    let mut body = Vec::with_capacity(2 + name.len());
+    body.extend_from_slice(&(name.len() as i16).to_be_bytes());
+    body.extend_from_slice(name);
+    frame(SASL_HANDSHAKE, 1, correlation_id, &body)
+}
+
+/// A SaslHandshake v1 response (without its length prefix): `Ok` when
+/// the broker enables `mechanism`, otherwise what it enables.
+pub fn parse_handshake(
+    bytes: &[u8],
+    correlation_id: i32,
+    mechanism: Mechanism,
+) -> Result<(), String> {
+    let mut r = Reader::new(bytes);
+    expect_correlation(&mut r, correlation_id)?;
+    let error = r.i16()?;
+    let enabled = (0..r.count()?)
+        .map(|_| r.string())
+        .collect::<Result<Vec<_>, _>>()?;
+    match error {
+        0 => Ok(()),
+        UNSUPPORTED_MECHANISM => Err(format!(
+            "the broker does not enable SASL mechanism {} (it enables {})",
+            mechanism.name(),
+            enabled.join(", ")
+        )),
+        code => Err(format!("SaslHandshake error code {code}")),
+    }
+}
+
+/// A SaslAuthenticate v1 request carrying `auth_bytes`.
+#[must_use]
+pub fn authenticate_request(correlation_id: i32, auth_bytes: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(4 + auth_bytes.len());
+    body.extend_from_slice(&(auth_bytes.len() as i32).to_be_bytes());
+    body.extend_from_slice(auth_bytes);
+    frame(SASL_AUTHENTICATE, 1, correlation_id, &body)
+}
+
+/// A SaslAuthenticate v1 response (without its length prefix): the
+/// mechanism's next message from the broker, or why it refused.
+pub fn parse_authenticate(bytes: &[u8], correlation_id: i32) -> Result<Vec<u8>, String> {
+    let mut r = Reader::new(bytes);
+    expect_correlation(&mut r, correlation_id)?;
+    let error = r.i16()?;
+    let message = r.nullable_string()?;
+    let auth = r.bytes()?.to_vec();
+    let _session_lifetime_ms = r.i64()?;
+    match error {
+        0 => Ok(auth),
+        AUTHENTICATION_FAILED => Err(format!(
+            "SASL authentication failed: {}",
+            message.unwrap_or_else(|| "no reason given".to_owned())
+        )),
+        code => Err(format!(
+            "SaslAuthenticate error code {code}{}",
+            message.map(|m| format!(": {m}")).unwrap_or_default()
+        )),
+    }
+}
+
+/// The `PLAIN` message: no authorization identity, the user, the password.
+#[must_use]
+pub fn plain_message(username: &str, password: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + username.len() + password.len());
+    out.push(0);
+    out.extend_from_slice(username.as_bytes());
+    out.push(0);
+    out.extend_from_slice(password.as_bytes());
+    out
+}
+
+fn expect_correlation(r: &mut Reader<'_>, correlation_id: i32) -> Result<(), String> {
+    let got = r.i32()?;
+    if got == correlation_id {
+        Ok(())
+    } else {
+        Err(format!("correlation id {got}, expected {correlation_id}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_handshake_names_the_mechanism_in_a_v1_header() {
+        let req = handshake_request(7, Mechanism::ScramSha512);
+        let mut expected = vec![0, 0, 0, 33, 0, 17, 0, 1, 0, 0, 0, 7, 0, 8];
+        expected.extend_from_slice(b"walrelay");
+        expected.extend_from_slice(&[0, 13]);
+        expected.extend_from_slice(b"SCRAM-SHA-512");
+        assert_eq!(req, expected);
+    }
+
+    #[test]
+    fn a_refused_mechanism_names_the_enabled_ones() {
+        let mut resp = vec![0, 0, 0, 7, 0, 33, 0, 0, 0, 2, 0, 5];
+        resp.extend_from_slice(b"PLAIN");
+        resp.extend_from_slice(&[0, 6]);
+        resp.extend_from_slice(b"GSSAPI");
+        let e = parse_handshake(&resp, 7, Mechanism::ScramSha256).unwrap_err();
+        assert_eq!(
+            e,
+            "the broker does not enable SASL mechanism SCRAM-SHA-256 (it enables PLAIN, GSSAPI)"
+        );
+        let ok = [0, 0, 0, 7, 0, 0, 0, 0, 0, 0];
+        assert_eq!(parse_handshake(&ok, 7, Mechanism::Plain), Ok(()));
+        assert!(parse_handshake(&ok, 8, Mechanism::Plain)
+            .unwrap_err()
+            .contains("correlation"));
+    }
+
+    #[test]
+    fn authenticate_carries_bytes_and_returns_the_brokers_or_its_reason() {
+        let req = authenticate_request(9, &plain_message("u", "pw"));
+        let mut expected = vec![0, 0, 0, 27, 0, 36, 0, 1, 0, 0, 0, 9, 0, 8];
+        expected.extend_from_slice(b"walrelay");
+        expected.extend_from_slice(&[0, 0, 0, 5, 0, b'u', 0, b'p', b'w']);
+        assert_eq!(req, expected);
+
+        let ok = [
+            0, 0, 0, 9, 0, 0, 0xff, 0xff, 0, 0, 0, 2, b'h', b'i', 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(parse_authenticate(&ok, 9), Ok(b"hi".to_vec()));
+        let mut refused = vec![0, 0, 0, 9, 0, 58, 0, 3];
+        refused.extend_from_slice(b"bad");
+        refused.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            parse_authenticate(&refused, 9),
+            Err("SASL authentication failed: bad".to_owned())
+        );
+    }
+
+    #[test]
+    fn mechanisms_parse_as_librdkafka_names_them() {
+        assert_eq!(
+            Mechanism::parse("scram-sha-512"),
+            Some(Mechanism::ScramSha512)
+        );
+        assert_eq!(Mechanism::parse("PLAIN"), Some(Mechanism::Plain));
+        assert_eq!(Mechanism::parse("GSSAPI"), None);
+        assert_eq!(Mechanism::parse("OAUTHBEARER"), None);
+    }
+}
