@@ -8,6 +8,13 @@
 //! writes to a topic, so an operator sees the verdict before the relay
 //! runs.
 //!
+//! A topic the rule allows is then checked as the relay would open it: its
+//! partitions' tails are read for this source's last records, and a
+//! partition whose last record was routed with another layout (the topic
+//! has more partitions now, or another routing configuration wrote it)
+//! turns the fence off for the topic, as it does in `walrelay run`
+//! ([`crate::fence::TopicFence::decide`]).
+//!
 //! Which topics: those named with `--topic`, else the topics the
 //! configuration names (message routes, the dead-letter topic) and the
 //! cluster's topics an outbox topic template matches. Topics the
@@ -58,6 +65,9 @@ pub struct TopicDurability {
     pub unfenced_because: Option<String>,
     /// Settings under which Kafka may lose records it acknowledged.
     pub risks: Vec<String>,
+    /// Why the partitions' tails could not be read to check the layout,
+    /// if they could not (the verdict then rests on the settings alone).
+    pub layout_unchecked: Option<String>,
 }
 
 /// The topics to report: `requested`, else those the configuration names
@@ -119,8 +129,9 @@ fn template_matches(template: &str, topic: &str) -> bool {
 }
 
 /// Asks the cluster of `config` about `requested` topics (see
-/// [`topics_to_report`]).
-pub async fn report(config: &Config, requested: &[String]) -> KafkaDurability {
+/// [`topics_to_report`]); `source` is the relay's `walrelay-source`,
+/// whose records the layout check reads.
+pub async fn report(config: &Config, requested: &[String], source: &str) -> KafkaDurability {
     let kafka = &config.kafka;
     let admin = match client_config(kafka, KafkaClient::Admin) {
         Ok(admin) => admin,
@@ -165,7 +176,8 @@ pub async fn report(config: &Config, requested: &[String]) -> KafkaDurability {
                             .iter()
                             .map(|p| u32::try_from(p.replicas().len()).unwrap_or(u32::MAX))
                             .max();
-                        (t.name().to_owned(), rf)
+                        let partitions = u32::try_from(t.partitions().len()).unwrap_or(u32::MAX);
+                        (t.name().to_owned(), rf.map(|rf| (rf, partitions)))
                     })
                     .collect::<Vec<_>>(),
             )
@@ -200,11 +212,23 @@ pub async fn report(config: &Config, requested: &[String]) -> KafkaDurability {
                 fenced: false,
                 unfenced_because: Some("the cluster has no such topic".to_owned()),
                 risks: Vec::new(),
+                layout_unchecked: None,
             },
-            Some(rf) => {
+            Some((rf, partitions)) => {
                 let settings =
                     crate::fence::settings::read(&admin, &topic, rf, strict, TIMEOUT).await;
-                topic_durability(topic, &settings)
+                let mut t = topic_durability(topic, &settings);
+                if t.fenced && config.relay.fence {
+                    match layout_verdict(config, &t.topic, partitions, source).await {
+                        Ok(None) => {}
+                        Ok(Some(why)) => {
+                            t.fenced = false;
+                            t.unfenced_because = Some(why);
+                        }
+                        Err(e) => t.layout_unchecked = Some(e),
+                    }
+                }
+                t
             }
         });
     }
@@ -212,6 +236,38 @@ pub async fn report(config: &Config, requested: &[String]) -> KafkaDurability {
         switched_off(&mut out.topics);
     }
     out
+}
+
+/// What the fence would decide from `topic`'s tails as the relay opens
+/// it: `Some(why)` when a partition's last record of `source` was routed
+/// with another layout than this configuration and partition count give.
+async fn layout_verdict(
+    config: &Config,
+    topic: &str,
+    partitions: u32,
+    source: &str,
+) -> Result<Option<String>, String> {
+    use crate::fence::{TopicFence, TopicLayout};
+    let reader = client_config(&config.kafka, KafkaClient::Fence).map_err(|e| e.to_string())?;
+    let now = TopicLayout {
+        partitions,
+        routing: crate::fence::routing_fingerprint(config, topic),
+    };
+    let (name, source) = (topic.to_owned(), source.as_bytes().to_vec());
+    let tails = tokio::task::spawn_blocking(move || {
+        crate::fence::tail::read(&reader, &name, partitions, &source, TIMEOUT)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
+    Ok(match TopicFence::decide(&tails.partitions, now).fence {
+        TopicFence::Unfenced(why) => Some(format!(
+            "{why}: the relay turns the fence off for this topic in its next session, and writes \
+             its replay again (duplicates, never a loss); it is on again once every partition's \
+             last record was written with today's layout"
+        )),
+        TopicFence::Fenced(_) => None,
+    })
 }
 
 /// With `relay.fence = false` the relay reads no tail: no topic is fenced,
@@ -240,6 +296,7 @@ fn topic_durability(topic: String, settings: &durability::TopicSettings) -> Topi
         fenced: verdict.is_ok(),
         unfenced_because: verdict.err().map(|why| why.to_string()),
         risks: durability::acknowledged_may_be_lost(settings),
+        layout_unchecked: None,
     }
 }
 
@@ -282,6 +339,11 @@ pub fn render(k: &KafkaDurability) -> String {
         ));
         if let Some(why) = &t.unfenced_because {
             out.push_str(&format!("    fence off: {why}\n"));
+        }
+        if let Some(why) = &t.layout_unchecked {
+            out.push_str(&format!(
+                "    layout not checked (the partitions' tails could not be read: {why})\n"
+            ));
         }
         for risk in &t.risks {
             out.push_str(&format!("    RISK: {risk}\n"));

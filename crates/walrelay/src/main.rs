@@ -123,8 +123,10 @@ async fn main() -> anyhow::Result<()> {
                 }
             };
             if args.kafka || !args.topics.is_empty() {
-                status.kafka =
-                    Some(walrelay::kafka_durability::report(&config, &args.topics).await);
+                status.kafka = Some(
+                    walrelay::kafka_durability::report(&config, &args.topics, &status.source_id)
+                        .await,
+                );
             }
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);

@@ -59,6 +59,10 @@ pub struct Status {
     /// With `--kafka`: the topics' durability settings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kafka: Option<crate::kafka_durability::KafkaDurability>,
+    /// The `walrelay-source` of the relay's records (`relay.source_id`,
+    /// or the default from the server's system identifier, database and
+    /// slot): whose records `--kafka` reads at the partitions' tails.
+    pub source_id: String,
 }
 
 /// The verdict, with its exit code.
@@ -129,6 +133,14 @@ pub async fn status(config: &Config, limits: Limits) -> Result<Status, RelayErro
     let mut conn = ReplicationConnection::connect(&pg).await?;
     let wal_level = Some(conn.show("wal_level").await?);
     let slot = &config.postgres.slot;
+    let system = conn.identify_system().await?;
+    let source_id = config.relay.source_id.clone().unwrap_or_else(|| {
+        crate::pipeline::default_source_id(
+            &system.system_id,
+            system.dbname.as_deref().unwrap_or(pg.get_dbname()),
+            slot,
+        )
+    });
     let publication = &config.postgres.publication;
     let rows = conn
         .simple_query(&format!(
@@ -203,6 +215,7 @@ pub async fn status(config: &Config, limits: Limits) -> Result<Status, RelayErro
         publication_problems,
         health: Health::Ok,
         kafka: None,
+        source_id,
     };
     s.health = assess(&s, limits);
     Ok(s)
@@ -325,6 +338,7 @@ mod tests {
             publication_problems: vec![],
             health: Health::Ok,
             kafka: None,
+            source_id: "1/app/walrelay".into(),
         }
     }
 

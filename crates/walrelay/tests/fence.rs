@@ -479,12 +479,45 @@ async fn a_topic_whose_partitions_grew_is_not_fenced_and_loses_nothing() -> Resu
     write_unconfirmed_and_kill(&env, &bootstrap, &log, &["orders"], ids.len(), &[]).await?;
     let written = read_until_quiet(&bootstrap, &["orders"], Duration::from_secs(1), WAIT).await?;
 
+    let fenced_by_status = || -> Result<(bool, String)> {
+        let global = [
+            "--bootstrap-servers",
+            bootstrap.as_str(),
+            "--outbox-table",
+            "public.outbox",
+            "--route",
+            "orders=orders",
+        ];
+        let (_, json) =
+            support::walrelay_status(&env, &global, &["--kafka", "--topic", "orders", "--json"])?;
+        let v: serde_json::Value = serde_json::from_str(&json).context(json.clone())?;
+        let t = &v["kafka"]["topics"][0];
+        Ok((
+            t["fenced"] == true,
+            t["unfenced_because"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        ))
+    };
+    let (fenced, why) = fenced_by_status()?;
+    ensure!(
+        fenced,
+        "status --kafka: fenced before the change, got {why}"
+    );
+
     if broker.can_add_partitions() {
         // Apache Kafka: what `kafka-topics --alter --partitions 6` does.
         broker.add_partitions("orders", 6)?;
     } else {
         recreate_with_six_partitions(broker, &bootstrap, &written).await?;
     }
+    // `status --kafka` says what the next session will decide.
+    let (fenced, why) = fenced_by_status()?;
+    ensure!(
+        !fenced && why.contains("had 4 partitions") && why.contains("has 6 now"),
+        "status --kafka after the partitions grew: fenced {fenced}, {why}"
+    );
 
     ids.extend(
         write_transactions(&env, "b", 1)
