@@ -28,8 +28,8 @@ pub(super) struct Connected {
     pub source: String,
     /// The slot's confirmed position: where the stream starts.
     pub confirmed: Lsn,
-    /// The server's WAL position at the start (IDENTIFY_SYSTEM): no key
-    /// of this source in Kafka can be at or past it.
+    /// The server's WAL position once the slot was ours: no key of this
+    /// source in Kafka can be at or past it ([`wal_position_now`]).
     pub server_wal: Lsn,
     pub checks: Reports,
     /// When the start-up publication check began.
@@ -134,6 +134,7 @@ pub(super) async fn connect(
     let stream = conn
         .start_replication(slot, Lsn::ZERO, &pgoutput, options)
         .await?;
+    let server_wal = wal_position_now(pg).await?.max(system.xlogpos);
     Ok(Connected {
         stream,
         sink,
@@ -141,9 +142,41 @@ pub(super) async fn connect(
         fence_admin,
         source,
         confirmed,
-        server_wal: system.xlogpos,
+        server_wal,
         checks,
         checked_since,
         vouched,
+    })
+}
+
+/// The server's WAL position now, read on a connection of its own after
+/// START_REPLICATION acquired the slot. Sampled earlier (IDENTIFY_SYSTEM
+/// comes before the publication check and the slot's acquisition), a
+/// relay that held the slot meanwhile could have written keys past it
+/// and died, and a standby taking over would have taken its own
+/// position for a WAL that went back (`FenceError::WalWentBack`), and
+/// told the operator to start a new key sequence for nothing. Once the
+/// slot is this session's, every key of this source in Kafka was
+/// assigned from WAL at or before this position.
+async fn wal_position_now(pg: &PgConfig) -> Result<Lsn, RelayError> {
+    let mut conn = ReplicationConnection::connect_sql(pg).await?;
+    let rows = conn
+        .simple_query(
+            "SELECT (CASE WHEN pg_catalog.pg_is_in_recovery() \
+             THEN pg_catalog.pg_last_wal_replay_lsn() \
+             ELSE pg_catalog.pg_current_wal_flush_lsn() END)::text AS lsn",
+        )
+        .await;
+    let _ = conn.close().await;
+    let rows = rows?;
+    let text = rows
+        .first()
+        .map(|r| r.get_required("lsn").map(str::to_owned))
+        .transpose()?
+        .unwrap_or_default();
+    text.parse::<Lsn>().map_err(|_| {
+        RelayError::Postgres(walrelay_pg::Error::Protocol(format!(
+            "the server's WAL position is not an LSN: {text:?}"
+        )))
     })
 }
