@@ -181,6 +181,21 @@ async fn refused_then_delivered_under(
     expect: &[&str],
     new_source: &str,
 ) -> Result<()> {
+    refused_with_then_delivered_under(env, bootstrap, log, wal_segments, &[], expect, new_source)
+        .await
+}
+
+/// [`refused_then_delivered_under`], the refused relay run with `extra`
+/// flags.
+async fn refused_with_then_delivered_under(
+    env: &Env,
+    bootstrap: &str,
+    log: &Path,
+    wal_segments: usize,
+    extra: &[&str],
+    expect: &[&str],
+    new_source: &str,
+) -> Result<()> {
     // `setup` finds the slot it created gone and refuses to create one in
     // silence (issue 36).
     let refusal = walrelay::setup::setup(&env.config(bootstrap))
@@ -200,7 +215,7 @@ async fn refused_then_delivered_under(
     let start = env.confirmed_flush_lsn("walrelay").await?;
     let after = emit(env, "after", 100).await?;
     write_wal(env, wal_segments).await?;
-    let mut relay = spawn_relay(env, bootstrap, log, &args(&[]))?;
+    let mut relay = spawn_relay(env, bootstrap, log, &args(extra))?;
     let mut all = vec!["set relay.source_id to a new value"];
     all.extend_from_slice(expect);
     expect_refusal(&mut relay, log, &all)?;
@@ -266,6 +281,57 @@ async fn a_replay_that_does_not_reproduce_the_fence_stops_the_relay_and_loses_no
         &["the replay reached"],
         "restored-1",
     )
+    .await
+}
+
+/// The case above on a topic the fence does not skip by: restore
+/// detection does not rest on the fence's trust. Each tail key of this
+/// source after the slot's start must come back in the replay somewhere.
+async fn an_unfenced_topic_still_catches_a_replay_that_does_not_reproduce_its_tail(
+    extra: impl FnOnce(&Path) -> Result<Vec<String>>,
+) -> Result<()> {
+    let mut env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    env.broker
+        .as_ref()
+        .expect("a broker")
+        .create_topic(TOPIC, 1)?;
+    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    let log = env.cluster.dir().join("relay.log");
+    relay_then_restore(&mut env, &bootstrap, &log).await?;
+    let extra = extra(env.cluster.dir())?;
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    refused_with_then_delivered_under(
+        &env,
+        &bootstrap,
+        &log,
+        9,
+        &extra,
+        &["the replay reached"],
+        "restored-1",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_fence_off_a_replay_that_does_not_reproduce_the_tail_stops_the_relay() -> Result<()>
+{
+    an_unfenced_topic_still_catches_a_replay_that_does_not_reproduce_its_tail(|dir| {
+        let config = dir.join("fence-off.toml");
+        std::fs::write(&config, "[relay]\nfence = false\n")?;
+        Ok(vec!["-c".to_owned(), config.display().to_string()])
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_route_change_a_replay_that_does_not_reproduce_the_tail_stops_the_relay(
+) -> Result<()> {
+    // Another prefix routed to the topic: its layout changed, so the
+    // fence does not skip by its tail in this session.
+    an_unfenced_topic_still_catches_a_replay_that_does_not_reproduce_its_tail(|_| {
+        Ok(vec!["--route".to_owned(), "audit=orders".to_owned()])
+    })
     .await
 }
 

@@ -29,6 +29,20 @@
 //! Fence keys below `start` need no proof: no replayed record is at or
 //! below them (every replayed key is at least `start << 64`), so they
 //! skip nothing.
+//!
+//! The second check does not depend on the fence trusting a key: every
+//! key of this source found at a partition's end at or after `start` is
+//! an obligation, skipped or not. A fence key must come back in its own
+//! partition ([`ReplayCheck::admit`]); a key the fence does not skip (an
+//! unfenced topic: `relay.fence = false`, the durability rule, a changed
+//! layout; or a partition whose last record it does not trust) must come
+//! back somewhere ([`ReplayCheck::admit_anywhere`]): after partitions were
+//! added or a route moved, the same event legitimately lands elsewhere.
+//! One such key can be checked only while the replay has not passed it:
+//! a topic first opened after the replay placed a larger key (its events
+//! came late in the replay) cannot tell whether the key came back in
+//! another topic, so such a key is not an obligation; fence keys, whose
+//! record would have opened their own topic, still are.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -47,14 +61,24 @@ pub struct ReplayCheck {
     server_wal: Lsn,
     /// This session's source, for the errors' fix.
     source: Arc<str>,
-    /// Fence keys at or above `start` not reproduced yet, with the topic
-    /// and partition they must come back in.
-    pending: BTreeMap<EventKey, (Arc<str>, u32)>,
+    /// Keys at or above `start` not reproduced yet, with where they must
+    /// come back.
+    pending: BTreeMap<EventKey, Obligation>,
     /// The smallest key of `pending`, kept apart so that the check per
     /// record is one comparison.
     first: Option<EventKey>,
     /// The highest key placed in this session.
     last: Option<EventKey>,
+}
+
+/// Where a pending key must come back.
+#[derive(Debug, Clone)]
+struct Obligation {
+    /// Where it was found.
+    topic: Arc<str>,
+    partition: u32,
+    /// In that partition (a fence key), or anywhere.
+    exact: bool,
 }
 
 impl ReplayCheck {
@@ -115,7 +139,38 @@ impl ReplayCheck {
         if self.last.is_some_and(|last| last >= key) {
             return Err(self.not_reproduced(topic, partition, key, Passed::Key(self.last)));
         }
-        self.pending.insert(key, (topic.clone(), partition));
+        self.pending.insert(
+            key,
+            Obligation {
+                topic: topic.clone(),
+                partition,
+                exact: true,
+            },
+        );
+        self.first = self.pending.keys().next().copied();
+        Ok(())
+    }
+
+    /// `key`, of this source, ends `partition` of `topic`, which the fence
+    /// does not skip by (see the module docs): it must come back in the
+    /// replay, in any topic and partition, unless it lies before the
+    /// replay's start or the replay already went past it.
+    pub fn admit_anywhere(
+        &mut self,
+        topic: &Arc<str>,
+        partition: u32,
+        key: EventKey,
+    ) -> Result<(), FenceError> {
+        self.check_not_ahead(topic, partition, key)?;
+        if key.high() < self.start.0 || self.last.is_some_and(|last| last >= key) {
+            return Ok(());
+        }
+        // A fence key with the same key is the stricter obligation.
+        self.pending.entry(key).or_insert_with(|| Obligation {
+            topic: topic.clone(),
+            partition,
+            exact: false,
+        });
         self.first = self.pending.keys().next().copied();
         Ok(())
     }
@@ -130,11 +185,12 @@ impl ReplayCheck {
         if key < first {
             return Ok(());
         }
-        let (want_topic, want_partition) = self.pending.remove(&first).expect("first is pending");
-        if key > first || &*want_topic != topic || want_partition != partition {
+        let want = self.pending.remove(&first).expect("first is pending");
+        let elsewhere = want.exact && (&*want.topic != topic || want.partition != partition);
+        if key > first || elsewhere {
             return Err(self.not_reproduced(
-                &want_topic,
-                want_partition,
+                &want.topic,
+                want.partition,
                 first,
                 if key > first {
                     Passed::Key(Some(key))
@@ -156,8 +212,8 @@ impl ReplayCheck {
     pub fn passed(&mut self, lsn: Lsn) -> Result<(), FenceError> {
         match self.first {
             Some(first) if first.high() < lsn.0 => {
-                let (topic, partition) = self.pending.remove(&first).expect("first is pending");
-                Err(self.not_reproduced(&topic, partition, first, Passed::Position(lsn)))
+                let want = self.pending.remove(&first).expect("first is pending");
+                Err(self.not_reproduced(&want.topic, want.partition, first, Passed::Position(lsn)))
             }
             _ => Ok(()),
         }
@@ -291,6 +347,59 @@ mod tests {
         c.passed(Lsn(0x200)).unwrap();
         let err = c.passed(Lsn(0x240)).unwrap_err();
         assert!(matches!(err, FenceError::NotReproduced { .. }));
+    }
+
+    #[test]
+    fn a_key_the_fence_does_not_skip_must_come_back_somewhere() {
+        // Partitions were added: the event comes back in another one.
+        let mut c = check();
+        c.admit_anywhere(&topic("orders"), 0, key(0x200, 0x210))
+            .unwrap();
+        assert!(c.holding(), "nothing is confirmed until it came back");
+        c.record("orders", 5, key(0x200, 0x210)).unwrap();
+        assert!(!c.holding());
+        // A route moved: it comes back in another topic.
+        let mut c = check();
+        c.admit_anywhere(&topic("orders"), 0, key(0x200, 0x210))
+            .unwrap();
+        c.record("payments", 0, key(0x200, 0x210)).unwrap();
+        assert!(!c.holding());
+        // A restore: the replay never gives it back.
+        let mut c = check();
+        c.admit_anywhere(&topic("orders"), 0, key(0x200, 0x210))
+            .unwrap();
+        let err = c.record("orders", 0, key(0x200, 0x211)).unwrap_err();
+        assert!(matches!(err, FenceError::NotReproduced { .. }), "{err}");
+        let mut c = check();
+        c.admit_anywhere(&topic("orders"), 0, key(0x200, 0x210))
+            .unwrap();
+        assert!(c.passed(Lsn(0x240)).is_err());
+        // Ahead of the server: the WAL went back, as for a fence key.
+        let err = check()
+            .admit_anywhere(&topic("orders"), 0, key(SERVER, 0))
+            .unwrap_err();
+        assert!(matches!(err, FenceError::WalWentBack { .. }));
+    }
+
+    #[test]
+    fn a_loose_key_before_the_start_or_behind_the_replay_is_no_obligation_and_a_fence_key_stays_exact(
+    ) {
+        let mut c = check();
+        c.admit_anywhere(&topic("orders"), 0, key(0xff, 0xff))
+            .unwrap();
+        assert!(!c.holding());
+        c.record("payments", 0, key(0x300, 0x301)).unwrap();
+        c.admit_anywhere(&topic("orders"), 0, key(0x200, 0x210))
+            .unwrap();
+        assert!(!c.holding(), "it may have come back in another topic");
+        // The same key as a fence key of one partition and a loose key of
+        // another: it must come back in the fence key's partition.
+        let mut c = check();
+        let t = topic("orders");
+        c.admit(&t, 1, key(0x200, 0x210)).unwrap();
+        c.admit_anywhere(&t, 0, key(0x200, 0x210)).unwrap();
+        let err = c.record("orders", 0, key(0x200, 0x210)).unwrap_err();
+        assert!(err.to_string().contains("partition 0"), "{err}");
     }
 
     #[test]

@@ -93,8 +93,13 @@ impl TopicState {
 
 /// The per-session fence state.
 pub struct SessionFence {
-    /// The tail reader's configuration; `None` with `relay.fence = false`.
+    /// The tail reader's configuration. With `relay.fence = false` the
+    /// tails are still read, for restore detection only
+    /// ([`super::ReplayCheck`]), and a failed read is a WARN, not an
+    /// error.
     reader: Option<ClientConfig>,
+    /// `relay.fence`: whether what the tails hold is skipped.
+    skip: bool,
     /// The admin client's configuration, for the topics' durability
     /// settings ([`super::settings`]).
     admin: Option<ClientConfig>,
@@ -117,7 +122,8 @@ impl SessionFence {
         source: &str,
     ) -> SessionFence {
         SessionFence {
-            reader: if config.relay.fence { reader } else { None },
+            reader,
+            skip: config.relay.fence,
             admin,
             strict_min_isr: tokio::sync::OnceCell::new(),
             source: Bytes::copy_from_slice(source.as_bytes()),
@@ -151,21 +157,19 @@ impl SessionFence {
         let unread = || vec![None; partitions as usize];
         let (fence, last_in_kafka, tops) = match &self.reader {
             None => (TopicFence::Unfenced(Unfenced::Disabled), unread(), unread()),
+            Some(reader) if !self.skip => match self.read_tails(reader, topic, partitions).await {
+                Ok(tails) => {
+                    info!(%topic, "relay.fence = false: the partitions' tails were read to detect a restore, and nothing is skipped");
+                    let (last, tops) = tails.ends();
+                    (TopicFence::Unfenced(Unfenced::Disabled), last, tops)
+                }
+                Err(e) => {
+                    warn!(%topic, "relay.fence = false, and the partitions' tails could not be read to detect a restore ({e}): in this session a database whose WAL went back is caught for this topic only if it went back behind its keys; grant Read on the topic to restore the check");
+                    (TopicFence::Unfenced(Unfenced::Disabled), unread(), unread())
+                }
+            },
             Some(reader) => {
-                let (reader, name, source, timeout) = (
-                    reader.clone(),
-                    topic.to_string(),
-                    self.source.clone(),
-                    self.timeout,
-                );
-                let tails = tokio::task::spawn_blocking(move || {
-                    tail::read(&reader, &name, partitions, &source, timeout)
-                })
-                .await
-                .map_err(|e| FenceError::Read {
-                    topic: topic.to_string(),
-                    message: format!("the reading task failed: {e}"),
-                })??;
+                let tails = self.read_tails(reader, topic, partitions).await?;
                 let Decision {
                     mut fence,
                     untrusted,
@@ -196,12 +200,7 @@ impl SessionFence {
                         m.fence_untrusted(topic);
                     }
                 }
-                let last = tails.partitions.iter().map(|t| t.last()).collect();
-                let tops = tails
-                    .partitions
-                    .iter()
-                    .map(|t| t.top().map(|r| r.key))
-                    .collect();
+                let (last, tops) = tails.ends();
                 (fence, last, tops)
             }
         };
@@ -217,6 +216,28 @@ impl SessionFence {
 }
 
 impl SessionFence {
+    async fn read_tails(
+        &self,
+        reader: &ClientConfig,
+        topic: &Arc<str>,
+        partitions: u32,
+    ) -> Result<tail::TopicTails, FenceError> {
+        let (reader, name, source, timeout) = (
+            reader.clone(),
+            topic.to_string(),
+            self.source.clone(),
+            self.timeout,
+        );
+        tokio::task::spawn_blocking(move || {
+            tail::read(&reader, &name, partitions, &source, timeout)
+        })
+        .await
+        .map_err(|e| FenceError::Read {
+            topic: topic.to_string(),
+            message: format!("the reading task failed: {e}"),
+        })?
+    }
+
     async fn ask_strict_min_isr(&self) -> StrictMinIsr {
         // Every broker of the cluster, from the metadata the admin client
         // reads (it is only asked where an admin client is configured).

@@ -173,7 +173,7 @@ pub enum FenceError {
          wrote that record there; walrelay stopped without confirming anything past the slot's position, \
          so no event is lost; fix: after a restore or a failover, set relay.source_id to a new value \
          (for example \"{source_id}@restored-1\") and start walrelay again; if the record was copied \
-         there, remove the copy's walrelay headers or set relay.fence = false for one run \
+         there, delete the copy or remove its walrelay headers \
          (docs/operations.md, \"Restoring the database or failing over\")"
     )]
     NotReproduced {
@@ -240,6 +240,22 @@ pub struct TopicTails {
     /// The largest replica count among the topic's partitions, from the
     /// metadata the read fetched first (for [`super::durability`]).
     pub replication_factor: u32,
+}
+
+impl TopicTails {
+    /// Per partition, the key of the last record of this source in it,
+    /// and the highest key of this source at its end (trusted as a fence
+    /// key or not).
+    #[must_use]
+    pub fn ends(&self) -> (Vec<Option<EventKey>>, Vec<Option<EventKey>>) {
+        (
+            self.partitions.iter().map(PartitionTail::last).collect(),
+            self.partitions
+                .iter()
+                .map(|t| t.top().map(|r| r.key))
+                .collect(),
+        )
+    }
 }
 
 /// Reads the tails of `partitions` partitions of `topic` and keeps, per

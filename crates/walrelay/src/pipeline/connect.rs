@@ -20,7 +20,8 @@ use crate::sink::KafkaSink;
 pub(super) struct Connected {
     pub stream: ReplicationStream,
     pub sink: KafkaSink,
-    /// The tail fence's reader configuration (`None` with the fence off).
+    /// The tail fence's reader configuration (read for restore
+    /// detection even with the fence off).
     pub fence_reader: Option<ClientConfig>,
     /// For the fence's reading of the topics' durability settings.
     pub fence_admin: Option<ClientConfig>,
@@ -109,14 +110,11 @@ pub(super) async fn connect(
         )
     });
     let sink = KafkaSink::new(&crate::kafka_client::producer_config(&config.kafka))?;
-    let fence_reader = if config.relay.fence {
-        Some(crate::kafka_client::client_config(
-            &config.kafka,
-            crate::kafka_client::KafkaClient::Fence,
-        )?)
-    } else {
-        None
-    };
+    // Read even with relay.fence = false: the tails detect a restore.
+    let fence_reader = Some(crate::kafka_client::client_config(
+        &config.kafka,
+        crate::kafka_client::KafkaClient::Fence,
+    )?);
     let fence_admin = if config.relay.fence {
         Some(crate::kafka_client::client_config(
             &config.kafka,

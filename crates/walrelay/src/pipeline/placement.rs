@@ -144,18 +144,24 @@ impl Placement {
     }
 
     /// A topic's tails were read: no key of ours may be ahead of the
-    /// server's WAL, and each fence key must come back in the replay.
+    /// server's WAL, each fence key must come back in the replay in its
+    /// partition, and every other key of ours at a partition's end
+    /// somewhere (whether the fence skips by it or not: restore detection
+    /// does not rest on the fence's trust).
     fn admit(&mut self, topic: &Arc<str>, state: &TopicState) -> Result<(), FenceError> {
         for (partition, top) in (0u32..).zip(&state.tops) {
-            if let Some(key) = top {
+            let fence_key = state.fence.key(partition);
+            let held = self.replay.holding();
+            if let Some(key) = fence_key {
+                self.replay.admit(topic, partition, key)?;
+            }
+            if let Some(key) = top.filter(|k| Some(*k) != fence_key) {
+                self.replay.admit_anywhere(topic, partition, key)?;
+            } else if let Some(key) = top {
                 self.replay.check_not_ahead(topic, partition, *key)?;
             }
-            if let Some(key) = state.fence.key(partition) {
-                let held = self.replay.holding();
-                self.replay.admit(topic, partition, key)?;
-                if !held && self.replay.holding() {
-                    info!(%topic, partition, fence_key = %key, "tail fence: confirming nothing until the replay reproduces this fence key (it lies after the slot's position)");
-                }
+            if let (false, true, Some(key)) = (held, self.replay.holding(), fence_key.or(*top)) {
+                info!(%topic, partition, fence_key = %key, fenced = fence_key.is_some(), "tail fence: confirming nothing until the replay reproduces this key of the partition's tail (it lies after the slot's position)");
             }
         }
         Ok(())
