@@ -188,19 +188,15 @@ impl ReplayCheck {
         let want = self.pending.remove(&first).expect("first is pending");
         let elsewhere = want.exact && (&*want.topic != topic || want.partition != partition);
         if key > first || elsewhere {
-            return Err(self.not_reproduced(
-                &want.topic,
-                want.partition,
-                first,
-                if key > first {
-                    Passed::Key(Some(key))
-                } else {
-                    Passed::Elsewhere {
-                        topic: topic.to_owned(),
-                        partition,
-                    }
-                },
-            ));
+            let passed = if key > first {
+                Passed::Key(Some(key))
+            } else {
+                Passed::Elsewhere {
+                    topic: topic.to_owned(),
+                    partition,
+                }
+            };
+            return Err(self.broken(&want, first, passed));
         }
         self.first = self.pending.keys().next().copied();
         Ok(())
@@ -213,10 +209,25 @@ impl ReplayCheck {
         match self.first {
             Some(first) if first.high() < lsn.0 => {
                 let want = self.pending.remove(&first).expect("first is pending");
-                Err(self.not_reproduced(&want.topic, want.partition, first, Passed::Position(lsn)))
+                Err(self.broken(&want, first, Passed::Position(lsn)))
             }
             _ => Ok(()),
         }
+    }
+
+    /// [`Self::not_reproduced`] for an obligation; a loose one says what
+    /// else can leave a key out of the replay.
+    fn broken(&self, want: &Obligation, key: EventKey, passed: Passed) -> FenceError {
+        let mut e = self.not_reproduced(&want.topic, want.partition, key, passed);
+        if let (false, FenceError::NotReproduced { passed, .. }) = (want.exact, &mut e) {
+            passed.push_str(
+                " (the fence does not skip by that record in this session: its topic is unfenced \
+                 or its layout changed; if a route was removed since it was written, its event is \
+                 no longer written and walrelay cannot tell that from a restore: put the route \
+                 back for one run)",
+            );
+        }
+        e
     }
 
     fn not_reproduced(
@@ -370,6 +381,7 @@ mod tests {
             .unwrap();
         let err = c.record("orders", 0, key(0x200, 0x211)).unwrap_err();
         assert!(matches!(err, FenceError::NotReproduced { .. }), "{err}");
+        assert!(err.to_string().contains("put the route back"), "{err}");
         let mut c = check();
         c.admit_anywhere(&topic("orders"), 0, key(0x200, 0x210))
             .unwrap();
