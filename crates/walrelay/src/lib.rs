@@ -48,6 +48,7 @@ pub mod monitor;
 pub mod partition;
 pub mod pipeline;
 pub mod publication;
+pub mod published;
 pub mod record;
 pub mod route;
 pub mod secrets;

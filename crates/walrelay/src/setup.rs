@@ -230,11 +230,19 @@ async fn slot_step(
         .clone()
         .unwrap_or_else(|| default_source_id(&system.system_id, &database, slot));
     let recorded = slot_record::fetch(conn, slot).await?;
+    let slot_exists = conn.slot_info(slot).await?.is_some();
+    let published = if slot_exists || recorded.is_some() {
+        None
+    } else {
+        published_before(config, &source, steps).await
+    };
     let now = slot_record::Now {
-        slot_exists: conn.slot_info(slot).await?.is_some(),
+        slot,
+        slot_exists,
         system_identifier: &system.system_id,
         source_id: &source,
         wal: system.xlogpos,
+        published: published.as_ref(),
     };
     slot_record::decide(&now, recorded.as_ref(), options.accept_slot_loss).map_err(|r| {
         RelayError::Setup {
@@ -274,6 +282,31 @@ async fn slot_step(
         )),
     });
     Ok(())
+}
+
+/// How long `setup` waits for Kafka when it looks for records of this
+/// source (a cluster that does not answer is noted, not an error: setup
+/// may run before Kafka is reachable).
+const EVIDENCE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Records of `source` already in the configured topics
+/// ([`crate::published`]); a Kafka that cannot be read is a warning step.
+async fn published_before(
+    config: &Config,
+    source: &str,
+    steps: &mut Vec<Step>,
+) -> Option<crate::published::Published> {
+    match crate::published::find(config, source, EVIDENCE_TIMEOUT).await {
+        Ok(found) => found,
+        Err(e) => {
+            steps.push(Step::Warning(format!(
+                "could not look for records of source {source:?} in the configured Kafka topics \
+                 ({e}); if this database was restored from a backup taken before the first \
+                 walrelay setup, see docs/operations.md, \"A lost replication slot\""
+            )));
+            None
+        }
+    }
 }
 
 fn describe(tables: &[(String, String)]) -> String {

@@ -35,11 +35,16 @@ pub struct Recorded {
 /// What the server is now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Now<'a> {
+    pub slot: &'a str,
     pub slot_exists: bool,
     pub system_identifier: &'a str,
     pub source_id: &'a str,
     /// The server's current WAL position.
     pub wal: Lsn,
+    /// The highest key of this source found in the configured topics, when
+    /// it was looked for ([`crate::published`]: only when neither the slot
+    /// nor its row exists).
+    pub published: Option<&'a crate::published::Published>,
 }
 
 /// Why `setup` does not create the slot.
@@ -53,7 +58,10 @@ pub struct Refusal {
 /// accepted the loss (`--accept-slot-loss`).
 pub fn decide(now: &Now<'_>, recorded: Option<&Recorded>, accept: bool) -> Result<(), Refusal> {
     let Some(r) = recorded else {
-        return Ok(());
+        return match (now.slot_exists, now.published) {
+            (false, Some(p)) => published_without_a_slot(now, p, accept),
+            _ => Ok(()),
+        };
     };
     if now.slot_exists {
         return Ok(());
@@ -92,7 +100,56 @@ pub fn decide(now: &Now<'_>, recorded: Option<&Recorded>, accept: bool) -> Resul
             now.wal, r.last_lsn
         ));
     }
-    let fix = if accept {
+    Err(Refusal {
+        problem,
+        fix: fix(now, went_back && same_system, accept),
+    })
+}
+
+/// Neither the slot nor its row exists, yet Kafka holds records of this
+/// source: a restore from a backup taken before the first `setup`.
+fn published_without_a_slot(
+    now: &Now<'_>,
+    p: &crate::published::Published,
+    accept: bool,
+) -> Result<(), Refusal> {
+    let went_back = p.key.high() >= now.wal.0;
+    if accept && !went_back {
+        return Ok(());
+    }
+    let mut problem = format!(
+        "replication slot {slot:?} does not exist and walrelay.slots has no record of it, but \
+         topic {topic:?} partition {partition} already holds records of source {source:?} up to \
+         key {key} (WAL position {lsn}): walrelay published from this database before, and the \
+         database was restored from a backup taken before the first walrelay setup (or the \
+         walrelay schema was dropped). Whatever was committed after the old slot was lost is in \
+         no slot: creating a new one at the server's current position {wal} would skip it in \
+         silence",
+        slot = now.slot,
+        topic = p.topic,
+        partition = p.partition,
+        source = now.source_id,
+        key = p.key,
+        lsn = Lsn(p.key.high()),
+        wal = now.wal,
+    );
+    if went_back {
+        problem.push_str(&format!(
+            ". The WAL position went back ({} <= {}): new events would get keys at or below keys \
+             already in Kafka",
+            now.wal,
+            Lsn(p.key.high())
+        ));
+    }
+    Err(Refusal {
+        problem,
+        fix: fix(now, went_back, accept),
+    })
+}
+
+/// What to do about a lost slot; `went_back`: the source's keys went back.
+fn fix(now: &Now<'_>, went_back: bool, accept: bool) -> String {
+    if accept {
         format!(
             "the keys of source {:?} went back, so consumers' high-water marks would drop the \
              new events: set relay.source_id to a new value (for example {:?}) and run setup \
@@ -107,15 +164,14 @@ pub fn decide(now: &Now<'_>, recorded: Option<&Recorded>, accept: bool) -> Resul
              current position and accept the gap, with a new relay.source_id ({}); re-drive the \
              outbox rows committed since the loss (events emitted with walrelay.emit cannot be \
              recovered); then start walrelay",
-            if went_back && same_system {
+            if went_back {
                 "required: the keys went back"
             } else {
                 "after a restore or failover the WAL usually went back behind what walrelay \
                  published, and walrelay run refuses the old source id then"
             }
         )
-    };
-    Err(Refusal { problem, fix })
+    }
 }
 
 /// The row of `slot`, if `setup` recorded one.
@@ -208,10 +264,12 @@ mod tests {
 
     fn now(slot_exists: bool, wal: u64) -> Now<'static> {
         Now {
+            slot: "walrelay",
             slot_exists,
             system_identifier: "7312",
             source_id: "7312/app/walrelay",
             wal: Lsn(wal),
+            published: None,
         }
     }
 
@@ -301,5 +359,52 @@ mod tests {
             refusal.problem
         );
         assert_eq!(decide(&other, Some(&recorded()), true), Ok(()));
+    }
+
+    #[test]
+    fn records_of_this_source_in_kafka_without_a_slot_or_row_are_refused() {
+        use crate::key::EventKey;
+        let published = crate::published::Published {
+            topic: "orders".into(),
+            partition: 2,
+            key: EventKey::new(0x3000, 0x3010),
+        };
+        // The server is past the keys: accepted with the flag.
+        let ahead = Now {
+            published: Some(&published),
+            ..now(false, 0x5000)
+        };
+        let refusal = decide(&ahead, None, false).unwrap_err();
+        assert!(
+            refusal
+                .problem
+                .contains("walrelay.slots has no record of it")
+                && refusal.problem.contains("topic \"orders\" partition 2")
+                && refusal.problem.contains("before the first walrelay setup"),
+            "{}",
+            refusal.problem
+        );
+        assert!(
+            refusal.fix.contains("--accept-slot-loss"),
+            "{}",
+            refusal.fix
+        );
+        assert_eq!(decide(&ahead, None, true), Ok(()));
+        // The server is behind them: the keys went back, a new source is
+        // required even with the flag.
+        let behind = Now {
+            published: Some(&published),
+            ..now(false, 0x2000)
+        };
+        let refusal = decide(&behind, None, true).unwrap_err();
+        assert!(refusal.problem.contains("went back"), "{}", refusal.problem);
+        assert!(refusal.fix.contains("relay.source_id"), "{}", refusal.fix);
+        // A slot that exists, or nothing in Kafka: a first setup.
+        let exists = Now {
+            published: Some(&published),
+            ..now(true, 0x2000)
+        };
+        assert_eq!(decide(&exists, None, false), Ok(()));
+        assert_eq!(decide(&now(false, 0x2000), None, false), Ok(()));
     }
 }

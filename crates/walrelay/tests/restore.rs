@@ -501,3 +501,60 @@ async fn a_slot_lost_in_a_restore_is_refused_by_setup_and_the_procedure_redrives
     );
     Ok(())
 }
+
+/// A base backup taken before the first `walrelay setup` holds neither the
+/// slot nor its row in `walrelay.slots`; the configured topics holding
+/// records of this source tell `setup` that walrelay published from this
+/// database before, and it refuses to create a slot that would skip what
+/// was committed since (issue 36, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_from_before_the_first_setup_is_refused_by_setup_from_what_kafka_holds(
+) -> Result<()> {
+    let mut env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let backup = env.cluster.dir().join("backup-before-setup");
+    env.cluster.base_backup(&backup)?;
+    let config = env.config(&bootstrap);
+    walrelay::setup::setup(&config).await?;
+    let log = env.cluster.dir().join("relay.log");
+    emit(&env, "before", 50).await?;
+    relay_to_the_end(&env, &bootstrap, &log, &[]).await?;
+    restore(&mut env, &backup).await?;
+
+    let refusal = walrelay::setup::setup(&config)
+        .await
+        .expect_err("setup refuses: Kafka holds records of this source")
+        .to_string();
+    ensure!(
+        refusal.contains("walrelay.slots has no record of it")
+            && refusal.contains(&format!("topic \"{TOPIC}\""))
+            && refusal.contains("--accept-slot-loss"),
+        "{refusal}"
+    );
+    // The keys went back: accepting the gap needs a new source too.
+    let accept = walrelay::setup::SetupOptions {
+        accept_slot_loss: true,
+    };
+    let refusal = walrelay::setup::setup_with(&config, accept)
+        .await
+        .expect_err("the keys went back")
+        .to_string();
+    ensure!(
+        refusal.contains("set relay.source_id to a new value"),
+        "{refusal}"
+    );
+    let mut renamed = config.clone();
+    renamed.relay.source_id = Some("restored-1".to_owned());
+    walrelay::setup::setup_with(&renamed, accept).await?;
+    ensure!(
+        env.client
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'walrelay'",
+                &[]
+            )
+            .await?
+            .is_some(),
+        "the slot exists once the gap was accepted under a new source"
+    );
+    Ok(())
+}
