@@ -82,6 +82,18 @@ stage python "Python package (python/): pip install ./python into a pinned virtu
 # tests/test_conformance.py plays conformance/scenarios.json, which
 # `cargo test` played with the Rust crate. Exit code 5 (no tests
 # collected) is a failure, not a pass.
+# The consumers' SQL lives once in git, under sql/: the Rust crate
+# compiles it in, the package's build copies it (python/setup.py), and
+# tests/test_shared_with_rust.py checks the installed copy. No tracked
+# file elsewhere may hold a copy of one of its files.
+sql_copies="$(git ls-files -s | awk '
+    $4 ~ /^sql\// { blob[$2] = $4; next }
+    { other[$4] = $2 }
+    END { for (path in other) if (other[path] in blob) print path " (a copy of " blob[other[path]] ")" }')"
+if [ -n "${sql_copies}" ]; then
+    echo "copies of sql/ files in git: ${sql_copies}; delete them (the Python package's build copies sql/ in)" >&2
+    exit 1
+fi
 python_bin="$(scripts/install-python-venv.sh)"
 py_status=0
 (cd python && WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" \

@@ -1,57 +1,53 @@
 """What the Python package shares with the Rust crate must not drift: the
-migration it ships and the statements it runs."""
+migration and the statements live once in git, under the repository's
+``sql/``, and the installed package ships exactly those files (its build
+copies them, ``python/setup.py``). The Rust crate compiles the same files
+in (``crates/walrelay-consumer/src/statements.rs``)."""
 
-import re
 from importlib import resources
 from pathlib import Path
-
-import pytest
 
 import walrelay_consumer
 from walrelay_consumer import apply, consumer, migration_sql, parked
 
 REPO = Path(__file__).resolve().parents[2]
-RUST = REPO / "crates" / "walrelay-consumer" / "src"
+SQL = REPO / "sql"
+
+
+def shipped(*parts: str) -> bytes:
+    return resources.files(walrelay_consumer).joinpath("sql", *parts).read_bytes()
 
 
 def test_the_shipped_migration_is_the_repository_file_byte_for_byte():
-    repo = (REPO / "sql" / "walrelay_consumer.sql").read_bytes()
-    # The copy inside the installed package (what `pip install ./python`
-    # put there), and the one in the source tree it was built from.
-    installed = resources.files(walrelay_consumer).joinpath("sql", "walrelay_consumer.sql").read_bytes()
-    source = (REPO / "python" / "src" / "walrelay_consumer" / "sql" / "walrelay_consumer.sql").read_bytes()
-    assert source == repo, (
-        "python/src/walrelay_consumer/sql/walrelay_consumer.sql differs from sql/walrelay_consumer.sql: "
-        "copy the repository file over it (cp sql/walrelay_consumer.sql python/src/walrelay_consumer/sql/)"
-    )
-    assert installed == repo, (
-        "the installed package ships a different walrelay_consumer.sql: reinstall it (pip install ./python)"
+    repo = (SQL / "walrelay_consumer.sql").read_bytes()
+    assert shipped("walrelay_consumer.sql") == repo, (
+        "the installed package ships another walrelay_consumer.sql: reinstall it "
+        "(scripts/install-python-venv.sh, or pip install ./python)"
     )
     assert migration_sql().encode() == repo
 
 
-def rust_str(path: Path, name: str) -> str:
-    text = path.read_text()
-    m = re.search(r'const ' + name + r': &str =\s*"((?:[^"\\]|\\.)*)";', text, re.S)
-    assert m, f"no const {name} in {path}"
-    body = re.sub(r"\\\n\s*", "", m.group(1))
-    assert "\\" not in body, f"unexpected escape in {name}: {body!r}"
-    return body
+def test_the_shipped_statements_are_the_repository_files_byte_for_byte():
+    files = sorted(p.name for p in (SQL / "consumer").glob("*.sql"))
+    assert files, "sql/consumer/ holds the statements"
+    for name in files:
+        assert shipped("consumer", name) == (SQL / "consumer" / name).read_bytes(), (
+            f"the installed package ships another {name}: reinstall it (scripts/install-python-venv.sh)"
+        )
 
 
-@pytest.mark.parametrize(
-    "rust_file, name, python",
-    [
-        ("apply.rs", "ENSURE_SQL", apply.ENSURE_SQL),
-        ("apply.rs", "LOCK_SQL", apply.LOCK_SQL),
-        ("apply.rs", "ADVANCE_SQL", apply.ADVANCE_SQL),
-        ("parked.rs", "INSERT_SQL", parked.INSERT_SQL),
-        ("parked.rs", "INSERT_UNKEYED_SQL", parked.INSERT_UNKEYED_SQL),
-        ("parked.rs", "SAME_UNKEYED_SQL", parked.SAME_UNKEYED_SQL),
-        ("parked.rs", "TAKE_SQL", parked.TAKE_SQL),
-        ("parked.rs", "DELETE_SQL", parked.DELETE_SQL),
-        ("store.rs", "LOAD_SQL", consumer.LOAD_SQL),
-    ],
-)
-def test_statements_are_the_rust_crates(rust_file, name, python):
-    assert python == rust_str(RUST / rust_file, name)
+def test_the_modules_run_the_repository_statements():
+    def repo(name: str) -> str:
+        return (SQL / "consumer" / f"{name}.sql").read_text().rstrip()
+
+    assert apply.ENSURE_SQL == repo("hwm_ensure")
+    assert apply.LOCK_SQL == repo("hwm_lock")
+    assert apply.ADVANCE_SQL == repo("hwm_advance")
+    assert consumer.LOAD_SQL == repo("hwm_load")
+    assert consumer.STATEMENT_TIMEOUT_SQL == repo("statement_timeout")
+    assert parked.INSERT_SQL == repo("parked_insert")
+    assert parked.INSERT_UNKEYED_SQL == repo("parked_insert_unkeyed")
+    assert parked.SAME_UNKEYED_SQL == repo("parked_same_unkeyed")
+    assert parked.TAKE_SQL == repo("parked_take")
+    assert parked.DELETE_SQL == repo("parked_delete")
+    assert parked.FAILED_AGAIN_SQL == repo("parked_failed_again")

@@ -37,6 +37,7 @@ use crate::batch::{self, Plan};
 use crate::delivery::Delivery;
 use crate::metrics::Counters;
 use crate::parked;
+use crate::statements;
 use crate::store::{PgHwmStore, Position};
 
 /// What a committed batch did.
@@ -156,25 +157,6 @@ pub(crate) struct Park {
     pub error: String,
     pub attempts: u32,
 }
-
-const ENSURE_SQL: &str = "INSERT INTO walrelay_consumer_hwm \
-     (consumer_group, topic, partition, source, hwm) \
-     SELECT $1, $2, $3, s, '00000000000000000000000000000000' FROM unnest($4::text[]) AS s \
-     ON CONFLICT DO NOTHING";
-/// Also returns the transaction's id: Python compares it with the one
-/// [`ADVANCE_SQL`] returns after the handler (the statements are shared).
-const LOCK_SQL: &str = "SELECT source, hwm, pg_current_xact_id()::text FROM walrelay_consumer_hwm \
-     WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND source = ANY($4::text[]) \
-     ORDER BY source FOR UPDATE";
-const ADVANCE_SQL: &str = "UPDATE walrelay_consumer_hwm AS h \
-     SET hwm = v.hwm, updated_at = now() \
-     FROM unnest($4::text[], $5::text[]) AS v(source, hwm) \
-     WHERE h.consumer_group = $1 AND h.topic = $2 AND h.partition = $3 AND h.source = v.source \
-     RETURNING pg_current_xact_id()::text";
-/// Sent just before `COMMIT` (see the module's doc): fails in an aborted
-/// transaction, and returns another id (or NULL) once the handler ended
-/// the transaction that raised the marks.
-const GUARD_SQL: &str = "SELECT pg_current_xact_id_if_assigned()::text";
 
 impl PgHwmStore {
     /// Applies a batch of records of **one partition** exactly once, in one
@@ -390,7 +372,7 @@ async fn guard_and_commit<E>(tx: Transaction<'_>, xid: &str) -> Result<(), Batch
 
 /// What the guard says about the transaction that raised the marks.
 async fn check_guard<E>(tx: &Transaction<'_>, xid: &str) -> Result<(), BatchError<E>> {
-    match tx.query_typed(GUARD_SQL, &[]).await {
+    match tx.query_typed(statements::HWM_GUARD, &[]).await {
         Ok(rows) => {
             let found: Option<String> = rows.first().and_then(|r| r.get(0));
             guard_verdict(xid, found.as_deref())
@@ -424,14 +406,14 @@ async fn lock_marks<E>(
 ) -> Result<BTreeMap<String, EventKey>, BatchError<E>> {
     let p = params(position, &sources);
     if !known {
-        tx.execute_typed(ENSURE_SQL, &p[..]).await?;
+        tx.execute_typed(statements::HWM_ENSURE, &p[..]).await?;
     }
-    let mut rows = tx.query_typed(LOCK_SQL, &p[..]).await?;
+    let mut rows = tx.query_typed(statements::HWM_LOCK, &p[..]).await?;
     if rows.len() < sources.len() {
         if known {
             // Rows deleted by hand since they were seen: create them.
-            tx.execute_typed(ENSURE_SQL, &p[..]).await?;
-            rows = tx.query_typed(LOCK_SQL, &p[..]).await?;
+            tx.execute_typed(statements::HWM_ENSURE, &p[..]).await?;
+            rows = tx.query_typed(statements::HWM_LOCK, &p[..]).await?;
         }
         if let Some(missing) = sources
             .iter()
@@ -462,7 +444,7 @@ async fn lock_marks<E>(
     Ok(marks)
 }
 
-/// Raises the marks; returns the id of the transaction (see [`GUARD_SQL`]).
+/// Raises the marks; returns the id of the transaction (see [`statements::HWM_GUARD`]).
 async fn advance<E>(
     tx: &Transaction<'_>,
     position: &Position,
@@ -472,7 +454,7 @@ async fn advance<E>(
     let keys: Vec<String> = plan.raised.values().map(EventKey::to_hex).collect();
     let mut p = params(position, &sources);
     p.push((&keys, Type::TEXT_ARRAY));
-    let updated = tx.query_typed(ADVANCE_SQL, &p[..]).await?;
+    let updated = tx.query_typed(statements::HWM_ADVANCE, &p[..]).await?;
     if updated.len() != sources.len() {
         return Err(BatchError::RowVanished {
             source_id: sources.join(","),

@@ -150,6 +150,7 @@ pub mod outage;
 pub mod parked;
 pub mod pool;
 pub mod settings;
+mod statements;
 pub mod store;
 
 pub use apply::{BatchError, BatchOutcome};

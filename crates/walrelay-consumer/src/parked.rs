@@ -30,40 +30,8 @@ use tokio_postgres::{Client, Transaction};
 
 use crate::delivery::Delivery;
 use crate::meta::RecordMeta;
+use crate::statements;
 use crate::store::Position;
-
-const INSERT_SQL: &str = "INSERT INTO walrelay_consumer_parked \
-     (consumer_group, topic, partition, kafka_offset, idempotency_key, source, kafka_key, \
-      payload, header_names, header_values, error, attempts) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-     ON CONFLICT (consumer_group, topic, partition, source, idempotency_key) \
-     WHERE idempotency_key IS NOT NULL DO UPDATE SET \
-     kafka_offset = EXCLUDED.kafka_offset, kafka_key = EXCLUDED.kafka_key, \
-     payload = EXCLUDED.payload, header_names = EXCLUDED.header_names, \
-     header_values = EXCLUDED.header_values, error = EXCLUDED.error, \
-     attempts = EXCLUDED.attempts, parked_at = now()";
-
-const INSERT_UNKEYED_SQL: &str = "INSERT INTO walrelay_consumer_parked \
-     (consumer_group, topic, partition, kafka_offset, idempotency_key, source, kafka_key, \
-      payload, header_names, header_values, error, attempts) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-     ON CONFLICT (consumer_group, topic, partition, kafka_offset) \
-     WHERE idempotency_key IS NULL DO NOTHING";
-
-const SAME_UNKEYED_SQL: &str =
-    "SELECT kafka_key IS NOT DISTINCT FROM $5::bytea AND payload IS NOT DISTINCT FROM $6::bytea \
-     AND header_names = $7::text[] AND header_values IS NOT DISTINCT FROM $8::bytea[] \
-     FROM walrelay_consumer_parked \
-     WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND kafka_offset = $4 \
-     AND idempotency_key IS NULL";
-
-const TAKE_SQL: &str = "SELECT id, topic, partition, kafka_offset, kafka_key, payload, \
-            header_names, header_values, attempts \
-     FROM walrelay_consumer_parked \
-     WHERE consumer_group = $1 AND id > $2 \
-     ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED";
-
-const DELETE_SQL: &str = "DELETE FROM walrelay_consumer_parked WHERE id = $1";
 
 /// One record's fields as the table stores them.
 struct Row<'a> {
@@ -121,7 +89,7 @@ pub(crate) async fn insert(
         key: Some(record.meta.key.to_hex()),
         source: Some(&record.meta.source),
     };
-    insert_row(tx, INSERT_SQL, row, error, attempts).await
+    insert_row(tx, statements::PARKED_INSERT, row, error, attempts).await
 }
 
 /// Why a record without walrelay headers was not parked.
@@ -169,7 +137,7 @@ pub(crate) async fn insert_unkeyed(
         key: None,
         source: None,
     };
-    if insert_row(&tx, INSERT_UNKEYED_SQL, row, error, 1).await? == 1 {
+    if insert_row(&tx, statements::PARKED_INSERT_UNKEYED, row, error, 1).await? == 1 {
         tx.commit().await?;
         return Ok(true);
     }
@@ -180,7 +148,7 @@ pub(crate) async fn insert_unkeyed(
     let offset = message.offset();
     let same = tx
         .query_typed_opt(
-            SAME_UNKEYED_SQL,
+            statements::PARKED_SAME_UNKEYED,
             &[
                 (&position.group, Type::TEXT),
                 (&position.topic, Type::TEXT),
@@ -242,7 +210,10 @@ where
     loop {
         let tx = client.transaction().await?;
         let Some(row) = tx
-            .query_typed_opt(TAKE_SQL, &[(&group, Type::TEXT), (&after, Type::INT8)])
+            .query_typed_opt(
+                statements::PARKED_TAKE,
+                &[(&group, Type::TEXT), (&after, Type::INT8)],
+            )
             .await?
         else {
             tx.commit().await?;
@@ -284,7 +255,8 @@ where
         };
         match handler(&tx, &delivery).await {
             Ok(()) => {
-                tx.execute_typed(DELETE_SQL, &[(&id, Type::INT8)]).await?;
+                tx.execute_typed(statements::PARKED_DELETE, &[(&id, Type::INT8)])
+                    .await?;
                 tx.commit().await?;
                 report.applied += 1;
             }
@@ -292,8 +264,7 @@ where
                 drop(tx.rollback().await);
                 client
                     .execute(
-                        "UPDATE walrelay_consumer_parked \
-                         SET attempts = attempts + 1, error = $2 WHERE id = $1",
+                        crate::statements::PARKED_FAILED_AGAIN,
                         &[&id, &e.to_string()],
                     )
                     .await?;

@@ -10,6 +10,7 @@ use walrelay_contract::{EventKey, ParseEventKeyError};
 
 use crate::meta::RecordMeta;
 use crate::metrics::Counters;
+use crate::statements;
 
 /// The high-water mark of a row that has seen nothing yet: 32 zeros, below
 /// every key walrelay issues.
@@ -148,22 +149,6 @@ pub trait HwmStore {
         F: AsyncFnOnce(&Transaction<'_>) -> Result<T, E>;
 }
 
-const LOCK_SQL: &str = "SELECT hwm FROM walrelay_consumer_hwm \
-     WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND source = $4 \
-     FOR UPDATE";
-const CREATE_SQL: &str = "INSERT INTO walrelay_consumer_hwm \
-     (consumer_group, topic, partition, source, hwm) \
-     VALUES ($1, $2, $3, $4, '00000000000000000000000000000000') \
-     ON CONFLICT DO NOTHING";
-const ADVANCE_SQL: &str = "UPDATE walrelay_consumer_hwm SET hwm = $5, updated_at = now() \
-     WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND source = $4";
-const LOAD_SQL: &str = "SELECT h.topic, h.partition, h.source, h.hwm \
-     FROM walrelay_consumer_hwm h \
-     JOIN unnest($2::text[], $3::int4[]) AS a(topic, partition) \
-       ON a.topic = h.topic AND a.partition = h.partition \
-     WHERE h.consumer_group = $1 \
-     ORDER BY h.topic, h.partition, h.source";
-
 /// High-water marks in the table `walrelay_consumer_hwm` (created by
 /// [`crate::migrate`]), through `tokio-postgres`.
 ///
@@ -227,7 +212,9 @@ impl PgHwmStore {
     ) -> Result<Vec<HwmRow>, tokio_postgres::Error> {
         let topics: Vec<&str> = partitions.iter().map(|(t, _)| t.as_str()).collect();
         let numbers: Vec<i32> = partitions.iter().map(|(_, p)| *p).collect();
-        let rows = client.query(LOAD_SQL, &[&group, &topics, &numbers]).await?;
+        let rows = client
+            .query(statements::HWM_LOAD, &[&group, &topics, &numbers])
+            .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let text: String = row.get(3);
@@ -254,8 +241,7 @@ impl PgHwmStore {
     ) -> Result<Option<EventKey>, ProcessError<std::convert::Infallible>> {
         let row = client
             .query_typed_opt(
-                "SELECT hwm FROM walrelay_consumer_hwm \
-                 WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND source = $4",
+                crate::statements::HWM_READ_ONE,
                 &params(position, &source)[..],
             )
             .await?;
@@ -359,7 +345,9 @@ impl PgHwmStore {
         let key = meta.key.to_hex();
         let mut p = params(position, &meta.source);
         p.push((&key, Type::TEXT));
-        let updated = tx.execute_typed(ADVANCE_SQL, &p[..]).await?;
+        let updated = tx
+            .execute_typed(statements::HWM_ADVANCE_ONE, &p[..])
+            .await?;
         if updated != 1 {
             return Err(vanished(position, &meta.source));
         }
@@ -414,11 +402,11 @@ async fn lock_hwm<E>(
     source: &str,
 ) -> Result<EventKey, ProcessError<E>> {
     let p = params(position, &source);
-    if let Some(row) = tx.query_typed_opt(LOCK_SQL, &p[..]).await? {
+    if let Some(row) = tx.query_typed_opt(statements::HWM_LOCK_ONE, &p[..]).await? {
         return parse_hwm(row.get(0));
     }
-    tx.execute_typed(CREATE_SQL, &p[..]).await?;
-    match tx.query_typed_opt(LOCK_SQL, &p[..]).await? {
+    tx.execute_typed(statements::HWM_CREATE_ONE, &p[..]).await?;
+    match tx.query_typed_opt(statements::HWM_LOCK_ONE, &p[..]).await? {
         Some(row) => parse_hwm(row.get(0)),
         None => Err(vanished(position, source)),
     }

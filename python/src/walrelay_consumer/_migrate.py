@@ -1,5 +1,6 @@
-"""The migration shared with the Rust crate: ``sql/walrelay_consumer.sql``,
-shipped inside this package (a test checks the copy is byte-identical)."""
+"""The migration shared with the Rust crate: the repository's
+``sql/walrelay_consumer.sql``, which the package's build copies in
+(``python/setup.py``)."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ import psycopg
 from psycopg import pq
 
 from . import batch, parked
+from ._statements import statement
 from .counters import Counters
 from .keys import KeyFormatError, parse_key
 from .records import Delivery, Position
@@ -55,24 +56,9 @@ BatchHandler = Callable[["psycopg.Connection[Any]", Sequence[Delivery]], object]
 #: Called once per new record, in order, inside the batch's transaction.
 RecordHandler = Callable[["psycopg.Connection[Any]", Delivery], object]
 
-ENSURE_SQL = (
-    "INSERT INTO walrelay_consumer_hwm "
-    "(consumer_group, topic, partition, source, hwm) "
-    "SELECT $1, $2, $3, s, '00000000000000000000000000000000' FROM unnest($4::text[]) AS s "
-    "ON CONFLICT DO NOTHING"
-)
-LOCK_SQL = (
-    "SELECT source, hwm, pg_current_xact_id()::text FROM walrelay_consumer_hwm "
-    "WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND source = ANY($4::text[]) "
-    "ORDER BY source FOR UPDATE"
-)
-ADVANCE_SQL = (
-    "UPDATE walrelay_consumer_hwm AS h "
-    "SET hwm = v.hwm, updated_at = now() "
-    "FROM unnest($4::text[], $5::text[]) AS v(source, hwm) "
-    "WHERE h.consumer_group = $1 AND h.topic = $2 AND h.partition = $3 AND h.source = v.source "
-    "RETURNING pg_current_xact_id()::text"
-)
+ENSURE_SQL = statement("hwm_ensure")
+LOCK_SQL = statement("hwm_lock")
+ADVANCE_SQL = statement("hwm_advance")
 
 
 @dataclass(slots=True)

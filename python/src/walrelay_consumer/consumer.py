@@ -81,6 +81,7 @@ from .apply import (
     apply_batch,
 )
 from .apply import Apply as ApplyFn
+from ._statements import statement
 from .counters import Counters
 from .denied import explain as explain_denied
 from .metrics import Metrics
@@ -109,18 +110,11 @@ STRAGGLER_WAIT = 0.25
 #: on soon after it finishes.
 POLL_STRAGGLER = 0.01
 
-LOAD_SQL = (
-    "SELECT h.topic, h.partition, h.source, h.hwm "
-    "FROM walrelay_consumer_hwm h "
-    "JOIN unnest($2::text[], $3::int4[]) AS a(topic, partition) "
-    "ON a.topic = h.topic AND a.partition = h.partition "
-    "WHERE h.consumer_group = $1 "
-    "ORDER BY h.topic, h.partition, h.source"
-)
+LOAD_SQL = statement("hwm_load")
 
 
 #: Bounds the statements of the transaction it runs in.
-STATEMENT_TIMEOUT_SQL = "SELECT set_config('statement_timeout', $1, true)"
+STATEMENT_TIMEOUT_SQL = statement("statement_timeout")
 
 
 def _millis(seconds: float) -> str:

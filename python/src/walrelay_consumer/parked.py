@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 
+from ._statements import statement
 from .meta import MetaError, RecordMeta
 from .records import Delivery, Position, Record
 
@@ -38,44 +39,12 @@ __all__ = ["OffsetReused", "RedriveReport", "insert", "insert_unkeyed", "redrive
 
 log = logging.getLogger("walrelay_consumer")
 
-INSERT_SQL = (
-    "INSERT INTO walrelay_consumer_parked "
-    "(consumer_group, topic, partition, kafka_offset, idempotency_key, source, kafka_key, "
-    "payload, header_names, header_values, error, attempts) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
-    "ON CONFLICT (consumer_group, topic, partition, source, idempotency_key) "
-    "WHERE idempotency_key IS NOT NULL DO UPDATE SET "
-    "kafka_offset = EXCLUDED.kafka_offset, kafka_key = EXCLUDED.kafka_key, "
-    "payload = EXCLUDED.payload, header_names = EXCLUDED.header_names, "
-    "header_values = EXCLUDED.header_values, error = EXCLUDED.error, "
-    "attempts = EXCLUDED.attempts, parked_at = now()"
-)
-INSERT_UNKEYED_SQL = (
-    "INSERT INTO walrelay_consumer_parked "
-    "(consumer_group, topic, partition, kafka_offset, idempotency_key, source, kafka_key, "
-    "payload, header_names, header_values, error, attempts) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
-    "ON CONFLICT (consumer_group, topic, partition, kafka_offset) "
-    "WHERE idempotency_key IS NULL DO NOTHING"
-)
-SAME_UNKEYED_SQL = (
-    "SELECT kafka_key IS NOT DISTINCT FROM $5::bytea AND payload IS NOT DISTINCT FROM $6::bytea "
-    "AND header_names = $7::text[] AND header_values IS NOT DISTINCT FROM $8::bytea[] "
-    "FROM walrelay_consumer_parked "
-    "WHERE consumer_group = $1 AND topic = $2 AND partition = $3 AND kafka_offset = $4 "
-    "AND idempotency_key IS NULL"
-)
-TAKE_SQL = (
-    "SELECT id, topic, partition, kafka_offset, kafka_key, payload, "
-    "header_names, header_values, attempts "
-    "FROM walrelay_consumer_parked "
-    "WHERE consumer_group = $1 AND id > $2 "
-    "ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
-)
-DELETE_SQL = "DELETE FROM walrelay_consumer_parked WHERE id = $1"
-FAILED_AGAIN_SQL = (
-    "UPDATE walrelay_consumer_parked SET attempts = attempts + 1, error = $2 WHERE id = $1"
-)
+INSERT_SQL = statement("parked_insert")
+INSERT_UNKEYED_SQL = statement("parked_insert_unkeyed")
+SAME_UNKEYED_SQL = statement("parked_same_unkeyed")
+TAKE_SQL = statement("parked_take")
+DELETE_SQL = statement("parked_delete")
+FAILED_AGAIN_SQL = statement("parked_failed_again")
 
 _INT4_MAX = 2**31 - 1
 

@@ -1,0 +1,1 @@
+DELETE FROM walrelay_consumer_parked WHERE id = $1
