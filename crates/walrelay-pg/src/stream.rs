@@ -120,7 +120,7 @@ pub const MAX_BATCH_MESSAGES: usize = 512;
 
 /// Messages handed to the consumer in one go, holding their share of the
 /// byte budget until the consumer has taken the last of them.
-type Delivery = (
+type Handover = (
     Result<Vec<ReplicationMessage>, Error>,
     Option<OwnedSemaphorePermit>,
 );
@@ -180,7 +180,7 @@ impl StatusHandle {
 /// The consumer's end of a running replication stream.
 #[derive(Debug)]
 pub struct ReplicationStream {
-    events: mpsc::Receiver<Delivery>,
+    events: mpsc::Receiver<Handover>,
     /// The rest of the batch received last, and its share of the byte
     /// budget, released when the batch is used up.
     current: std::vec::IntoIter<ReplicationMessage>,
@@ -306,7 +306,7 @@ struct IoTask {
     writer: WriteHalf<Stream>,
     out: BytesMut,
     shared: Arc<Shared>,
-    events: mpsc::Sender<Delivery>,
+    events: mpsc::Sender<Handover>,
     budget: Arc<Semaphore>,
     channel_bytes: usize,
     control: mpsc::Receiver<Control>,
@@ -567,7 +567,7 @@ impl IoState {
 enum Action {
     Control(Option<Control>),
     Tick,
-    Room(Result<(OwnedPermit<Delivery>, Option<OwnedSemaphorePermit>), Error>),
+    Room(Result<(OwnedPermit<Handover>, Option<OwnedSemaphorePermit>), Error>),
     Frame(Result<Option<RawFrame>, Error>),
 }
 
@@ -576,11 +576,11 @@ enum Action {
 /// budget acquired is released. The batch itself is sent by the caller,
 /// so it is never copied.
 async fn room_for(
-    events: &mpsc::Sender<Delivery>,
+    events: &mpsc::Sender<Handover>,
     budget: &Arc<Semaphore>,
     channel_bytes: usize,
     batch: Option<&Batch>,
-) -> Result<(OwnedPermit<Delivery>, Option<OwnedSemaphorePermit>), Error> {
+) -> Result<(OwnedPermit<Handover>, Option<OwnedSemaphorePermit>), Error> {
     let size = batch.map_or(0, |b| b.bytes);
     let permit = if size == 0 {
         None

@@ -75,7 +75,7 @@ pub use cluster::{
 };
 pub use db::{outbox_table, OutboxKeys, TestDb, BUSY_TABLE};
 pub use debezium::{
-    DebeziumHome, DebeziumOptions, DebeziumWorker, Delivery, StartTimings, Variant,
+    ConnectDelivery, DebeziumHome, DebeziumOptions, DebeziumWorker, Delivery, StartTimings, Variant,
 };
 pub use kafka::{
     partition_count, read_topics, read_until_quiet, relay_headers, ConsumedRecord, EXTRA_READ_GRACE,

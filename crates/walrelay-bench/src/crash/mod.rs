@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use walrelay_testkit::{BrokerKind, DebeziumWorker, Delivery, Jvm, Variant};
+use walrelay_testkit::{BrokerKind, ConnectDelivery, DebeziumWorker, Jvm, Variant};
 
 mod load;
 mod relay;
@@ -251,8 +251,18 @@ async fn debezium_run(
     rng: &mut Rng,
 ) -> Result<run::ToolRun> {
     let (slot, name, prefix, delivery) = match tool {
-        CrashTool::DebeziumEos => ("crash_de", "crash-de", "crash.de", Delivery::ExactlyOnce),
-        _ => ("crash_dt", "crash-dt", "crash.dt", Delivery::AtLeastOnce),
+        CrashTool::DebeziumEos => (
+            "crash_de",
+            "crash-de",
+            "crash.de",
+            ConnectDelivery::ExactlyOnce,
+        ),
+        _ => (
+            "crash_dt",
+            "crash-dt",
+            "crash.dt",
+            ConnectDelivery::AtLeastOnce,
+        ),
     };
     let mut opts = crate::debezium::options(Variant::Tuned, name, slot, prefix);
     opts.delivery = delivery;

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use serde::Serialize;
-use walrelay_testkit::{DebeziumOptions, Delivery, Variant};
+use walrelay_testkit::{ConnectDelivery, DebeziumOptions, Variant};
 
 use crate::env::BenchEnv;
 use crate::report::Tool;
@@ -77,7 +77,7 @@ pub fn slot(variant: Variant, id: &str, r: u32) -> String {
 pub fn options(variant: Variant, name: &str, slot: &str, topic_prefix: &str) -> DebeziumOptions {
     DebeziumOptions {
         variant,
-        delivery: Delivery::AtLeastOnce,
+        delivery: ConnectDelivery::AtLeastOnce,
         name: name.to_owned(),
         topic_prefix: topic_prefix.to_owned(),
         slot: slot.to_owned(),

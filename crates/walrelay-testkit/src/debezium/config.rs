@@ -22,7 +22,7 @@ const CONNECTOR_EXACTLY_ONCE: &str =
 /// How the worker delivers: Kafka Connect's two ways of running a source
 /// connector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Delivery {
+pub enum ConnectDelivery {
     /// A standalone worker (offsets in a local file, committed every
     /// `offset.flush.interval.ms`): at least once, as most users run it.
     #[default]
@@ -36,13 +36,13 @@ pub enum Delivery {
     ExactlyOnce,
 }
 
-impl Delivery {
+impl ConnectDelivery {
     /// The worker's properties template for `variant`: its files, then
     /// `worker-standalone.properties` or `worker-exactly-once.properties`.
     pub(crate) fn worker_template(self, variant: Variant) -> String {
         let (overlay, name) = match self {
-            Delivery::AtLeastOnce => (WORKER_STANDALONE, "worker-standalone.properties"),
-            Delivery::ExactlyOnce => (WORKER_EXACTLY_ONCE, "worker-exactly-once.properties"),
+            ConnectDelivery::AtLeastOnce => (WORKER_STANDALONE, "worker-standalone.properties"),
+            ConnectDelivery::ExactlyOnce => (WORKER_EXACTLY_ONCE, "worker-exactly-once.properties"),
         };
         appended(variant.worker_template(), overlay, name)
     }
@@ -51,8 +51,8 @@ impl Delivery {
     /// for exactly once `connector-exactly-once.properties`.
     pub(crate) fn connector_template(self, variant: Variant) -> String {
         match self {
-            Delivery::AtLeastOnce => variant.connector_template(),
-            Delivery::ExactlyOnce => appended(
+            ConnectDelivery::AtLeastOnce => variant.connector_template(),
+            ConnectDelivery::ExactlyOnce => appended(
                 variant.connector_template(),
                 CONNECTOR_EXACTLY_ONCE,
                 "connector-exactly-once.properties",
@@ -277,7 +277,7 @@ mod tests {
                 render(&template, &values).unwrap();
             }
         }
-        for delivery in [Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
+        for delivery in [ConnectDelivery::AtLeastOnce, ConnectDelivery::ExactlyOnce] {
             for variant in [Variant::Defaults, Variant::Tuned] {
                 let worker = render(&delivery.worker_template(variant), &values).unwrap();
                 let connector = render(&delivery.connector_template(variant), &values).unwrap();
@@ -286,12 +286,12 @@ mod tests {
                 // offsets topic as topic configs.
                 assert_eq!(
                     worker.contains_key("offset.storage.file.filename"),
-                    delivery == Delivery::AtLeastOnce
+                    delivery == ConnectDelivery::AtLeastOnce
                 );
                 let connector = parse_properties(&connector).unwrap();
                 assert_eq!(
                     connector.get("exactly.once.support").map(String::as_str),
-                    (delivery == Delivery::ExactlyOnce).then_some("required"),
+                    (delivery == ConnectDelivery::ExactlyOnce).then_some("required"),
                 );
             }
         }

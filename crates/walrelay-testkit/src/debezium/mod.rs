@@ -14,7 +14,7 @@
 //! `/proc`. Its log goes to one file (every start appends to it), whose
 //! tail every error shows.
 //!
-//! [`Delivery`] picks the worker: standalone (at least once: the
+//! [`ConnectDelivery`] picks the worker: standalone (at least once: the
 //! connector's file on the command line, offsets in a local file), or
 //! distributed with Kafka Connect's exactly-once source support (KIP-618:
 //! its state in three topics of its own, the connector created with
@@ -41,7 +41,10 @@ mod process;
 mod rest;
 
 pub use crate::procstat::{cpu_seconds, peak_rss_bytes};
-pub use config::{Delivery, Variant};
+pub use config::{ConnectDelivery, Variant};
+
+/// The old name of [`ConnectDelivery`].
+pub type Delivery = ConnectDelivery;
 pub use home::{DebeziumHome, DEBEZIUM_HOME_ENV, DEBEZIUM_VERSION};
 pub use rest::{ConnectorStatus, TaskStatus};
 
@@ -81,7 +84,7 @@ pub struct DebeziumOptions {
     pub variant: Variant,
     /// A standalone worker (at least once, the default), or a distributed
     /// one with Kafka Connect's exactly-once source support (KIP-618).
-    pub delivery: Delivery,
+    pub delivery: ConnectDelivery,
     /// The connector's name in Kafka Connect.
     pub name: String,
     /// `topic.prefix`: logical messages go to `<prefix>.message`.
@@ -112,7 +115,7 @@ impl Default for DebeziumOptions {
     fn default() -> Self {
         DebeziumOptions {
             variant: Variant::Tuned,
-            delivery: Delivery::AtLeastOnce,
+            delivery: ConnectDelivery::AtLeastOnce,
             name: "walrelay-debezium".into(),
             topic_prefix: "dbz".into(),
             slot: "debezium".into(),
@@ -219,8 +222,8 @@ impl DebeziumWorker {
         crate::tls::write_private_file(&dir.join("worker.properties"), worker.as_bytes())?;
         crate::tls::write_private_file(&dir.join("connector.properties"), connector.as_bytes())?;
         let rest_config = match opts.delivery {
-            Delivery::AtLeastOnce => None,
-            Delivery::ExactlyOnce => Some(
+            ConnectDelivery::AtLeastOnce => None,
+            ConnectDelivery::ExactlyOnce => Some(
                 config::parse_properties(&connector)
                     .context("reading the filled connector properties")?,
             ),

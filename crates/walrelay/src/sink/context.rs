@@ -19,7 +19,7 @@ use crate::kafka_acl;
 
 /// The outcome of one [`KafkaSink::send`](super::KafkaSink::send).
 #[derive(Debug)]
-pub struct Delivery {
+pub struct DeliveryReport {
     /// The `seq` passed to [`KafkaSink::send`](super::KafkaSink::send).
     pub seq: u64,
     /// `(partition, offset)` of the written record, or why it failed.
@@ -37,7 +37,7 @@ pub struct Delivery {
 /// here. A bounded queue would block librdkafka's polling thread.
 #[derive(Default)]
 pub(super) struct DeliveryQueue {
-    reports: Mutex<Vec<Delivery>>,
+    reports: Mutex<Vec<DeliveryReport>>,
     /// Signalled when `reports` turns non-empty. `Notify` keeps the signal
     /// if nobody waits yet, so a report pushed between the reader's check
     /// and its wait is not missed.
@@ -45,7 +45,7 @@ pub(super) struct DeliveryQueue {
 }
 
 impl DeliveryQueue {
-    fn push(&self, delivery: Delivery) {
+    fn push(&self, delivery: DeliveryReport) {
         let mut reports = self.reports.lock().unwrap_or_else(PoisonError::into_inner);
         let first = reports.is_empty();
         reports.push(delivery);
@@ -56,7 +56,7 @@ impl DeliveryQueue {
     }
 
     /// Every report queued so far, in order.
-    pub(super) fn take(&self) -> Vec<Delivery> {
+    pub(super) fn take(&self) -> Vec<DeliveryReport> {
         std::mem::take(&mut *self.reports.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
@@ -177,7 +177,7 @@ impl ProducerContext for SinkContext {
                 })
             }
         };
-        self.deliveries.push(Delivery {
+        self.deliveries.push(DeliveryReport {
             seq: seq as u64,
             result,
         });

@@ -47,7 +47,11 @@ pub use config::{
     to_client_config, SinkConfig, DEFAULT_MESSAGE_TIMEOUT_MS, DEFAULT_METADATA_TIMEOUT,
     DEFAULT_QUEUE_MAX_MESSAGES,
 };
-pub use context::{Delivery, LIBRDKAFKA_LOG_INTERVAL};
+pub use context::{DeliveryReport, LIBRDKAFKA_LOG_INTERVAL};
+
+/// The old name of [`DeliveryReport`] (`Delivery` is the consumer's
+/// record type in `walrelay-consumer`).
+pub type Delivery = DeliveryReport;
 pub use error::{Recovery, SinkError};
 pub use policy::{builtin_features, check_files, check_security, MAX_IN_FLIGHT_REQUESTS};
 
@@ -65,7 +69,7 @@ pub struct KafkaSink {
     producer: Arc<Inner>,
     deliveries: Arc<DeliveryQueue>,
     /// Reports taken from `deliveries` and not yet returned.
-    taken: std::vec::IntoIter<Delivery>,
+    taken: std::vec::IntoIter<DeliveryReport>,
     metadata_timeout: Duration,
 }
 
@@ -208,7 +212,7 @@ impl KafkaSink {
     /// the wake-up, and reports already taken stay in the sink. Pends
     /// while nothing is in flight. The producer lives as long as the sink,
     /// so there is no "closed" outcome.
-    pub async fn next_delivery(&mut self) -> Delivery {
+    pub async fn next_delivery(&mut self) -> DeliveryReport {
         loop {
             if let Some(delivery) = self.try_next_delivery() {
                 return delivery;
@@ -218,7 +222,7 @@ impl KafkaSink {
     }
 
     /// A delivery report that is already available, without waiting.
-    pub fn try_next_delivery(&mut self) -> Option<Delivery> {
+    pub fn try_next_delivery(&mut self) -> Option<DeliveryReport> {
         let delivery = match self.taken.next() {
             Some(d) => d,
             None => {
@@ -233,7 +237,7 @@ impl KafkaSink {
     /// fatal error event reached the context.
     /// An authorization error that stopped the producer gets the ACL to
     /// grant, whichever report carries it.
-    fn explain(&self, mut delivery: Delivery) -> Delivery {
+    fn explain(&self, mut delivery: DeliveryReport) -> DeliveryReport {
         if let Err(SinkError::Delivery {
             code,
             message,
