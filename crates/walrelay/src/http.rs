@@ -31,7 +31,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, info, warn};
 
 use crate::config::KafkaConfig;
-use crate::kafka_client::{self, KafkaClient};
+use crate::kafka::client::{self as kafka_client, KafkaClient};
 use crate::metrics::{self, Metrics};
 
 /// How often [`KafkaProbe`] asks Kafka for metadata.
@@ -286,7 +286,7 @@ fn probe_once(client: &BaseProducer) -> Result<usize, String> {
         // who logs in); what it can meet is a refused login.
         Err(e) => Err(e
             .rdkafka_error_code()
-            .and_then(|code| crate::kafka_acl::denied(code, "a metadata request", &[]))
+            .and_then(|code| crate::kafka::acl::denied(code, "a metadata request", &[]))
             .map_or_else(
                 || format!("metadata request failed: {e}"),
                 |m| format!("metadata request failed: {m}"),

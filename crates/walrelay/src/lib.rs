@@ -28,7 +28,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod broker_conn;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
@@ -38,10 +37,12 @@ pub mod fence;
 /// librdkafka); re-exported here because the router is its main user.
 pub use walrelay_contract::envelope;
 pub mod http;
-pub mod kafka_acl;
-pub mod kafka_client;
-pub mod kafka_durability;
-pub mod kafka_metadata;
+pub mod kafka;
+/// Old paths of the [`kafka`] modules.
+pub use kafka::{
+    acl as kafka_acl, client as kafka_client, conn as broker_conn,
+    durability_report as kafka_durability, metadata as kafka_metadata,
+};
 pub mod key;
 pub mod metrics;
 pub mod monitor;

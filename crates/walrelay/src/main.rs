@@ -124,8 +124,12 @@ async fn main() -> anyhow::Result<()> {
             };
             if args.kafka || !args.topics.is_empty() {
                 status.kafka = Some(
-                    walrelay::kafka_durability::report(&config, &args.topics, &status.source_id)
-                        .await,
+                    walrelay::kafka::durability_report::report(
+                        &config,
+                        &args.topics,
+                        &status.source_id,
+                    )
+                    .await,
                 );
             }
             if args.json {

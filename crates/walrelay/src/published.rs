@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::kafka_client::{client_config, KafkaClient};
+use crate::kafka::client::{client_config, KafkaClient};
 use crate::key::EventKey;
 
 /// The highest key of the source found at a partition's end.
@@ -46,7 +46,7 @@ pub async fn find(
     };
     let names: Vec<String> = existing.iter().map(|(name, _)| name.clone()).collect();
     let mut found: Option<Published> = None;
-    for topic in crate::kafka_durability::topics_to_report(config, &[], &names) {
+    for topic in crate::kafka::durability_report::topics_to_report(config, &[], &names) {
         let Some(&(_, partitions)) = existing.iter().find(|(name, _)| *name == topic) else {
             continue;
         };

@@ -58,7 +58,7 @@ pub struct Status {
     pub health: Health,
     /// With `--kafka`: the topics' durability settings.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kafka: Option<crate::kafka_durability::KafkaDurability>,
+    pub kafka: Option<crate::kafka::durability_report::KafkaDurability>,
     /// The `walrelay-source` of the relay's records (`relay.source_id`,
     /// or the default from the server's system identifier, database and
     /// slot): whose records `--kafka` reads at the partitions' tails.
@@ -308,7 +308,7 @@ pub fn render(s: &Status) -> String {
         }
     ));
     if let Some(kafka) = &s.kafka {
-        out.push_str(&crate::kafka_durability::render(kafka));
+        out.push_str(&crate::kafka::durability_report::render(kafka));
     }
     out
 }

@@ -7,10 +7,10 @@
 //! own ApiVersions request (v3) to every broker.
 //!
 //! Kafka answers ApiVersions before authentication (KIP-35), so the
-//! probe connects as the producer does ([`crate::broker_conn`]: TLS with
+//! probe connects as the producer does ([`crate::kafka::conn`]: TLS with
 //! its certificate checks on `SSL` and `SASL_SSL` listeners) without
 //! logging in. Where walrelay cannot connect as the producer would (a
-//! setting [`crate::broker_conn::settings`] refuses), the answer is
+//! setting [`crate::kafka::conn::settings`] refuses), the answer is
 //! [`StrictMinIsr::Unknown`], treated as no: a replicated topic with
 //! `min.insync.replicas` >= 2 stays unfenced there (duplicates after a
 //! crash, never a loss). A broker that is not Apache Kafka may report API
@@ -28,8 +28,8 @@
 use std::time::Duration;
 
 use super::durability::StrictMinIsr;
-use super::kafka_wire::Reader;
-use crate::broker_conn::{Connection, Settings};
+use crate::kafka::conn::{Connection, Settings};
+use crate::kafka::wire::Reader;
 
 const PRODUCE: i16 = 0;
 /// The first Produce version of Kafka 3.7, the first release with a strict

@@ -19,13 +19,13 @@
 //! by the isolation level only for consumer requests) and needs only
 //! Describe on the topic. librdkafka cannot send it, so walrelay sends its
 //! own ListOffsets v2 to the partition's leader, over a connection made
-//! as the producer's are ([`crate::broker_conn`]: TLS, SASL). The high
+//! as the producer's are ([`crate::kafka::conn`]: TLS, SASL). The high
 //! watermark comes from the same leader, asked as a consumer with
 //! `read_uncommitted`: the fence's reader runs `read_committed`, whose
 //! watermark is the last stable offset, which another producer's open
 //! transaction holds back however well replicated the partition is.
 //! Where walrelay cannot connect as the producer does (see
-//! [`crate::broker_conn::settings`]) the fence does not wait, and a replay
+//! [`crate::kafka::conn::settings`]) the fence does not wait, and a replay
 //! after a crash may write the unreplicated tail again (duplicates, never
 //! a loss).
 //!
@@ -36,8 +36,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::kafka_wire::Reader;
-use crate::broker_conn::Connection;
+use crate::kafka::conn::Connection;
+use crate::kafka::wire::Reader;
 
 const LIST_OFFSETS: i16 = 2;
 /// `ListOffsetsRequest.DEBUGGING_REPLICA_ID`: answered with the log end.

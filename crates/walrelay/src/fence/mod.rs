@@ -78,7 +78,8 @@
 pub mod api_versions;
 pub mod decide;
 pub mod durability;
-pub mod kafka_wire;
+/// The old path of [`crate::kafka::wire`].
+pub use crate::kafka::wire as kafka_wire;
 pub mod log_end;
 pub mod replay;
 pub mod session;

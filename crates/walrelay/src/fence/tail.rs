@@ -20,7 +20,7 @@
 //! key that is in the partition.
 //!
 //! The reader reads committed records only (`isolation.level` is pinned in
-//! `kafka_client.rs`), so an aborted transactional copy of a record is
+//! `kafka/client.rs`), so an aborted transactional copy of a record is
 //! never taken for one of ours.
 
 use std::collections::{BTreeSet, HashMap};
@@ -46,12 +46,12 @@ use crate::record::header;
 /// connections, made as `settings` say; one per leader, kept for the wait.
 fn wait_until_readable(
     consumer: &BaseConsumer<Quiet>,
-    settings: &crate::broker_conn::Settings,
+    settings: &crate::kafka::conn::Settings,
     topic: &str,
     partitions: u32,
     deadline: Instant,
 ) -> Result<(), Vec<super::log_end::Behind>> {
-    use crate::broker_conn::Connection;
+    use crate::kafka::conn::Connection;
     let step = |deadline: Instant| {
         deadline
             .saturating_duration_since(Instant::now())
@@ -289,7 +289,7 @@ pub fn read(
         .max()
         .unwrap_or(1);
     if replication_factor > 1 {
-        match crate::broker_conn::Settings::from_client_config(config) {
+        match crate::kafka::conn::Settings::from_client_config(config) {
             Ok(settings) => wait_until_readable(&consumer, &settings, topic, partitions, deadline)
                 .map_err(|behind| FenceError::Behind {
                     topic: topic.to_owned(),
@@ -485,15 +485,15 @@ fn own_record<M: Message>(msg: &M, source: &[u8]) -> Option<OwnRecord> {
     })
 }
 
-use crate::kafka_acl::is_denied;
+use crate::kafka::acl::is_denied;
 
 /// The fence's reader needs Read on the topic (which implies the Describe
 /// its metadata request needs), and no group.
 fn fence_denied(code: RDKafkaErrorCode, topic: &str) -> String {
-    crate::kafka_acl::denied(
+    crate::kafka::acl::denied(
         code,
         &format!("Read on topic \"{topic}\""),
-        &[crate::kafka_acl::Acl::topic("Read", topic)],
+        &[crate::kafka::acl::Acl::topic("Read", topic)],
     )
     .unwrap_or_else(|| code.to_string())
 }

@@ -109,16 +109,16 @@ pub(super) async fn connect(
             slot,
         )
     });
-    let sink = KafkaSink::new(&crate::kafka_client::producer_config(&config.kafka))?;
+    let sink = KafkaSink::new(&crate::kafka::client::producer_config(&config.kafka))?;
     // Read even with relay.fence = false: the tails detect a restore.
-    let fence_reader = Some(crate::kafka_client::client_config(
+    let fence_reader = Some(crate::kafka::client::client_config(
         &config.kafka,
-        crate::kafka_client::KafkaClient::Fence,
+        crate::kafka::client::KafkaClient::Fence,
     )?);
     let fence_admin = if config.relay.fence {
-        Some(crate::kafka_client::client_config(
+        Some(crate::kafka::client::client_config(
             &config.kafka,
-            crate::kafka_client::KafkaClient::Admin,
+            crate::kafka::client::KafkaClient::Admin,
         )?)
     } else {
         None

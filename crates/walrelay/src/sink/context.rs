@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use walrelay_pg::log_limit::KeyedLogLimit;
 
 use super::error::{is_too_large, SinkError};
-use crate::kafka_acl;
+use crate::kafka::acl as kafka_acl;
 
 /// The outcome of one [`KafkaSink::send`](super::KafkaSink::send).
 #[derive(Debug)]

@@ -34,7 +34,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, PurgeConfig, ThreadedProducer};
 
-use crate::kafka_metadata::{topic_metadata, TopicMetadata};
+use crate::kafka::metadata::{topic_metadata, TopicMetadata};
 use crate::record::Record;
 use crate::secrets::redact;
 
@@ -254,7 +254,7 @@ impl KafkaSink {
                     message.push_str(&format!("; {stopped}"));
                 }
             } else if let Some((fatal, _)) = self.producer.client().fatal_error() {
-                if crate::kafka_acl::is_denied(fatal) && !message.contains("Kafka denied") {
+                if crate::kafka::acl::is_denied(fatal) && !message.contains("Kafka denied") {
                     message.push_str(&format!("; {}", context::denied_to_producer(fatal, topic)));
                 }
             }
@@ -267,7 +267,7 @@ impl KafkaSink {
     fn stopped_because(&self, topic: &str) -> Option<String> {
         let (code, reason) = self.producer.client().fatal_error()?;
         let mut stopped = format!("the producer stopped: {code:?}: {reason}");
-        if crate::kafka_acl::is_denied(code) {
+        if crate::kafka::acl::is_denied(code) {
             stopped.push_str("; ");
             stopped.push_str(&context::denied_to_producer(code, topic));
         }
@@ -355,10 +355,10 @@ fn partition_count(producer: &Inner, topic: &str, timeout: Duration) -> Result<u
             TopicMetadata::NotYet { why } => why,
             TopicMetadata::Failed(code) => {
                 // Metadata of a topic needs Describe, which Write implies.
-                let message = crate::kafka_acl::denied(
+                let message = crate::kafka::acl::denied(
                     code,
                     &format!("Describe on topic \"{topic}\""),
-                    &[crate::kafka_acl::Acl::topic("Write", topic)],
+                    &[crate::kafka::acl::Acl::topic("Write", topic)],
                 )
                 .unwrap_or_else(|| code.to_string());
                 return Err(SinkError::Metadata {

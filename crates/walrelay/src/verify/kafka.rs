@@ -16,7 +16,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::KafkaConfig;
-use crate::kafka_metadata::{topic_metadata, TopicMetadata};
+use crate::kafka::metadata::{topic_metadata, TopicMetadata};
 
 use super::analysis::{Analyzer, Report};
 use super::render::StoppedBy;
@@ -30,13 +30,13 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ERRORS_KEPT: usize = 20;
 
 /// `walrelay verify`'s reader: the one builder of Kafka client properties
-/// ([`crate::kafka_client`], secrets resolved), with a group id of its own.
+/// ([`crate::kafka::client`], secrets resolved), with a group id of its own.
 /// librdkafka assigns partitions only to a consumer with a group id; the
 /// reader never joins, commits or fetches offsets, so it needs no ACL on
 /// the group, and a refusal to look the group up is ignored.
 fn consumer_config(kafka: &KafkaConfig) -> anyhow::Result<ClientConfig> {
     let mut c =
-        crate::kafka_client::client_config(kafka, crate::kafka_client::KafkaClient::Verify)?;
+        crate::kafka::client::client_config(kafka, crate::kafka::client::KafkaClient::Verify)?;
     c.set("group.id", format!("walrelay-verify-{:016x}", random_u64()));
     Ok(c)
 }
@@ -58,10 +58,10 @@ fn random_u64() -> u64 {
 /// `walrelay verify` needs Read on each topic it reads (which implies the
 /// Describe its metadata request needs), and no group.
 fn denied(code: rdkafka::types::RDKafkaErrorCode, topic: &str) -> Option<String> {
-    crate::kafka_acl::denied(
+    crate::kafka::acl::denied(
         code,
         &format!("Read on topic \"{topic}\""),
-        &[crate::kafka_acl::Acl::topic("Read", topic)],
+        &[crate::kafka::acl::Acl::topic("Read", topic)],
     )
 }
 
@@ -77,7 +77,7 @@ fn transport_refusal(consumer: &BaseConsumer) -> Option<String> {
                  (docs/security.md)"
                     .to_owned(),
             ),
-            code => crate::kafka_acl::denied(code, "a metadata request", &[]),
+            code => crate::kafka::acl::denied(code, "a metadata request", &[]),
         },
         Ok(_) => None,
     })
@@ -201,7 +201,7 @@ pub(super) fn read(
             }
             Some(Err(e)) => {
                 let text = match e.rdkafka_error_code() {
-                    Some(code) if crate::kafka_acl::is_denied(code) => {
+                    Some(code) if crate::kafka::acl::is_denied(code) => {
                         denied(code, &args.topics.join(", ")).unwrap_or_else(|| e.to_string())
                     }
                     _ => e.to_string(),

@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::fence::durability::{self, StrictMinIsr};
-use crate::kafka_client::{client_config, KafkaClient};
+use crate::kafka::client::{client_config, KafkaClient};
 
 /// How long each Kafka request may take.
 const TIMEOUT: Duration = Duration::from_secs(10);

@@ -6,7 +6,7 @@
 //! The mechanisms: `PLAIN` (one message, `\0user\0password`) and
 //! `SCRAM-SHA-256` / `SCRAM-SHA-512` ([`super::scram`], two rounds).
 
-use crate::fence::kafka_wire::Reader;
+use crate::kafka::wire::Reader;
 
 const SASL_HANDSHAKE: i16 = 17;
 const SASL_AUTHENTICATE: i16 = 36;
