@@ -35,6 +35,7 @@ use walrelay_contract::{EventKey, ParseEventKeyError};
 
 use crate::batch::{self, Plan};
 use crate::delivery::Delivery;
+use crate::meta::RecordMeta;
 use crate::metrics::Counters;
 use crate::parked;
 use crate::statements;
@@ -158,193 +159,172 @@ pub(crate) struct Park {
     pub attempts: u32,
 }
 
-impl PgHwmStore {
-    /// Applies a batch of records of **one partition** exactly once, in one
-    /// transaction.
-    ///
-    /// 1. Locks the mark rows of every source in the batch
-    ///    (`SELECT ... FOR UPDATE`, sorted by source so two members never
-    ///    deadlock), creating missing ones at 32 zeros.
-    /// 2. Walks the batch with a running mark per source
-    ///    ([`crate::batch::plan`]): records at or below it are duplicates.
-    /// 3. Raises each mark to the highest new key and runs `handler` once
-    ///    with the new records (in batch order), unless there are none. The
-    ///    update is sent first and the handler's statements follow it in
-    ///    the connection's pipeline: inside the transaction the handler
-    ///    already sees the raised marks.
-    /// 4. Commits once both succeeded.
-    ///
-    /// Every record must come from `position`'s partition, in offset order.
-    /// An error rolls everything back: no side effect, no mark moved.
-    pub async fn process_batch<E, F>(
-        &self,
-        client: &mut Client,
-        position: &Position,
-        records: &[Delivery<'_>],
-        handler: F,
-    ) -> Result<BatchOutcome, BatchError<E>>
-    where
-        F: AsyncFnOnce(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), E>,
-    {
-        let single = records.len() == 1;
-        self.apply_batch(client, position, records, None, false, async |tx, new| {
-            handler(tx, new).await.map_err(|error| Failed {
-                index: single.then_some(0),
-                error,
-            })
-        })
-        .await
-    }
+/// What the batch transaction needs of a record: its walrelay metadata.
+/// A loop's [`Delivery`], or a bare [`RecordMeta`] for
+/// [`PgHwmStore::process`], a batch of one. (An owned `RecordMeta`, not a
+/// reference: a lifetime in this type parameter would make the futures of
+/// `process` callers unprovably `Send` under `tokio::spawn`.)
+pub(crate) trait Keyed: Clone {
+    fn meta(&self) -> &RecordMeta;
+}
 
-    /// [`PgHwmStore::process_batch`] with the loop's extras: the last
-    /// record may be parked instead of applied, `known` skips the row
-    /// creation when the marks are known to exist, and the handler may say
-    /// which record failed (an index into the slice it was given).
-    pub(crate) async fn apply_batch<E, F>(
-        &self,
-        client: &mut Client,
-        position: &Position,
-        records: &[Delivery<'_>],
-        park: Option<&Park>,
-        known: bool,
-        handler: F,
-    ) -> Result<BatchOutcome, BatchError<E>>
-    where
-        F: AsyncFnOnce(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), Failed<E>>,
-    {
-        let result = self
-            .apply_inner(client, position, records, park, known, handler)
-            .await;
-        let c = self.counters();
-        match &result {
-            Ok(outcome) => {
-                c.processed.inc_by(outcome.applied as u64);
-                c.duplicates.inc_by(outcome.duplicates as u64);
-                c.gaps.inc_by(outcome.gaps as u64);
-                if outcome.parked {
-                    c.parked.inc();
-                }
+impl Keyed for Delivery<'_> {
+    fn meta(&self) -> &RecordMeta {
+        self.meta
+    }
+}
+
+impl Keyed for RecordMeta {
+    fn meta(&self) -> &RecordMeta {
+        self
+    }
+}
+
+/// Applies `records` (of `position`'s partition, in offset order) in one
+/// transaction and counts the outcome in `store`'s counters. `park`: the
+/// batch's last record is parked with this error instead of applied.
+/// `known`: the marks' rows are known to exist (no insert first).
+pub(crate) async fn apply<R, E, F>(
+    store: &PgHwmStore,
+    client: &mut Client,
+    position: &Position,
+    records: &[R],
+    park: Option<(&Park, &Delivery<'_>)>,
+    known: bool,
+    handler: F,
+) -> Result<BatchOutcome, BatchError<E>>
+where
+    R: Keyed,
+    F: AsyncFnOnce(&Transaction<'_>, &[R]) -> Result<(), Failed<E>>,
+{
+    let result = apply_inner(store, client, position, records, park, known, handler).await;
+    let c = store.counters();
+    match &result {
+        Ok(outcome) => {
+            c.processed.inc_by(outcome.applied as u64);
+            c.duplicates.inc_by(outcome.duplicates as u64);
+            c.gaps.inc_by(outcome.gaps as u64);
+            if outcome.parked {
+                c.parked.inc();
             }
-            Err(_) => Counters::incr(&c.errors),
         }
-        result
+        Err(_) => Counters::incr(&c.errors),
     }
+    result
+}
 
-    async fn apply_inner<E, F>(
-        &self,
-        client: &mut Client,
-        position: &Position,
-        records: &[Delivery<'_>],
-        park: Option<&Park>,
-        known: bool,
-        handler: F,
-    ) -> Result<BatchOutcome, BatchError<E>>
-    where
-        F: AsyncFnOnce(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), Failed<E>>,
-    {
-        let sources = batch::sources(records.iter().map(|d| d.meta));
-        let tx = client
-            .build_transaction()
-            .isolation_level(self.isolation())
-            .start()
-            .await?;
-        let marks = lock_marks(&tx, position, &sources, known).await?;
-        let plan = batch::plan(&marks, records.iter().map(|d| d.meta));
+async fn apply_inner<R, E, F>(
+    store: &PgHwmStore,
+    client: &mut Client,
+    position: &Position,
+    records: &[R],
+    park: Option<(&Park, &Delivery<'_>)>,
+    known: bool,
+    handler: F,
+) -> Result<BatchOutcome, BatchError<E>>
+where
+    R: Keyed,
+    F: AsyncFnOnce(&Transaction<'_>, &[R]) -> Result<(), Failed<E>>,
+{
+    let sources = batch::sources(records.iter().map(Keyed::meta));
+    let tx = client
+        .build_transaction()
+        .isolation_level(store.isolation())
+        .start()
+        .await?;
+    let marks = lock_marks(&tx, position, &sources, known).await?;
+    let plan = batch::plan(&marks, records.iter().map(Keyed::meta));
 
-        // A parked last record is taken out of what the handler sees but
-        // still raises its mark (it is "done" for this group).
-        let parked_index = park.map(|_| records.len() - 1);
-        let parked_is_new = parked_index.is_some_and(|i| plan.apply.last() == Some(&i));
-        let apply: Vec<usize> = plan
-            .apply
-            .iter()
-            .copied()
-            .filter(|&i| Some(i) != parked_index)
-            .collect();
-        // The marks' update goes out first; the handler's statements follow
-        // it in the connection's pipeline without waiting for its reply.
-        let raise = async {
-            if plan.raised.is_empty() {
-                Ok(None)
-            } else {
-                advance(&tx, position, &plan).await
-            }
-        };
-        let run = async {
-            if apply.is_empty() {
-                return Ok(());
-            }
-            let new: Vec<Delivery<'_>> = apply.iter().map(|&i| records[i]).collect();
-            handler(&tx, &new).await
-        };
-        let (raised, ran) = futures_util::future::join(raise, run).await;
-        // A failed update aborts the transaction, so the handler's later
-        // statements fail too: the update's error is the cause, and it is
-        // not the records' fault (no attempt is counted against them).
-        let xid = match raised {
-            Ok(xid) => xid,
-            Err(e) => {
+    // A parked last record is taken out of what the handler sees but
+    // still raises its mark (it is "done" for this group).
+    let parked_index = park.map(|_| records.len() - 1);
+    let parked_is_new = parked_index.is_some_and(|i| plan.apply.last() == Some(&i));
+    let apply: Vec<usize> = plan
+        .apply
+        .iter()
+        .copied()
+        .filter(|&i| Some(i) != parked_index)
+        .collect();
+    // The marks' update goes out first; the handler's statements follow
+    // it in the connection's pipeline without waiting for its reply.
+    let raise = async {
+        if plan.raised.is_empty() {
+            Ok(None)
+        } else {
+            advance(&tx, position, &plan).await
+        }
+    };
+    let run = async {
+        if apply.is_empty() {
+            return Ok(());
+        }
+        let new: Vec<R> = apply.iter().map(|&i| records[i].clone()).collect();
+        handler(&tx, &new).await
+    };
+    let (raised, ran) = futures_util::future::join(raise, run).await;
+    // A failed update aborts the transaction, so the handler's later
+    // statements fail too: the update's error is the cause, and it is
+    // not the records' fault (no attempt is counted against them).
+    let xid = match raised {
+        Ok(xid) => xid,
+        Err(e) => {
+            rollback(tx).await;
+            return Err(e);
+        }
+    };
+    if let Err(failed) = ran {
+        rollback(tx).await;
+        return Err(BatchError::Handler {
+            index: failed.index.and_then(|i| apply.get(i).copied()),
+            source: failed.error,
+        });
+    }
+    // The handler ran only where something was new, and then the
+    // update returned the transaction's id.
+    let guard = xid.filter(|_| !apply.is_empty());
+    let park_row = park.filter(|_| parked_is_new);
+    match (guard, park_row) {
+        (Some(xid), None) => guard_and_commit(tx, &xid).await?,
+        (guard, Some((park, record))) => {
+            // Parking is checked before COMMIT (a wrong row count must
+            // not commit the mark past the record): one more round trip.
+            let check = async {
+                match &guard {
+                    Some(xid) => check_guard(&tx, xid).await,
+                    None => Ok(()),
+                }
+            };
+            let insert = parked::insert(&tx, record, &park.error, park.attempts);
+            let (checked, inserted) = futures_util::future::join(check, insert).await;
+            if let Err(e) = checked {
                 rollback(tx).await;
                 return Err(e);
             }
-        };
-        if let Err(failed) = ran {
-            rollback(tx).await;
-            return Err(BatchError::Handler {
-                index: failed.index.and_then(|i| apply.get(i).copied()),
-                source: failed.error,
-            });
-        }
-        // The handler ran only where something was new, and then the
-        // update returned the transaction's id.
-        let guard = xid.filter(|_| !apply.is_empty());
-        let park_row = match (park, parked_is_new, parked_index) {
-            (Some(park), true, Some(i)) => Some((park, &records[i])),
-            _ => None,
-        };
-        match (guard, park_row) {
-            (Some(xid), None) => guard_and_commit(tx, &xid).await?,
-            (guard, Some((park, record))) => {
-                // Parking is checked before COMMIT (a wrong row count must
-                // not commit the mark past the record): one more round trip.
-                let check = async {
-                    match &guard {
-                        Some(xid) => check_guard(&tx, xid).await,
-                        None => Ok(()),
-                    }
-                };
-                let insert = parked::insert(&tx, record, &park.error, park.attempts);
-                let (checked, inserted) = futures_util::future::join(check, insert).await;
-                if let Err(e) = checked {
-                    rollback(tx).await;
-                    return Err(e);
-                }
-                let rows = inserted?;
-                if rows != 1 {
-                    return Err(BatchError::NotParked {
-                        topic: position.topic.clone(),
-                        partition: position.partition,
-                        offset: record.message.offset(),
-                        key: record.meta.key,
-                        rows,
-                    });
-                }
-                tx.commit().await?;
+            let rows = inserted?;
+            if rows != 1 {
+                return Err(BatchError::NotParked {
+                    topic: position.topic.clone(),
+                    partition: position.partition,
+                    offset: record.message.offset(),
+                    key: record.meta.key,
+                    rows,
+                });
             }
-            (None, None) => tx.commit().await?,
+            tx.commit().await?;
         }
-
-        log_gaps(position, &plan);
-        let mut committed = marks;
-        committed.extend(plan.raised.iter().map(|(s, k)| (s.clone(), *k)));
-        Ok(BatchOutcome {
-            applied: apply.len(),
-            duplicates: plan.duplicates,
-            gaps: plan.gaps.len(),
-            parked: parked_is_new,
-            marks: committed,
-        })
+        (None, None) => tx.commit().await?,
     }
+
+    log_gaps(position, &plan);
+    let mut committed = marks;
+    committed.extend(plan.raised.iter().map(|(s, k)| (s.clone(), *k)));
+    Ok(BatchOutcome {
+        applied: apply.len(),
+        duplicates: plan.duplicates,
+        gaps: plan.gaps.len(),
+        parked: parked_is_new,
+        marks: committed,
+    })
 }
 
 async fn rollback(tx: Transaction<'_>) {

@@ -26,12 +26,6 @@ pub(crate) const HWM_ADVANCE: &str = statement!("hwm_advance");
 pub(crate) const HWM_GUARD: &str = statement!("hwm_guard");
 /// The marks of a group's assigned partitions.
 pub(crate) const HWM_LOAD: &str = statement!("hwm_load");
-/// Locks one source's mark (the per-record path).
-pub(crate) const HWM_LOCK_ONE: &str = statement!("hwm_lock_one");
-/// Creates one source's mark.
-pub(crate) const HWM_CREATE_ONE: &str = statement!("hwm_create_one");
-/// Raises one source's mark.
-pub(crate) const HWM_ADVANCE_ONE: &str = statement!("hwm_advance_one");
 /// Reads one source's mark without locking it.
 pub(crate) const HWM_READ_ONE: &str = statement!("hwm_read_one");
 /// Parks a keyed record (a later attempt replaces it).
@@ -59,9 +53,6 @@ mod tests {
             HWM_ADVANCE,
             HWM_GUARD,
             HWM_LOAD,
-            HWM_LOCK_ONE,
-            HWM_CREATE_ONE,
-            HWM_ADVANCE_ONE,
             HWM_READ_ONE,
             PARKED_INSERT,
             PARKED_INSERT_UNKEYED,

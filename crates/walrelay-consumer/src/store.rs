@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, IsolationLevel, Transaction};
-use walrelay_contract::{EventKey, ParseEventKeyError};
+use walrelay_contract::EventKey;
 
+use crate::apply::{BatchError, BatchOutcome, Failed, Park};
+use crate::delivery::Delivery;
 use crate::meta::RecordMeta;
 use crate::metrics::Counters;
 use crate::statements;
@@ -66,46 +68,12 @@ impl<T> Outcome<T> {
     }
 }
 
-/// Why a record could not be processed. In every case the transaction was
-/// rolled back: the side effects are not committed and the high-water mark
-/// is unchanged, so a redelivery of the record is processed normally.
-#[derive(Debug, thiserror::Error)]
-pub enum ProcessError<E> {
-    /// The handler returned an error.
-    #[error("the record handler failed (rolled back; the high-water mark is unchanged): {0}")]
-    Handler(E),
-    /// A database error (connection lost, serialization failure, a
-    /// statement of the handler that aborted the transaction, ...). Usually
-    /// worth retrying the record.
-    #[error("database error while processing a record (rolled back): {0}")]
-    Db(#[from] tokio_postgres::Error),
-    /// The stored high-water mark is not a key. The table's CHECK
-    /// constraint prevents this unless it was changed.
-    #[error("the stored high-water mark {value:?} is not a 32-hex-digit key: {source}")]
-    CorruptHwm {
-        /// The stored text.
-        value: String,
-        /// What is wrong with it.
-        source: ParseEventKeyError,
-    },
-    /// The high-water mark row disappeared between creating and locking it
-    /// (someone deleted it concurrently, or the session runs at an
-    /// isolation level above READ COMMITTED).
-    #[error(
-        "the high-water mark row for {group}/{topic}/{partition}/{source_id} vanished between \
-         creating and locking it (deleted concurrently, or not READ COMMITTED)"
-    )]
-    RowVanished {
-        /// Consumer group.
-        group: String,
-        /// Topic.
-        topic: String,
-        /// Partition.
-        partition: i32,
-        /// Source (`walrelay-source`).
-        source_id: String,
-    },
-}
+/// Why a record could not be processed: the batch transaction's error
+/// ([`PgHwmStore::process`] is a batch of one). In every case the
+/// transaction was rolled back: the side effects are not committed and the
+/// high-water mark is unchanged, so a redelivery of the record is
+/// processed normally.
+pub type ProcessError<E> = BatchError<E>;
 
 /// One stored high-water mark.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -245,12 +213,12 @@ impl PgHwmStore {
                 &params(position, &source)[..],
             )
             .await?;
-        row.map(|row| parse_hwm(row.get(0))).transpose()
+        row.map(|row| parse_hwm(source, row.get(0))).transpose()
     }
 
-    /// Processes one record exactly once.
-    ///
-    /// In one transaction (READ COMMITTED unless configured otherwise):
+    /// Processes one record exactly once: a batch of one
+    /// ([`PgHwmStore::process_batch`]), in one transaction (READ COMMITTED
+    /// unless configured otherwise):
     ///
     /// 1. Lock the mark row of (`position`, `meta.source`) with
     ///    `SELECT ... FOR UPDATE`, creating it first at 32 zeros if it does
@@ -259,10 +227,12 @@ impl PgHwmStore {
     ///    other.
     /// 2. If `meta.key <= hwm`: roll back and return
     ///    [`Outcome::Duplicate`]. The handler does not run.
-    /// 3. Run `handler` with the transaction. On error: roll back and
-    ///    return [`ProcessError::Handler`]; nothing it did is committed
-    ///    and the mark is unchanged.
-    /// 4. Set the mark to `meta.key` and commit: [`Outcome::Processed`].
+    /// 3. Raise the mark to `meta.key` and run `handler` with the
+    ///    transaction. On error: roll back and return
+    ///    [`BatchError::Handler`]; nothing it did is committed and the mark
+    ///    is unchanged.
+    /// 4. Check that the handler left the transaction whole (see
+    ///    [`crate::apply`]) and commit: [`Outcome::Processed`].
     ///
     /// **Gap detection.** If `meta.prev_key` is above the mark, the record
     /// the relay sent just before this one to this partition was never
@@ -290,84 +260,101 @@ impl PgHwmStore {
     where
         F: AsyncFnOnce(&Transaction<'_>) -> Result<T, E>,
     {
-        let result = self.process_inner(client, position, meta, handler).await;
-        match &result {
-            Ok(Outcome::Processed(_)) => Counters::incr(&self.counters.processed),
-            Ok(Outcome::Duplicate { .. }) => Counters::incr(&self.counters.duplicates),
-            Err(_) => Counters::incr(&self.counters.errors),
-        }
-        result
+        let mut value = None;
+        let outcome = crate::apply::apply(
+            self,
+            client,
+            position,
+            std::slice::from_ref(meta),
+            None,
+            false,
+            async |tx, _new| match handler(tx).await {
+                Ok(v) => {
+                    value = Some(v);
+                    Ok(())
+                }
+                Err(error) => Err(Failed {
+                    index: Some(0),
+                    error,
+                }),
+            },
+        )
+        .await?;
+        Ok(match value {
+            Some(v) => Outcome::Processed(v),
+            None => Outcome::Duplicate {
+                hwm: outcome
+                    .marks
+                    .get(&meta.source)
+                    .copied()
+                    .unwrap_or(INITIAL_HWM),
+            },
+        })
     }
 
-    async fn process_inner<T, E, F>(
+    /// Applies a batch of records of **one partition** exactly once, in one
+    /// transaction.
+    ///
+    /// 1. Locks the mark rows of every source in the batch
+    ///    (`SELECT ... FOR UPDATE`, sorted by source so two members never
+    ///    deadlock), creating missing ones at 32 zeros.
+    /// 2. Walks the batch with a running mark per source
+    ///    ([`crate::batch::plan`]): records at or below it are duplicates.
+    /// 3. Raises each mark to the highest new key and runs `handler` once
+    ///    with the new records (in batch order), unless there are none. The
+    ///    update is sent first and the handler's statements follow it in
+    ///    the connection's pipeline: inside the transaction the handler
+    ///    already sees the raised marks.
+    /// 4. Commits once both succeeded.
+    ///
+    /// Every record must come from `position`'s partition, in offset order.
+    /// An error rolls everything back: no side effect, no mark moved.
+    pub async fn process_batch<E, F>(
         &self,
         client: &mut Client,
         position: &Position,
-        meta: &RecordMeta,
+        records: &[Delivery<'_>],
         handler: F,
-    ) -> Result<Outcome<T>, ProcessError<E>>
+    ) -> Result<BatchOutcome, BatchError<E>>
     where
-        F: AsyncFnOnce(&Transaction<'_>) -> Result<T, E>,
+        F: AsyncFnOnce(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), E>,
     {
-        let tx = client
-            .build_transaction()
-            .isolation_level(self.isolation)
-            .start()
-            .await?;
-        let hwm = lock_hwm(&tx, position, &meta.source).await?;
-        if meta.key <= hwm {
-            tx.rollback().await?;
-            tracing::debug!(
-                topic = %position.topic,
-                partition = position.partition,
-                source = %meta.source,
-                key = %meta.key,
-                %hwm,
-                "duplicate skipped"
-            );
-            return Ok(Outcome::Duplicate { hwm });
-        }
-        let gap = match meta.prev_key {
-            Some(prev) if hwm != INITIAL_HWM && prev > hwm => Some(prev),
-            _ => None,
-        };
+        let single = records.len() == 1;
+        crate::apply::apply(
+            self,
+            client,
+            position,
+            records,
+            None,
+            false,
+            async |tx, new| {
+                handler(tx, new).await.map_err(|error| Failed {
+                    index: single.then_some(0),
+                    error,
+                })
+            },
+        )
+        .await
+    }
 
-        let value = match handler(&tx).await {
-            Ok(value) => value,
-            Err(e) => {
-                if let Err(rollback) = tx.rollback().await {
-                    // The connection is likely gone; the server rolls back.
-                    tracing::debug!("rollback after a handler error failed: {rollback}");
-                }
-                return Err(ProcessError::Handler(e));
-            }
-        };
-        let key = meta.key.to_hex();
-        let mut p = params(position, &meta.source);
-        p.push((&key, Type::TEXT));
-        let updated = tx
-            .execute_typed(statements::HWM_ADVANCE_ONE, &p[..])
-            .await?;
-        if updated != 1 {
-            return Err(vanished(position, &meta.source));
-        }
-        tx.commit().await?;
-
-        if let Some(prev) = gap {
-            Counters::incr(&self.counters.gaps);
-            tracing::warn!(
-                topic = %position.topic,
-                partition = position.partition,
-                source = %meta.source,
-                %hwm,
-                prev = %prev,
-                key = %meta.key,
-                "gap: the record sent before this one was never processed by group {:?} \
-                 (high-water mark {hwm} < previous key {prev})",
-                position.group
-            );
-        }
-        Ok(Outcome::Processed(value))
+    /// [`PgHwmStore::process_batch`] with the loop's extras: the last
+    /// record may be parked instead of applied, `known` skips the row
+    /// creation when the marks are known to exist, and the handler may say
+    /// which record failed (an index into the slice it was given).
+    pub(crate) async fn apply_batch<E, F>(
+        &self,
+        client: &mut Client,
+        position: &Position,
+        records: &[Delivery<'_>],
+        park: Option<&Park>,
+        known: bool,
+        handler: F,
+    ) -> Result<BatchOutcome, BatchError<E>>
+    where
+        F: AsyncFnOnce(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), Failed<E>>,
+    {
+        let park = park.zip(records.last());
+        crate::apply::apply(self, client, position, records, park, known, handler).await
     }
 }
 
@@ -395,23 +382,6 @@ impl HwmStore for PgHwmStore {
     }
 }
 
-/// Locks the mark row, creating it at [`INITIAL_HWM`] first if needed.
-async fn lock_hwm<E>(
-    tx: &Transaction<'_>,
-    position: &Position,
-    source: &str,
-) -> Result<EventKey, ProcessError<E>> {
-    let p = params(position, &source);
-    if let Some(row) = tx.query_typed_opt(statements::HWM_LOCK_ONE, &p[..]).await? {
-        return parse_hwm(row.get(0));
-    }
-    tx.execute_typed(statements::HWM_CREATE_ONE, &p[..]).await?;
-    match tx.query_typed_opt(statements::HWM_LOCK_ONE, &p[..]).await? {
-        Some(row) => parse_hwm(row.get(0)),
-        None => Err(vanished(position, source)),
-    }
-}
-
 fn params<'a>(
     position: &'a Position,
     source: &'a (dyn ToSql + Sync),
@@ -424,18 +394,10 @@ fn params<'a>(
     ]
 }
 
-fn parse_hwm<E>(text: String) -> Result<EventKey, ProcessError<E>> {
-    EventKey::from_hex(&text).map_err(|source| ProcessError::CorruptHwm {
-        value: text,
-        source,
-    })
-}
-
-fn vanished<E>(position: &Position, source: &str) -> ProcessError<E> {
-    ProcessError::RowVanished {
-        group: position.group.clone(),
-        topic: position.topic.clone(),
-        partition: position.partition,
+fn parse_hwm<E>(source: &str, text: String) -> Result<EventKey, ProcessError<E>> {
+    EventKey::from_hex(&text).map_err(|e| BatchError::CorruptHwm {
         source_id: source.to_owned(),
-    }
+        value: text,
+        source: e,
+    })
 }

@@ -211,7 +211,7 @@ async fn handler_error_rolls_back_everything() -> anyhow::Result<()> {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, ProcessError::Handler(m) if m == "boom"),
+        matches!(&err, ProcessError::Handler { source: m, .. } if m == "boom"),
         "{err:?}"
     );
     assert!(err.to_string().contains("boom"), "{err}");
@@ -227,7 +227,7 @@ async fn handler_error_rolls_back_everything() -> anyhow::Result<()> {
         })
         .await
         .unwrap_err();
-    assert!(matches!(err, ProcessError::Handler(_)), "{err:?}");
+    assert!(matches!(err, ProcessError::Handler { .. }), "{err:?}");
     assert_eq!(store.hwm(&client, &pos, SOURCE).await?, Some(EventKey(10)));
     assert_eq!(effects(&client).await?.len(), 1);
 
