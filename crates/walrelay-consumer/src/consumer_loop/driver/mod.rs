@@ -13,20 +13,19 @@ use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedMessage};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::TopicPartitionList;
 use tokio::sync::watch;
-use tokio_postgres::Client;
+
+mod finish;
+
+use finish::store_offset;
 
 use super::context::{LoopContext, RebalanceEvent};
-use super::failure::{failure_of, stop_message, Failure, Retry};
-use super::job::{run_job, Done, Job, JobKind, JobResult, TopicPartition};
+use super::job::{run_job, Done, Job, JobKind, TopicPartition};
 use super::partition::{Partition, Queued, Step};
 use super::phase_clock::PhaseClock;
 use super::{Apply, LoopError, StoppedPartition};
-use crate::apply::BatchOutcome;
-use crate::metrics::{LoopMetrics, MarkLabels, PartitionLabels};
-use crate::outage::is_outage;
-use crate::parked::ParkUnkeyedError;
+use crate::metrics::LoopMetrics;
 use crate::pool::{Database, Pool};
 use crate::settings::Settings;
 use crate::store::{PgHwmStore, Position};
@@ -214,36 +213,57 @@ impl<'a> Driver<'a> {
                 Woke::Nothing => {}
                 Woke::Tick => self.commit_async(),
                 Woke::Job(done) => self.finish(*done),
-                Woke::Main(received) => {
-                    self.apply_rebalances(&mut queues);
-                    match received {
-                        Ok(message) => {
-                            self.enqueue(message);
-                            // Take what is already there without waiting.
-                            for _ in 0..POLL_BURST {
-                                match consumer.recv().now_or_never() {
-                                    Some(Ok(message)) => {
-                                        self.apply_rebalances(&mut queues);
-                                        self.enqueue(message.detach());
-                                    }
-                                    Some(Err(e)) => {
-                                        self.report(&e);
-                                        break;
-                                    }
-                                    None => break,
-                                }
-                            }
-                            self.apply_rebalances(&mut queues);
-                        }
-                        // librdkafka retries on its own; errors here are reports.
-                        Err(e) => self.report(&e),
-                    }
-                }
+                Woke::Main(received) => self.main_queue(received, &mut queues),
                 Woke::Partition(Ok(message)) => self.enqueue(message),
                 Woke::Partition(Err(e)) => tracing::warn!("Kafka consumer error: {e}"),
             }
         }
-        // Finish the batches in flight (they commit or not as a whole).
+        self.drain(jobs).await;
+        if self.stopped.is_empty() {
+            Ok(())
+        } else {
+            Err(LoopError::Stopped(std::mem::take(&mut self.stopped)))
+        }
+    }
+
+    /// A record (or an error) from the consumer's main queue, and what is
+    /// already behind it, taken without waiting.
+    fn main_queue(
+        &mut self,
+        received: Result<OwnedMessage, KafkaError>,
+        queues: &mut HashMap<TopicPartition, PartitionQueue>,
+    ) {
+        self.apply_rebalances(queues);
+        match received {
+            Ok(message) => {
+                self.enqueue(message);
+                for _ in 0..POLL_BURST {
+                    match self.consumer.recv().now_or_never() {
+                        Some(Ok(message)) => {
+                            self.apply_rebalances(queues);
+                            self.enqueue(message.detach());
+                        }
+                        Some(Err(e)) => {
+                            self.report(&e);
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+                self.apply_rebalances(queues);
+            }
+            // librdkafka retries on its own; errors here are reports.
+            Err(e) => self.report(&e),
+        }
+    }
+
+    /// At shutdown: finishes the batches in flight (they commit or not as
+    /// a whole), waiting at most [`SHUTDOWN_WAIT`].
+    async fn drain<E, F>(&mut self, mut jobs: FuturesUnordered<F>)
+    where
+        E: std::fmt::Display + 'static,
+        F: std::future::Future<Output = Done<E>>,
+    {
         let drained = tokio::time::timeout(SHUTDOWN_WAIT, async {
             while let Some(done) = jobs.next().await {
                 self.finish(done);
@@ -256,11 +276,6 @@ impl<'a> Driver<'a> {
                  (rolled back by the server; redelivered to the next owner)",
                 jobs.len()
             );
-        }
-        if self.stopped.is_empty() {
-            Ok(())
-        } else {
-            Err(LoopError::Stopped(std::mem::take(&mut self.stopped)))
         }
     }
 
@@ -494,251 +509,6 @@ impl<'a> Driver<'a> {
         wake
     }
 
-    fn stop(&mut self, tp: &TopicPartition, error: String) {
-        let Some(p) = self.partitions.get_mut(tp) else {
-            return;
-        };
-        tracing::error!(
-            topic = %tp.0,
-            partition = tp.1,
-            "partition stopped (nothing of it is applied or committed until a restart; the \
-             other partitions go on): {error}"
-        );
-        p.stopped = Some(error.clone());
-        let dropped = p.take(p.queue.len());
-        drop(dropped);
-        p.paused = true;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&tp.0, tp.1);
-        if let Err(e) = self.consumer.pause(&tpl) {
-            tracing::warn!("pausing the stopped partition failed: {e}");
-        }
-        self.metrics.stopped.get_or_create(&labels(tp)).set(1);
-        self.stopped.push(StoppedPartition {
-            topic: tp.0.clone(),
-            partition: tp.1,
-            error,
-        });
-    }
-
-    /// Acts on a finished job.
-    fn finish<E: std::fmt::Display + 'static>(&mut self, done: Done<E>) {
-        let Done {
-            tp,
-            generation,
-            records,
-            client,
-            started,
-            connecting,
-            handler,
-            ended,
-            parking,
-            discard,
-            result,
-        } = done;
-        let now = Instant::now();
-        self.clock.job(
-            connecting,
-            handler,
-            ended.saturating_duration_since(started),
-        );
-        let lost_connection = !discard && client.as_ref().is_none_or(Client::is_closed);
-        self.pool.give_back(client.filter(|_| !discard));
-        let Some(p) = self
-            .partitions
-            .get_mut(&tp)
-            .filter(|p| p.generation == generation)
-        else {
-            // Revoked meanwhile: whatever committed is covered by the
-            // marks; the new owner reads the rest.
-            return;
-        };
-        p.busy = false;
-        let take = records.len();
-        let failure: Option<(String, Option<usize>, Retry)> = match result {
-            JobResult::Batch(Ok(outcome)) => {
-                self.batch_committed(&tp, &records, &outcome, now.duration_since(started));
-                if let Some(p) = self.partitions.get_mut(&tp) {
-                    p.learn(&outcome.marks);
-                }
-                None
-            }
-            JobResult::ParkedUnkeyed(Ok(written)) => {
-                if written {
-                    self.store.counters().parked.inc();
-                }
-                if let Some(last) = records.last() {
-                    tracing::warn!(
-                        topic = %tp.0,
-                        partition = tp.1,
-                        offset = last.message.offset(),
-                        "record without walrelay headers {} walrelay_consumer_parked",
-                        if written {
-                            "parked in"
-                        } else {
-                            "delivered again, already parked (the same record) in"
-                        }
-                    );
-                }
-                None
-            }
-            JobResult::ParkedUnkeyed(Err(e @ ParkUnkeyedError::OffsetReused { .. })) => {
-                // Refused rather than guessed: the partition stops.
-                p.put_back(records);
-                self.stop(&tp, e.to_string());
-                return;
-            }
-            JobResult::Batch(Err(e)) => match failure_of(&e, lost_connection, parking) {
-                Failure::Stop => {
-                    let error = stop_message(&tp, &records, &e, parking);
-                    p.put_back(records);
-                    self.stop(&tp, error);
-                    return;
-                }
-                Failure::Outage => Some((e.to_string(), None, Retry::Outage)),
-                Failure::Shrink => Some((e.to_string(), None, Retry::Shrink)),
-                Failure::Attempt(index) => Some((e.to_string(), index, Retry::Attempt)),
-            },
-            JobResult::ParkedUnkeyed(Err(ParkUnkeyedError::Db(e)))
-                if !lost_connection && !is_outage(&e) =>
-            {
-                let offset = records.first().map_or(-1, |r| r.message.offset());
-                p.put_back(records);
-                self.stop(
-                    &tp,
-                    format!(
-                        "parking record {}/{} at offset {offset} (no walrelay headers) failed, \
-                         not for a database outage: {e}",
-                        tp.0, tp.1
-                    ),
-                );
-                return;
-            }
-            JobResult::ParkedUnkeyed(Err(e)) => Some((e.to_string(), None, Retry::Outage)),
-        };
-        let Some(p) = self.partitions.get_mut(&tp) else {
-            return;
-        };
-        match failure {
-            None => {
-                let last = records.last().map(|r| r.message.offset());
-                p.committed(take, now);
-                if let Some(offset) = last {
-                    store_offset(self.consumer, &tp, offset, &mut self.stored);
-                }
-            }
-            Some((error, index, retry)) => self.retry(&tp, records, error, index, retry, now),
-        }
-    }
-
-    /// Metrics and logs of a committed batch.
-    fn batch_committed(
-        &self,
-        tp: &TopicPartition,
-        records: &[Queued],
-        outcome: &BatchOutcome,
-        took: Duration,
-    ) {
-        self.metrics.batches.inc();
-        self.metrics.batch_records.observe(records.len() as f64);
-        self.metrics.apply_seconds.observe(took.as_secs_f64());
-        for (source, key) in &outcome.marks {
-            let lsn = i64::try_from(key.high()).unwrap_or(i64::MAX);
-            self.metrics
-                .hwm_commit_lsn
-                .get_or_create(&MarkLabels {
-                    topic: tp.0.clone(),
-                    partition: tp.1,
-                    source: source.clone(),
-                })
-                .set(lsn);
-        }
-        if outcome.parked {
-            if let Some(last) = records.last() {
-                tracing::warn!(
-                    topic = %tp.0,
-                    partition = tp.1,
-                    offset = last.message.offset(),
-                    "record parked in walrelay_consumer_parked after its last attempt"
-                );
-            }
-        }
-    }
-
-    /// Puts a failed batch back and schedules its retry (see [`Retry`]).
-    fn retry(
-        &mut self,
-        tp: &TopicPartition,
-        records: Vec<Queued>,
-        error: String,
-        index: Option<usize>,
-        retry: Retry,
-        now: Instant,
-    ) {
-        let Some(p) = self.partitions.get_mut(tp) else {
-            return;
-        };
-        let take = records.len();
-        let first = records.first().map_or(-1, |r| r.message.offset());
-        let last = records.last().map_or(-1, |r| r.message.offset());
-        let offset = index
-            .and_then(|i| records.get(i))
-            .map(|r| r.message.offset());
-        p.put_back(records);
-        self.metrics.retries.inc();
-        match retry {
-            Retry::Shrink => match p.contended(error.clone(), take, &self.settings, now) {
-                None => tracing::info!(
-                    topic = %tp.0,
-                    partition = tp.1,
-                    offsets = %format_args!("{first}..{last}"),
-                    "batch of {take} rolled back for contention or for its size, retried in \
-                     batches of half its size (not counted as an attempt until a batch of one \
-                     record): {error}"
-                ),
-                Some(n) => tracing::warn!(
-                    topic = %tp.0,
-                    partition = tp.1,
-                    attempt = n,
-                    attempts = self.settings.retry.attempts,
-                    offset = first,
-                    "record rolled back for contention or a statement timeout on its own \
-                     (counted as an attempt): {error}"
-                ),
-            },
-            Retry::Outage => {
-                // Replace the connections, retry until it works.
-                self.pool.drop_idle();
-                let n = p.db_failed(&self.settings, now);
-                if n.is_power_of_two() {
-                    tracing::warn!(
-                        topic = %tp.0,
-                        partition = tp.1,
-                        failures = n,
-                        retry_in = ?p.backoff_left(now),
-                        "database unavailable, the batch will be retried on a new connection \
-                         (meanwhile the partition reads at most two batches ahead; logged at 1, \
-                         2, 4, 8... failures): {error}"
-                    );
-                }
-            }
-            Retry::Attempt => {
-                let n = p.handler_failed(error.clone(), index, take, &self.settings, now);
-                tracing::warn!(
-                    topic = %tp.0,
-                    partition = tp.1,
-                    attempt = n,
-                    attempts = self.settings.retry.attempts,
-                    offset,
-                    offsets = %format_args!("{first}..{last}"),
-                    "batch of {take} rolled back and retried (not a database outage: counted as \
-                     an attempt; a batch of several whose failing record is unknown is then \
-                     applied one record per transaction): {error}"
-                );
-            }
-        }
-    }
-
     fn commit_async(&mut self) {
         if !self.stored {
             return;
@@ -748,30 +518,5 @@ impl<'a> Driver<'a> {
             Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
             Err(e) => tracing::warn!("committing offsets failed: {e}"),
         }
-    }
-}
-
-fn labels(tp: &TopicPartition) -> PartitionLabels {
-    PartitionLabels {
-        topic: tp.0.clone(),
-        partition: tp.1,
-    }
-}
-
-/// Stores `offset + 1` as the next offset to commit.
-fn store_offset(
-    consumer: &Arc<StreamConsumer<LoopContext>>,
-    tp: &TopicPartition,
-    offset: i64,
-    stored: &mut bool,
-) {
-    let mut tpl = TopicPartitionList::new();
-    let stored_ok = tpl
-        .add_partition_offset(&tp.0, tp.1, Offset::Offset(offset + 1))
-        .and_then(|()| consumer.store_offsets(&tpl));
-    match stored_ok {
-        Ok(()) => *stored = true,
-        // Revoked meanwhile: the new owner skips it by its mark.
-        Err(e) => tracing::debug!("storing the offset failed: {e}"),
     }
 }
