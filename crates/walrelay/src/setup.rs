@@ -57,22 +57,48 @@ pub async fn setup_with(config: &Config, options: SetupOptions) -> Result<Vec<St
     let mut conn = ReplicationConnection::connect(&pg).await?;
     conn.check_wal_level().await?;
     let mut steps = Vec::new();
-
     // 1. SQL helpers.
+    steps.push(helpers_step(&mut conn).await?);
+    // 2. Publication.
+    publication_step(&mut conn, config, &mut steps).await?;
+    // Whatever setup does not change itself (a row filter, INSERTs not
+    // published) would still skip rows: `run` refuses it, so say it now.
+    let facts = crate::publication::fetch(&mut conn, config).await?;
+    let problems = crate::publication::assess(&config.postgres.publication, &facts);
+    if !problems.is_empty() {
+        return Err(crate::publication::PublicationError { problems }.into());
+    }
+    // 3. Slot (after the publication), unless one it created is gone.
+    slot_step(&mut conn, config, &pg, options, &mut steps).await?;
+    let _ = conn.close().await;
+    Ok(steps)
+}
+
+/// Installs (or re-installs) the SQL helpers, `walrelay.emit` and
+/// `walrelay.slots`.
+async fn helpers_step(conn: &mut ReplicationConnection) -> Result<Step, RelayError> {
     let had_helpers = !conn
         .simple_query("SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'walrelay' AND p.proname = 'emit'")
         .await?
         .is_empty();
     conn.simple_query(&format!("BEGIN; {HELPERS_SQL}; COMMIT;"))
         .await?;
-    steps.push(if had_helpers {
+    Ok(if had_helpers {
         Step::Existed("SQL helpers walrelay.emit(topic, key, payload, headers) (re-installed, same definition)".into())
     } else {
         Step::Created("SQL helpers walrelay.emit(topic, key, payload, headers)".into())
-    });
+    })
+}
 
-    // 2. Publication.
-    let publication = &config.postgres.publication;
+/// The configured outbox tables, and those of them that are partitioned.
+type Tables = Vec<(String, String)>;
+
+/// The outbox tables the publication must hold; an error for one that
+/// does not exist.
+async fn outbox_tables(
+    conn: &mut ReplicationConnection,
+    config: &Config,
+) -> Result<(Tables, Tables), RelayError> {
     let mut wanted = Vec::new();
     // A partitioned outbox needs publish_via_partition_root: without it
     // pgoutput names each change after its partition, which is not the
@@ -80,7 +106,7 @@ pub async fn setup_with(config: &Config, options: SetupOptions) -> Result<Vec<St
     let mut partitioned = Vec::new();
     for o in &config.outbox {
         let (schema, table) = o.qualified_name();
-        match crate::publication::relkind(&mut conn, &schema, &table).await? {
+        match crate::publication::relkind(conn, &schema, &table).await? {
             Some('r') => {}
             Some('p') => partitioned.push((schema.clone(), table.clone())),
             _ => {
@@ -92,8 +118,22 @@ pub async fn setup_with(config: &Config, options: SetupOptions) -> Result<Vec<St
         }
         wanted.push((schema, table));
     }
-    let qualified =
-        |(s, t): &(String, String)| format!("{}.{}", quote_identifier(s), quote_identifier(t));
+    Ok((wanted, partitioned))
+}
+
+fn qualified((s, t): &(String, String)) -> String {
+    format!("{}.{}", quote_identifier(s), quote_identifier(t))
+}
+
+/// Creates the publication, or brings an existing one up to the
+/// configuration.
+async fn publication_step(
+    conn: &mut ReplicationConnection,
+    config: &Config,
+    steps: &mut Vec<Step>,
+) -> Result<(), RelayError> {
+    let publication = &config.postgres.publication;
+    let (wanted, partitioned) = outbox_tables(conn, config).await?;
     let pub_exists = !conn
         .simple_query(&format!(
             "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = {}",
@@ -101,112 +141,112 @@ pub async fn setup_with(config: &Config, options: SetupOptions) -> Result<Vec<St
         ))
         .await?
         .is_empty();
-    if !pub_exists {
-        let tables = if wanted.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " FOR TABLE {}",
-                wanted.iter().map(qualified).collect::<Vec<_>>().join(", ")
-            )
-        };
-        let with = if partitioned.is_empty() {
-            ""
-        } else {
-            " WITH (publish_via_partition_root = true)"
-        };
+    if pub_exists {
+        return update_publication(conn, publication, &wanted, &partitioned, steps).await;
+    }
+    let tables = if wanted.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " FOR TABLE {}",
+            wanted.iter().map(qualified).collect::<Vec<_>>().join(", ")
+        )
+    };
+    let with = if partitioned.is_empty() {
+        ""
+    } else {
+        " WITH (publish_via_partition_root = true)"
+    };
+    conn.simple_query(&format!(
+        "CREATE PUBLICATION {}{tables}{with}",
+        quote_identifier(publication)
+    ))
+    .await?;
+    steps.push(Step::Created(if wanted.is_empty() {
+        format!("publication {publication} (no tables: logical messages only)")
+    } else {
+        format!("publication {publication} for {}{with}", describe(&wanted))
+    }));
+    Ok(())
+}
+
+/// An existing publication: publish via the partition root where a table
+/// is partitioned, add the missing tables, warn about the others.
+async fn update_publication(
+    conn: &mut ReplicationConnection,
+    publication: &str,
+    wanted: &Tables,
+    partitioned: &Tables,
+    steps: &mut Vec<Step>,
+) -> Result<(), RelayError> {
+    let via_root = conn
+        .simple_query(&format!(
+            "SELECT pubviaroot::text AS v FROM pg_catalog.pg_publication WHERE pubname = {}",
+            quote_literal(publication)
+        ))
+        .await?
+        .first()
+        .map(|r| r.get_required("v").map(|v| v == "true"))
+        .transpose()?
+        .unwrap_or(false);
+    if !partitioned.is_empty() && !via_root {
+        // Set first: until then pg_publication_tables lists the
+        // partitions instead of the root.
         conn.simple_query(&format!(
-            "CREATE PUBLICATION {}{tables}{with}",
+            "ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
             quote_identifier(publication)
         ))
         .await?;
-        steps.push(Step::Created(if wanted.is_empty() {
-            format!("publication {publication} (no tables: logical messages only)")
-        } else {
-            format!("publication {publication} for {}{with}", describe(&wanted))
-        }));
+        steps.push(Step::Changed(format!(
+            "publication {publication}: publish_via_partition_root = true, for partitioned {} (changes already in the slot from before this still name the partitions: see docs/troubleshooting.md)",
+            describe(partitioned)
+        )));
+    }
+    let rows = conn
+        .simple_query(&format!(
+            "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = {}",
+            quote_literal(publication)
+        ))
+        .await?;
+    let mut present = Vec::new();
+    for r in &rows {
+        present.push((
+            r.get_required("schemaname")?.to_owned(),
+            r.get_required("tablename")?.to_owned(),
+        ));
+    }
+    let missing: Vec<_> = wanted
+        .iter()
+        .filter(|w| !present.contains(w))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        conn.simple_query(&format!(
+            "ALTER PUBLICATION {} ADD TABLE {}",
+            quote_identifier(publication),
+            missing.iter().map(qualified).collect::<Vec<_>>().join(", ")
+        ))
+        .await?;
+        steps.push(Step::Changed(format!(
+            "publication {publication}: added {}",
+            describe(&missing)
+        )));
     } else {
-        let via_root = conn
-            .simple_query(&format!(
-                "SELECT pubviaroot::text AS v FROM pg_catalog.pg_publication WHERE pubname = {}",
-                quote_literal(publication)
-            ))
-            .await?
-            .first()
-            .map(|r| r.get_required("v").map(|v| v == "true"))
-            .transpose()?
-            .unwrap_or(false);
-        if !partitioned.is_empty() && !via_root {
-            // Set first: until then pg_publication_tables lists the
-            // partitions instead of the root.
-            conn.simple_query(&format!(
-                "ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
-                quote_identifier(publication)
-            ))
-            .await?;
-            steps.push(Step::Changed(format!(
-                "publication {publication}: publish_via_partition_root = true, for partitioned {} (changes already in the slot from before this still name the partitions: see docs/troubleshooting.md)",
-                describe(&partitioned)
-            )));
-        }
-        let rows = conn
-            .simple_query(&format!(
-                "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = {}",
-                quote_literal(publication)
-            ))
-            .await?;
-        let mut present = Vec::new();
-        for r in &rows {
-            present.push((
-                r.get_required("schemaname")?.to_owned(),
-                r.get_required("tablename")?.to_owned(),
-            ));
-        }
-        let missing: Vec<_> = wanted
-            .iter()
-            .filter(|w| !present.contains(w))
-            .cloned()
-            .collect();
-        if !missing.is_empty() {
-            conn.simple_query(&format!(
-                "ALTER PUBLICATION {} ADD TABLE {}",
-                quote_identifier(publication),
-                missing.iter().map(qualified).collect::<Vec<_>>().join(", ")
-            ))
-            .await?;
-            steps.push(Step::Changed(format!(
-                "publication {publication}: added {}",
-                describe(&missing)
-            )));
-        } else {
-            steps.push(Step::Existed(format!("publication {publication}")));
-        }
-        let extra: Vec<_> = present
-            .iter()
-            .filter(|p| !wanted.contains(p))
-            .cloned()
-            .collect();
-        if !extra.is_empty() {
-            steps.push(Step::Warning(format!(
-                "publication {publication} also publishes {}, which is not an [[outbox]] table: `walrelay run` stops at its first change; remove it with ALTER PUBLICATION {} DROP TABLE ... or configure it",
-                describe(&extra),
-                quote_identifier(publication)
-            )));
-        }
+        steps.push(Step::Existed(format!("publication {publication}")));
     }
-
-    // Whatever setup does not change itself (a row filter, INSERTs not
-    // published) would still skip rows: `run` refuses it, so say it now.
-    let facts = crate::publication::fetch(&mut conn, config).await?;
-    let problems = crate::publication::assess(publication, &facts);
-    if !problems.is_empty() {
-        return Err(crate::publication::PublicationError { problems }.into());
+    let extra: Vec<_> = present
+        .iter()
+        .filter(|p| !wanted.contains(p))
+        .cloned()
+        .collect();
+    if !extra.is_empty() {
+        steps.push(Step::Warning(format!(
+            "publication {publication} also publishes {}, which is not an [[outbox]] table: `walrelay run` stops at its first change; remove it with ALTER PUBLICATION {} DROP TABLE ... or configure it",
+            describe(&extra),
+            quote_identifier(publication)
+        )));
     }
-
-    // 3. Slot (after the publication), unless one it created is gone.
-    slot_step(&mut conn, config, &pg, options, &mut steps).await?;
-    let _ = conn.close().await;
-    Ok(steps)
+    Ok(())
 }
 
 /// Ensures the slot and records it in `walrelay.slots`, after checking
