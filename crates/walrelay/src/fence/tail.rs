@@ -289,52 +289,120 @@ pub fn read(
         .max()
         .unwrap_or(1);
     if replication_factor > 1 {
-        match crate::kafka::conn::Settings::from_client_config(config) {
-            Ok(settings) => wait_until_readable(&consumer, &settings, topic, partitions, deadline)
-                .map_err(|behind| FenceError::Behind {
-                    topic: topic.to_owned(),
-                    behind,
-                    timeout,
-                })?,
-            Err(why) => tracing::warn!(
-                %topic,
-                "the tail fence does not wait for records the leaders hold unreplicated: walrelay \
-                 cannot connect to the brokers as its Kafka client does ({why}); a replay after a \
-                 crash may write such records again (duplicates, never a loss)"
-            ),
-        }
+        wait_if_possible(&consumer, config, topic, partitions, deadline, timeout)?;
     }
-    let mut tails = vec![PartitionTail::default(); partitions as usize];
-    // Per partition, the lowest offset read so far: a deeper round counts
-    // only what lies below it.
-    let mut first_offset: HashMap<u32, i64> = HashMap::new();
+    let mut reading = Reading {
+        consumer: &consumer,
+        topic,
+        source,
+        deadline,
+        timeout,
+        tails: vec![PartitionTail::default(); partitions as usize],
+        first_offset: HashMap::new(),
+    };
     let mut pending: Vec<u32> = (0..partitions).collect();
     for depth in [2, LOOKBACK] {
         if pending.is_empty() {
             break;
         }
+        reading.round(&pending, depth)?;
+        // Deeper only where this round found records but none of ours, or
+        // not the top record's predecessor (an empty partition, or one
+        // read from its start, has no more).
+        pending.retain(|p| {
+            reading.tails[*p as usize].wants_more()
+                && reading.first_offset.get(p).is_some_and(|&o| o > 0)
+        });
+    }
+    let tails = std::mem::take(&mut reading.tails);
+    let elapsed = started.elapsed();
+    close_in_background(consumer);
+    Ok(TopicTails {
+        partitions: tails,
+        elapsed,
+        replication_factor,
+    })
+}
+
+/// [`wait_until_readable`] where walrelay can connect to the leaders as
+/// the client does; a WARN where it cannot.
+fn wait_if_possible(
+    consumer: &BaseConsumer<Quiet>,
+    config: &ClientConfig,
+    topic: &str,
+    partitions: u32,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<(), FenceError> {
+    match crate::kafka::conn::Settings::from_client_config(config) {
+        Ok(settings) => wait_until_readable(consumer, &settings, topic, partitions, deadline)
+            .map_err(|behind| FenceError::Behind {
+                topic: topic.to_owned(),
+                behind,
+                timeout,
+            }),
+        Err(why) => {
+            tracing::warn!(
+                %topic,
+                "the tail fence does not wait for records the leaders hold unreplicated: walrelay \
+                 cannot connect to the brokers as its Kafka client does ({why}); a replay after a \
+                 crash may write such records again (duplicates, never a loss)"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Closing a librdkafka client takes 100-150 ms (its threads wind
+/// down); the session's first record need not wait for that.
+fn close_in_background(consumer: BaseConsumer<Quiet>) {
+    let close = std::thread::Builder::new()
+        .name("walrelay-fence-close".into())
+        .spawn(move || drop(consumer));
+    if let Err(e) = close {
+        tracing::debug!("closing the tail fence reader on this thread: {e}");
+    }
+}
+
+/// One topic's tail read, round by round.
+struct Reading<'a> {
+    consumer: &'a BaseConsumer<Quiet>,
+    topic: &'a str,
+    source: &'a [u8],
+    deadline: Instant,
+    timeout: Duration,
+    tails: Vec<PartitionTail>,
+    /// Per partition, the lowest offset read so far: a deeper round counts
+    /// only what lies below it.
+    first_offset: HashMap<u32, i64>,
+}
+
+impl Reading<'_> {
+    /// Reads the last `depth` records of each of `pending` to its end.
+    fn round(&mut self, pending: &[u32], depth: i64) -> Result<(), FenceError> {
+        let topic = self.topic;
         let mut tpl = TopicPartitionList::new();
-        for &p in &pending {
+        for &p in pending {
             tpl.add_partition_offset(topic, to_i32(p), Offset::OffsetTail(depth))
                 .map_err(|e| FenceError::Client(e.to_string()))?;
         }
-        consumer
+        self.consumer
             .assign(&tpl)
             .map_err(|e| FenceError::Client(e.to_string()))?;
-        let below: HashMap<u32, i64> = first_offset.clone();
+        let below: HashMap<u32, i64> = self.first_offset.clone();
         let mut open: BTreeSet<u32> = pending.iter().copied().collect();
         let mut last_error: Option<String> = None;
         while !open.is_empty() {
             let now = Instant::now();
-            if now >= deadline {
+            if now >= self.deadline {
                 return Err(FenceError::Timeout {
                     topic: topic.to_owned(),
                     partitions: open.into_iter().collect(),
-                    timeout,
+                    timeout: self.timeout,
                     last_error,
                 });
             }
-            match consumer.poll(POLL_STEP.min(deadline - now)) {
+            match self.consumer.poll(POLL_STEP.min(self.deadline - now)) {
                 Some(Ok(msg)) => {
                     let Ok(p) = u32::try_from(msg.partition()) else {
                         continue;
@@ -342,67 +410,53 @@ pub fn read(
                     if !open.contains(&p) || below.get(&p).is_some_and(|&b| msg.offset() >= b) {
                         continue;
                     }
-                    let lowest = first_offset.entry(p).or_insert(msg.offset());
+                    let lowest = self.first_offset.entry(p).or_insert(msg.offset());
                     *lowest = (*lowest).min(msg.offset());
-                    tails[p as usize].observe(own_record(&msg, source));
+                    self.tails[p as usize].observe(own_record(&msg, self.source));
                 }
                 Some(Err(KafkaError::PartitionEOF(p))) => {
                     if let Ok(p) = u32::try_from(p) {
                         open.remove(&p);
                     }
                 }
-                // librdkafka looks up the group of any consumer with a
-                // group.id (it assigns partitions only to one); the reader
-                // does not use it, so it needs no ACL on it.
-                Some(Err(e))
-                    if e.rdkafka_error_code()
-                        == Some(RDKafkaErrorCode::GroupAuthorizationFailed) =>
-                {
-                    tracing::debug!("tail fence reader: the unused group: {e}");
-                }
                 Some(Err(e)) => {
-                    if let Some(code) = e.rdkafka_error_code() {
-                        if is_denied(code) {
-                            return Err(FenceError::Denied {
-                                topic: topic.to_owned(),
-                                code,
-                            });
-                        }
-                        if code == RDKafkaErrorCode::UnknownTopicOrPartition {
-                            return Err(FenceError::Read {
-                                topic: topic.to_owned(),
-                                message: format!(
-                                    "{code}: the topic was deleted or is being recreated"
-                                ),
-                            });
-                        }
+                    if let Some(text) = read_error(topic, e)? {
+                        last_error = Some(text);
                     }
-                    last_error = Some(e.to_string());
                 }
                 None => {}
             }
         }
-        // Deeper only where this round found records but none of ours, or
-        // not the top record's predecessor (an empty partition, or one
-        // read from its start, has no more).
-        pending.retain(|p| {
-            tails[*p as usize].wants_more() && first_offset.get(p).is_some_and(|&o| o > 0)
-        });
+        Ok(())
     }
-    let elapsed = started.elapsed();
-    // Closing a librdkafka client takes 100-150 ms (its threads wind
-    // down); the session's first record need not wait for that.
-    let close = std::thread::Builder::new()
-        .name("walrelay-fence-close".into())
-        .spawn(move || drop(consumer));
-    if let Err(e) = close {
-        tracing::debug!("closing the tail fence reader on this thread: {e}");
+}
+
+/// An error of the reader: fatal (denied, the topic gone), or the text to
+/// report if the read times out (none for the unused group's).
+fn read_error(topic: &str, e: KafkaError) -> Result<Option<String>, FenceError> {
+    match e.rdkafka_error_code() {
+        // librdkafka looks up the group of any consumer with a group.id
+        // (it assigns partitions only to one); the reader does not use
+        // it, so it needs no ACL on it.
+        Some(RDKafkaErrorCode::GroupAuthorizationFailed) => {
+            tracing::debug!("tail fence reader: the unused group: {e}");
+            return Ok(None);
+        }
+        Some(code) if is_denied(code) => {
+            return Err(FenceError::Denied {
+                topic: topic.to_owned(),
+                code,
+            })
+        }
+        Some(code @ RDKafkaErrorCode::UnknownTopicOrPartition) => {
+            return Err(FenceError::Read {
+                topic: topic.to_owned(),
+                message: format!("{code}: the topic was deleted or is being recreated"),
+            })
+        }
+        _ => {}
     }
-    Ok(TopicTails {
-        partitions: tails,
-        elapsed,
-        replication_factor,
-    })
+    Ok(Some(e.to_string()))
 }
 
 /// The fence's error for a failed metadata request of `topic`.
