@@ -21,21 +21,20 @@ pub mod event;
 pub mod faults;
 pub mod history;
 pub mod proxy;
+mod run;
 pub mod services;
 pub mod workload;
 
+pub use run::run;
+
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use tokio::sync::watch;
-use walrelay_testkit::await_condition;
 
-use faults::{FaultKind, FaultLog, Schedule};
-use services::{Services, Supervised, GROUP, MESSAGE_TIMEOUT, RAW_PREFIX, RAW_TOPIC, SLOT, TOPICS};
-use workload::{Progress, Workload, WorkloadConfig};
+use faults::{FaultKind, Schedule};
+use services::{Services, MESSAGE_TIMEOUT, RAW_PREFIX, RAW_TOPIC, SLOT};
+use workload::WorkloadConfig;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -130,7 +129,8 @@ pub fn relay_binary_for_tests() -> Result<PathBuf> {
 
 /// The Python consumer's group, and its script (in this crate's source).
 pub const PYTHON_GROUP: &str = "chaos-py";
-const PYTHON_CONSUMER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/chaos_consumer.py");
+pub(crate) const PYTHON_CONSUMER: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/python/chaos_consumer.py");
 
 /// The result of a run.
 pub struct Report {
@@ -146,17 +146,17 @@ impl Report {
     }
 }
 
-struct Plan {
-    events: u64,
-    schedule: Schedule,
-    workload: WorkloadConfig,
+pub(crate) struct Plan {
+    pub(crate) events: u64,
+    pub(crate) schedule: Schedule,
+    pub(crate) workload: WorkloadConfig,
     /// The kinds of fault this run injects.
-    kinds: &'static [FaultKind],
+    pub(crate) kinds: &'static [FaultKind],
     /// Each kind at least this often (short mode checks it).
-    min_each: u32,
+    pub(crate) min_each: u32,
 }
 
-fn plan(o: &Options) -> Plan {
+pub(crate) fn plan(o: &Options) -> Plan {
     use FaultKind::*;
     if o.brokers == 3 {
         return three_broker_plan(o);
@@ -280,7 +280,11 @@ fn three_broker_plan(o: &Options) -> Plan {
     }
 }
 
-fn relay_args(s: &Services, config: &std::path::Path, trace: &std::path::Path) -> Vec<String> {
+pub(crate) fn relay_args(
+    s: &Services,
+    config: &std::path::Path,
+    trace: &std::path::Path,
+) -> Vec<String> {
     let mut args: Vec<String> = [
         "--config",
         &config.display().to_string(),
@@ -319,7 +323,7 @@ fn relay_args(s: &Services, config: &std::path::Path, trace: &std::path::Path) -
     args
 }
 
-async fn slot_confirmed(url: &str) -> Result<u64> {
+pub(crate) async fn slot_confirmed(url: &str) -> Result<u64> {
     let c = workload::connect(url).await?;
     let row = c
         .query_one(
@@ -331,7 +335,7 @@ async fn slot_confirmed(url: &str) -> Result<u64> {
     Ok(row.get::<_, i64>(0) as u64)
 }
 
-async fn current_lsn(url: &str) -> Result<u64> {
+pub(crate) async fn current_lsn(url: &str) -> Result<u64> {
     let c = workload::connect(url).await?;
     let row = c
         .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
@@ -339,434 +343,10 @@ async fn current_lsn(url: &str) -> Result<u64> {
     Ok(row.get::<_, i64>(0) as u64)
 }
 
-async fn applied_count(dsn: &str, table: &str) -> Result<u64> {
+pub(crate) async fn applied_count(dsn: &str, table: &str) -> Result<u64> {
     let c = workload::connect(dsn).await?;
     let row = c
         .query_one(&format!("SELECT count(*) FROM {table}"), &[])
         .await?;
     Ok(row.get::<_, i64>(0) as u64)
-}
-
-/// Runs the harness once; `Err` only when the harness itself could not
-/// run (the system's failures are in [`Report::failures`]).
-pub async fn run(o: Options) -> Result<Report> {
-    let started = Instant::now();
-    println!(
-        "walrelay-chaos: mode {:?}, seed {} (rerun with --seed {})",
-        o.mode, o.seed, o.seed
-    );
-    let mut plan = plan(&o);
-    for bin in [&o.relay_bin, &o.chaos_bin] {
-        ensure!(
-            bin.is_file(),
-            "{} is missing: build it first (cargo build --bins, with --release for the long mode)",
-            bin.display()
-        );
-    }
-    let s = Services::start(o.keep, o.brokers).await?;
-    println!("walrelay-chaos: working directory {}", s.dir.display());
-    let config = s.path("walrelay.toml");
-    // Reconnect quickly after faults (the default backoff grows to 30 s).
-    std::fs::write(
-        &config,
-        format!(
-            "[relay]\nmax_backoff = \"1s\"\nstandby_poll = \"200ms\"\nfence = {}\n",
-            o.fence
-        ),
-    )?;
-    let trace = s.path("trace.jsonl");
-    let args = relay_args(&s, &config, &trace);
-    let setup = tokio::process::Command::new(&o.relay_bin)
-        .args(&args[..args.len() - 2])
-        .arg("setup")
-        .output()
-        .await?;
-    ensure!(
-        setup.status.success(),
-        "walrelay setup failed: {}",
-        String::from_utf8_lossy(&setup.stderr)
-    );
-    let mut auditor = history::Auditor::new(s.source_url());
-    auditor.create_slot().await?;
-
-    let mut relay = Supervised::new(
-        "relay",
-        o.relay_bin.clone(),
-        [args.clone(), vec!["run".into()]].concat(),
-        s.path("relay.log"),
-    );
-    let mut consumer_args = vec![
-        "consumer".to_string(),
-        "--bootstrap".into(),
-        s.bootstrap(),
-        "--dsn".into(),
-        s.service_dsn(),
-        "--group".into(),
-        GROUP.into(),
-    ];
-    for (t, _) in TOPICS {
-        consumer_args.extend(["--topic".into(), t.into()]);
-    }
-    let mut consumer = Supervised::new(
-        "consumer",
-        o.chaos_bin.clone(),
-        consumer_args,
-        s.path("consumer.log"),
-    );
-    let mut python = o.python.as_ref().map(|interpreter| {
-        let mut args = vec![
-            PYTHON_CONSUMER.to_string(),
-            "--bootstrap".into(),
-            s.bootstrap(),
-            "--dsn".into(),
-            s.service_dsn(),
-            "--group".into(),
-            PYTHON_GROUP.into(),
-        ];
-        for (t, _) in TOPICS {
-            args.extend(["--topic".into(), t.into()]);
-        }
-        Supervised::new(
-            "Python consumer",
-            interpreter.clone(),
-            args,
-            s.path("consumer-py.log"),
-        )
-    });
-    relay.start()?;
-    consumer.start()?;
-    if let Some(p) = &mut python {
-        p.start()?;
-    }
-
-    let progress = Arc::new(Progress::default());
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let poller = {
-        let progress = Arc::clone(&progress);
-        let dsn = s.service_dsn();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let mut client = None;
-            while !*stop.borrow() {
-                if client.is_none() {
-                    client = workload::connect(&dsn).await.ok();
-                }
-                if let Some(c) = &client {
-                    match c
-                        .query_one("SELECT coalesce(max(seq), 0) FROM chaos_applied", &[])
-                        .await
-                    {
-                        Ok(r) => progress
-                            .applied
-                            .store(r.get::<_, i64>(0) as u64, Ordering::Relaxed),
-                        Err(_) => client = None,
-                    }
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                    _ = stop.changed() => {}
-                }
-            }
-        })
-    };
-    let workload = tokio::spawn(
-        Workload::new(o.seed, plan.workload.clone(), s.source_url())
-            .run(stop_rx.clone(), Arc::clone(&progress)),
-    );
-
-    // Faults, until the schedule is done and enough events committed.
-    let mut log = FaultLog::default();
-    let mut last_report = Instant::now();
-    loop {
-        let gap = plan.schedule.next_gap();
-        let until = Instant::now() + gap;
-        while Instant::now() < until {
-            relay.ensure_running()?;
-            consumer.ensure_running()?;
-            if let Some(p) = &mut python {
-                p.ensure_running()?;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        if workload.is_finished() {
-            break;
-        }
-        let committed = progress.committed_events.load(Ordering::Relaxed);
-        let kind = plan.schedule.next(&log);
-        if kind.is_none() && committed >= plan.events {
-            break;
-        }
-        if let Some(kind) = kind {
-            let rng = plan.schedule.rng();
-            let mut rng = rand::SeedableRng::seed_from_u64(rand::RngExt::random(rng));
-            faults::inject(
-                kind,
-                &s,
-                &mut relay,
-                &mut consumer,
-                python.as_mut(),
-                &mut rng,
-                &mut log,
-            )
-            .await?;
-        }
-        let _ = auditor.drain().await;
-        if last_report.elapsed() > Duration::from_secs(20) {
-            last_report = Instant::now();
-            println!(
-                "walrelay-chaos: {:>5.0}s  {} faults ({} relay kill -9)  {} events committed, {} applied",
-                started.elapsed().as_secs_f64(),
-                log.total(),
-                log.count(FaultKind::RelayKill9),
-                committed,
-                progress.applied.load(Ordering::Relaxed)
-            );
-        }
-    }
-    stop_tx.send_replace(true);
-    let units = workload.await?.context("the workload failed")?;
-    poller.await?;
-    println!(
-        "walrelay-chaos: {:.0}s: workload stopped after {} units; draining",
-        started.elapsed().as_secs_f64(),
-        units.len()
-    );
-
-    // Let everything catch up, with every service up.
-    relay.ensure_running()?;
-    consumer.ensure_running()?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while let Err(e) = auditor.drain().await {
-        ensure!(Instant::now() < deadline, "draining the audit slot: {e:#}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let end = current_lsn(&s.source_url()).await?;
-    let url = s.source_url();
-    let drained = await_condition(
-        Duration::from_secs(300),
-        Duration::from_millis(250),
-        || async { Ok(slot_confirmed(&url).await? >= end) },
-    )
-    .await;
-    let mut failures = Vec::new();
-    if let Err(e) = drained {
-        failures.push(format!(
-            "the slot never confirmed the end of the workload: {e:#}\n{}",
-            services::tail(relay.log_path(), 20)
-        ));
-    }
-    let ledger = history::ledger(&s.source_url()).await?;
-    let expected = ledger.values().map(|n| *n as u64).sum::<u64>() + auditor.non_tx.len() as u64;
-    let dsn = s.service_dsn();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let mut caught_up = false;
-    while Instant::now() < deadline {
-        consumer.ensure_running()?;
-        if let Some(p) = &mut python {
-            p.ensure_running()?;
-        }
-        if applied_count(&dsn, "chaos_applied").await.unwrap_or(0) >= expected
-            && (python.is_none()
-                || applied_count(&dsn, "chaos_applied_py").await.unwrap_or(0) >= expected)
-        {
-            caught_up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    if !caught_up {
-        failures.push(format!(
-            "the consumers did not apply {expected} events in time:\n{}\n{}",
-            services::tail(consumer.log_path(), 20),
-            python
-                .as_ref()
-                .map(|p| services::tail(p.log_path(), 20))
-                .unwrap_or_default()
-        ));
-    }
-    // Any late double application would show up now.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    match consumer
-        .signal_and_wait("TERM", Duration::from_secs(30))
-        .await
-    {
-        Ok(st) if st.success() => {}
-        other => failures.push(format!("consumer graceful stop: {other:?}")),
-    }
-    if let Some(p) = &mut python {
-        match p.signal_and_wait("TERM", Duration::from_secs(30)).await {
-            Ok(st) if st.success() => {}
-            other => failures.push(format!(
-                "Python consumer graceful stop: {other:?}\n{}",
-                services::tail(p.log_path(), 20)
-            )),
-        }
-    }
-    match relay.signal_and_wait("TERM", Duration::from_secs(45)).await {
-        Ok(st) if st.success() => {}
-        other => failures.push(format!(
-            "relay graceful stop: {other:?}\n{}",
-            services::tail(relay.log_path(), 20)
-        )),
-    }
-
-    println!(
-        "walrelay-chaos: {:.0}s: reading back the wire and the history",
-        started.elapsed().as_secs_f64()
-    );
-    let bootstrap = s.bootstrap();
-    let wire = tokio::task::spawn_blocking(move || {
-        history::read_wire(
-            &bootstrap,
-            expected as usize,
-            Duration::from_secs(3),
-            Duration::from_secs(600),
-        )
-    })
-    .await??;
-    let applied = history::applied(&s.service_dsn(), "chaos_applied").await?;
-    let trace_summary = history::check_trace(&trace)?;
-    let mut verdict = checker::check(&units, &ledger, &auditor.non_tx, &applied, &wire);
-    verdict.duplicates_allowed = !o.fence;
-    // The Python consumer's applications, checked like the Rust one's.
-    let python_verdict = match &python {
-        Some(_) => {
-            let applied = history::applied(&s.service_dsn(), "chaos_applied_py").await?;
-            let mut v = checker::check(&units, &ledger, &auditor.non_tx, &applied, &wire);
-            v.duplicates_allowed = !o.fence;
-            Some(v)
-        }
-        None => None,
-    };
-    // Its own applications only: the wire is the Rust check's.
-    if let Some(v) = python_verdict.as_ref().filter(|v| {
-        v.lost
-            + v.double_processed
-            + v.rolled_back_applied
-            + v.unexpected_applied
-            + v.order_violations
-            > 0
-    }) {
-        failures.push(format!(
-            "history check of the Python consumer failed; examples:\n  {}",
-            v.examples.join("\n  ")
-        ));
-    }
-
-    if o.fence && verdict.wire_duplicates > 0 {
-        failures.push(format!(
-            "{} replayed duplicates on the wire with the tail fence on (see the relay log's \"tail fence\" lines)",
-            verdict.wire_duplicates
-        ));
-    }
-    if !verdict.passed() {
-        failures.push(format!(
-            "history check failed; examples:\n  {}\nledger: {:?}",
-            verdict.examples.join("\n  "),
-            verdict.ledger_anomalies.iter().take(10).collect::<Vec<_>>()
-        ));
-    }
-    if trace_summary.violation_count > 0 {
-        failures.push(format!(
-            "confirmed before acknowledged: {:?}",
-            trace_summary.violations
-        ));
-    }
-    if trace_summary.confirmations == 0 || trace_summary.acked == 0 {
-        failures.push("the trace shows no acknowledgements or confirmations".into());
-    }
-    // A killed relay leaves at most one partial line.
-    if trace_summary.malformed > u64::from(relay.starts) {
-        failures.push(format!(
-            "{} malformed trace lines for {} relay processes",
-            trace_summary.malformed, relay.starts
-        ));
-    }
-    for f in &log.sigterm_failures {
-        failures.push(format!("relay SIGTERM did not exit 0: {f}"));
-    }
-    for e in relay
-        .unexpected_exits
-        .iter()
-        .chain(&consumer.unexpected_exits)
-        .chain(python.iter().flat_map(|p| &p.unexpected_exits))
-    {
-        failures.push(format!("unexpected exit: {e}"));
-    }
-    if !auditor.malformed.is_empty() {
-        failures.push(format!(
-            "unparsable audit rows: {:?}",
-            &auditor.malformed[..1]
-        ));
-    }
-    for &k in plan.kinds {
-        if log.count(k) < plan.min_each {
-            failures.push(format!("only {} × {k}", log.count(k)));
-        }
-    }
-    if log.count(FaultKind::ConsumerKill) > 0 && log.consumer_in_window == 0 {
-        failures.push(
-            "no consumer kill was shown to land between the database commit and the offset commit"
-                .into(),
-        );
-    }
-    if plan.schedule.remaining() > 0 {
-        failures.push(format!(
-            "{} scheduled faults never ran",
-            plan.schedule.remaining()
-        ));
-    }
-    if verdict.expected_tx_events as u64 + (verdict.expected_non_tx as u64) < plan.events {
-        failures.push(format!(
-            "only {} events committed, fewer than the {} planned",
-            verdict.expected_tx_events + verdict.expected_non_tx,
-            plan.events
-        ));
-    }
-    let elapsed = started.elapsed();
-    let mut extra = vec![(
-        "brokers".to_string(),
-        match o.brokers {
-            3 => "three Apache Kafka nodes (RF 3, min.insync.replicas 2)".to_string(),
-            _ => "one, behind the fault proxy".to_string(),
-        },
-    )];
-    if let Some(v) = &python_verdict {
-        extra.push((
-            "Python consumer: applications / lost / double-processed / order violations".into(),
-            format!(
-                "{} / {} / {} / {}",
-                v.applications, v.lost, v.double_processed, v.order_violations
-            ),
-        ));
-    }
-    extra.extend([
-        (
-            "consumer kills without a new record (plain kill -9)".to_string(),
-            log.consumer_idle_kills.to_string(),
-        ),
-        (
-            "walsender terminations that found none (relay reconnecting)".to_string(),
-            log.walsender_absent.to_string(),
-        ),
-        (
-            "workload statements failed by faults".to_string(),
-            progress.errors.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "relay / consumer processes started".to_string(),
-            format!("{} / {}", relay.starts, consumer.starts),
-        ),
-        (
-            "wall time".to_string(),
-            format!("{:.0} s", elapsed.as_secs_f64()),
-        ),
-    ]);
-    let table = checker::table(&verdict, &trace_summary, &log, &extra);
-    Ok(Report {
-        seed: o.seed,
-        table,
-        failures,
-        elapsed,
-    })
 }
