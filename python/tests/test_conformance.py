@@ -545,7 +545,7 @@ class World:
             c = self.counters_sum()
             s = c.processed + c.duplicates + c.parked
             # The loops' own list (read only; appended to by their threads).
-            st = sum(len(loop._stopped) for loop in self.loops)
+            st = sum(len(loop._core.stopped) for loop in self.loops)
             if (
                 (effects is None or e >= effects)
                 and (parked is None or p >= parked)

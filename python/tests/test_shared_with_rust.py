@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 import walrelay_consumer
-from walrelay_consumer import apply, consumer, migration_sql, parked
+from walrelay_consumer import apply, marks, migration_sql, parked
 
 REPO = Path(__file__).resolve().parents[2]
 SQL = REPO / "sql"
@@ -43,8 +43,8 @@ def test_the_modules_run_the_repository_statements():
     assert apply.ENSURE_SQL == repo("hwm_ensure")
     assert apply.LOCK_SQL == repo("hwm_lock")
     assert apply.ADVANCE_SQL == repo("hwm_advance")
-    assert consumer.LOAD_SQL == repo("hwm_load")
-    assert consumer.STATEMENT_TIMEOUT_SQL == repo("statement_timeout")
+    assert marks.LOAD_SQL == repo("hwm_load")
+    assert marks.STATEMENT_TIMEOUT_SQL == repo("statement_timeout")
     assert parked.INSERT_SQL == repo("parked_insert")
     assert parked.INSERT_UNKEYED_SQL == repo("parked_insert_unkeyed")
     assert parked.SAME_UNKEYED_SQL == repo("parked_same_unkeyed")

@@ -3,8 +3,9 @@ statements, locks and outcomes as :mod:`walrelay_consumer.apply`, on
 psycopg's ``AsyncConnection``, so it runs inside an existing event loop.
 
 The consumer loop on top of it is
-:class:`~walrelay_consumer.AsyncConsumerLoop`; :func:`redrive_async`
-re-drives parked records on an ``AsyncConnection``.
+:class:`~walrelay_consumer.AsyncConsumerLoop` (which also parks records
+without walrelay headers here, :func:`insert_unkeyed_async`);
+:func:`redrive_async` re-drives parked records on an ``AsyncConnection``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,17 @@ import psycopg
 from psycopg import pq
 
 from . import batch, parked
-from .parked import TAKE_SQL, RedriveReport, parked_delivery, settle
+from .handler_timeout import call_async
+from .parked import (
+    INSERT_UNKEYED_SQL,
+    SAME_UNKEYED_SQL,
+    TAKE_SQL,
+    RedriveReport,
+    parked_delivery,
+    row_params,
+    settle,
+    unkeyed_parked_before,
+)
 from .apply import (
     ADVANCE_SQL,
     ENSURE_SQL,
@@ -39,11 +50,16 @@ from .apply import (
     _xact_of,
 )
 from .counters import Counters
-from .records import Delivery, Position
+from .records import Delivery, Position, Record
 
 __all__ = [
+    "AsyncApply",
     "AsyncBatchHandler",
     "AsyncRecordHandler",
+    "apply_batch_async",
+    "insert_unkeyed_async",
+    "per_batch_async",
+    "per_record_async",
     "process_batch_async",
     "process_records_async",
     "redrive_async",
@@ -54,7 +70,37 @@ AsyncBatchHandler = Callable[["psycopg.AsyncConnection[Any]", Sequence[Delivery]
 #: Awaited once per new record, in order, inside the transaction.
 AsyncRecordHandler = Callable[["psycopg.AsyncConnection[Any]", Delivery], Awaitable[object]]
 
-_AsyncApply = Callable[["psycopg.AsyncConnection[Any]", list[Delivery]], Awaitable[None]]
+#: A handler adapted to the batch transaction (:func:`per_batch_async`,
+#: :func:`per_record_async`).
+AsyncApply = Callable[["psycopg.AsyncConnection[Any]", list[Delivery]], Awaitable[None]]
+
+
+def per_batch_async(handler: AsyncBatchHandler, timeout: float | None = None) -> AsyncApply:
+    """Adapts an async batch handler, each call bounded by ``timeout``
+    seconds (:func:`~walrelay_consumer.handler_timeout.call_async`); a batch
+    of one knows its failing record."""
+
+    async def apply(conn: psycopg.AsyncConnection[Any], new: list[Delivery]) -> None:
+        try:
+            await call_async(handler(conn, new), timeout)
+        except Exception as e:
+            raise _Failed(e, 0 if len(new) == 1 else None) from e
+
+    return apply
+
+
+def per_record_async(handler: AsyncRecordHandler, timeout: float | None = None) -> AsyncApply:
+    """Adapts an async per-record handler: each record in order, each call
+    bounded by ``timeout`` seconds, the failing one named."""
+
+    async def apply(conn: psycopg.AsyncConnection[Any], new: list[Delivery]) -> None:
+        for index, delivery in enumerate(new):
+            try:
+                await call_async(handler(conn, delivery), timeout)
+            except Exception as e:
+                raise _Failed(e, index) from e
+
+    return apply
 
 
 async def process_batch_async(
@@ -66,14 +112,7 @@ async def process_batch_async(
 ) -> BatchOutcome:
     """:func:`walrelay_consumer.process_batch` on an ``AsyncConnection``:
     one batch of one partition exactly once, in one transaction."""
-
-    async def apply(c: psycopg.AsyncConnection[Any], new: list[Delivery]) -> None:
-        try:
-            await handler(c, new)
-        except Exception as e:
-            raise _Failed(e, 0 if len(new) == 1 else None) from e
-
-    return await apply_batch_async(conn, position, records, apply, counters=counters)
+    return await apply_batch_async(conn, position, records, per_batch_async(handler), counters=counters)
 
 
 async def process_records_async(
@@ -84,22 +123,14 @@ async def process_records_async(
     counters: Counters | None = None,
 ) -> BatchOutcome:
     """:func:`process_batch_async` with a per-record handler."""
-
-    async def apply(c: psycopg.AsyncConnection[Any], new: list[Delivery]) -> None:
-        for index, delivery in enumerate(new):
-            try:
-                await handler(c, delivery)
-            except Exception as e:
-                raise _Failed(e, index) from e
-
-    return await apply_batch_async(conn, position, records, apply, counters=counters)
+    return await apply_batch_async(conn, position, records, per_record_async(handler), counters=counters)
 
 
 async def apply_batch_async(
     conn: psycopg.AsyncConnection[Any],
     position: Position,
     records: Sequence[Delivery],
-    apply: _AsyncApply,
+    apply: AsyncApply,
     *,
     park: Park | None = None,
     known: bool = False,
@@ -120,7 +151,7 @@ async def _apply(
     conn: psycopg.AsyncConnection[Any],
     position: Position,
     records: Sequence[Delivery],
-    apply: _AsyncApply,
+    apply: AsyncApply,
     park: Park | None,
     known: bool,
 ) -> BatchOutcome:
@@ -174,6 +205,23 @@ async def _lock_marks(
         await cur.execute(ENSURE_SQL, p)
         rows = await (await cur.execute(LOCK_SQL, p)).fetchall()
     return _marks_of(rows, sources), _xact_of(rows)
+
+
+async def insert_unkeyed_async(
+    conn: psycopg.AsyncConnection[Any], position: Position, record: Record, error: str
+) -> bool:
+    """:func:`walrelay_consumer.parked.insert_unkeyed` on an
+    ``AsyncConnection``: parks a record without usable walrelay headers in
+    its own transaction; whether a row was written."""
+    params = row_params(position, record, None, None, error, 1)
+    async with conn.transaction():
+        cur = psycopg.AsyncRawCursor(conn)
+        await cur.execute(INSERT_UNKEYED_SQL, params)
+        if cur.rowcount == 1:
+            return True
+        await cur.execute(SAME_UNKEYED_SQL, params[:4] + params[6:10])
+        row = await cur.fetchone()
+    return unkeyed_parked_before(position, record, row)
 
 
 async def redrive_async(

@@ -1,7 +1,8 @@
-"""The consumer loop for asyncio services (FastAPI, aiohttp): the blocking
-:class:`~walrelay_consumer.ConsumerLoop`'s decisions, with the database
-work on psycopg's ``AsyncConnection`` and librdkafka's blocking calls on
-one worker thread, so the event loop keeps running while the loop waits.
+"""The consumer loop for asyncio services (FastAPI, aiohttp): the decisions
+of :mod:`walrelay_consumer.loop_core` (the same as the blocking
+:class:`~walrelay_consumer.ConsumerLoop`'s), with the database work on
+psycopg's ``AsyncConnection`` and librdkafka's blocking calls on one worker
+thread, so the event loop keeps running while the loop waits.
 
 Kafka calls (poll, commit, close) all go through one single-thread
 executor: rebalance callbacks run inside the poll on that thread while the
@@ -16,33 +17,25 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
-from .aio import AsyncBatchHandler, AsyncRecordHandler, _AsyncApply, apply_batch_async
-from .apply import BatchError, _Failed
-from .handler_timeout import call_async, discards_connection
-from .consumer import (
-    LOAD_SQL,
-    STATEMENT_TIMEOUT_SQL,
-    POLL_BURST,
-    STRAGGLER_WAIT,
-    ConsumerLoop,
-    PartitionsStopped,
-    _Job,
-    _millis,
-    _resume_assigned,
-    _Round,
-    log,
+from .aio import (
+    AsyncApply,
+    AsyncBatchHandler,
+    AsyncRecordHandler,
+    apply_batch_async,
+    insert_unkeyed_async,
+    per_batch_async,
+    per_record_async,
 )
-from .parked import INSERT_UNKEYED_SQL, OffsetReused, SAME_UNKEYED_SQL, row_params, unkeyed_parked_before
-from .partition import ParkUnkeyed, Partition
-from .records import Delivery, Position, Record
+from .loop_core import JOB_FAILURES, POLL_BURST, STRAGGLER_WAIT, TP, After, ConsumerKafka, Driver, Job, Round
+from .marks import load_marks_async
+from .partition import ParkUnkeyed
 from .settings import Settings
 
 __all__ = ["AsyncConsumerLoop"]
@@ -50,7 +43,7 @@ __all__ = ["AsyncConsumerLoop"]
 AsyncConnect = Callable[[], Awaitable["psycopg.AsyncConnection[Any]"]]
 
 
-class AsyncConsumerLoop(ConsumerLoop):
+class AsyncConsumerLoop(Driver):
     """:class:`~walrelay_consumer.ConsumerLoop` for an asyncio event loop:
     ``await loop.run_batches(handler)`` with an ``async`` handler that gets
     the ``AsyncConnection`` of the batch's transaction. Stop it with
@@ -67,14 +60,7 @@ class AsyncConsumerLoop(ConsumerLoop):
         *,
         group_instance_id: str | None = None,
     ) -> None:
-        super().__init__(
-            kafka,
-            topics,
-            database if isinstance(database, str) else "",
-            settings,
-            registry,
-            group_instance_id=group_instance_id,
-        )
+        super().__init__(kafka, topics, settings, registry, group_instance_id)
         if isinstance(database, str):
             conninfo = database
 
@@ -88,38 +74,20 @@ class AsyncConsumerLoop(ConsumerLoop):
         self._stale = False
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
-        self._pending: list[tuple[str, int]] = []
+        self._pending: list[TP] = []
 
-    async def run(self, handler: AsyncRecordHandler, *, handle_signals: bool = False) -> None:  # type: ignore[override]
+    async def run(self, handler: AsyncRecordHandler, *, handle_signals: bool = False) -> None:
         """Applies records with an async **per-record** handler until
         :meth:`stop`. See :meth:`ConsumerLoop.run`."""
+        await self._arun(per_record_async(handler, self.settings.handler_timeout), handle_signals)
 
-        timeout = self.settings.handler_timeout
-
-        async def apply(conn: psycopg.AsyncConnection[Any], new: list[Delivery]) -> None:
-            for index, delivery in enumerate(new):
-                try:
-                    await call_async(handler(conn, delivery), timeout)
-                except Exception as e:
-                    raise _Failed(e, index) from e
-
-        await self._arun(apply, handle_signals)
-
-    async def run_batches(self, handler: AsyncBatchHandler, *, handle_signals: bool = False) -> None:  # type: ignore[override]
+    async def run_batches(self, handler: AsyncBatchHandler, *, handle_signals: bool = False) -> None:
         """Applies records with an async **batch** handler until :meth:`stop`.
         See :meth:`ConsumerLoop.run_batches`."""
+        await self._arun(per_batch_async(handler, self.settings.handler_timeout), handle_signals)
 
-        timeout = self.settings.handler_timeout
-
-        async def apply(conn: psycopg.AsyncConnection[Any], new: list[Delivery]) -> None:
-            try:
-                await call_async(handler(conn, new), timeout)
-            except Exception as e:
-                raise _Failed(e, 0 if len(new) == 1 else None) from e
-
-        await self._arun(apply, handle_signals)
-
-    async def _arun(self, apply: _AsyncApply, handle_signals: bool) -> None:
+    async def _arun(self, apply: AsyncApply, handle_signals: bool) -> None:
+        core = self._core
         loop = asyncio.get_running_loop()
         self._event_loop = loop
         self._slots = asyncio.Semaphore(self.settings.pool_size)
@@ -128,115 +96,94 @@ class AsyncConsumerLoop(ConsumerLoop):
         for sig in signals:
             loop.add_signal_handler(sig, self.stop)
         consumer = Consumer(self._config)
-        self._consumer = consumer
+        core.attach(ConsumerKafka(consumer))
         try:
-            consumer.subscribe(
-                self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-            )
-            next_commit = time.monotonic() + self.settings.commit_interval
-            while not self._stop.is_set():
-                ready, wake = await self._awork(apply)
-                self._flow_control()
-                now = time.monotonic()
-                if now >= next_commit:
-                    self._commit(asynchronous=True)
-                    next_commit = now + self.settings.commit_interval
-                timeout = self._poll_timeout(ready, wake, now)
+            core.subscribe(consumer, self._settle, self._defer_load)
+            while not core.stopping():
+                round_ = await self._awork(apply)
+                timeout = core.between_rounds(round_)
                 messages = await loop.run_in_executor(kafka, consumer.consume, POLL_BURST, timeout)
                 await self._load_pending()
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        self._report(error)
-                        continue
-                    self._enqueue(Record.from_message(message))
+                core.received(messages)
         finally:
             try:
                 try:
-                    await self._asettle(list(self._in_flight))
+                    await self._asettle(list(core.stragglers.in_flight))
                     # Abandoned batches still running are left to the event
                     # loop; those done are counted.
-                    self._collect_abandoned()
+                    core.stragglers.collect_abandoned(core.counters)
                 finally:
                     # What the settled batches stored is committed even if
                     # one of them ended in a bug.
                     await loop.run_in_executor(kafka, self._commit_and_close, consumer)
             finally:
                 kafka.shutdown(wait=False)
-                self._consumer = None
+                core.detach()
                 await self._aclose()
                 for sig in signals:
                     loop.remove_signal_handler(sig)
-        self._raise_fatal()
-        if self._stopped:
-            raise PartitionsStopped(list(self._stopped))
+        core.end()
 
     def _commit_and_close(self, consumer: Consumer) -> None:
         try:
-            self._commit(asynchronous=False)
+            self._core.kafka.commit(asynchronous=False)
         finally:
             consumer.close()
 
-    async def _awork(self, apply: _AsyncApply) -> tuple[bool, float | None]:
-        """:meth:`ConsumerLoop._work` with the batches as tasks of the event
-        loop, at most ``pool_size`` running at a time: the round waits
-        :data:`~walrelay_consumer.consumer.STRAGGLER_WAIT` for them, acts on
-        those done and leaves the others in flight."""
-        self._collect_abandoned()
-        await self._asettle(self._finished_stragglers())
+    async def _awork(self, apply: AsyncApply) -> Round:
+        """The round with the batches as tasks of the event loop, at most
+        ``pool_size`` running at a time: the round waits
+        :data:`~walrelay_consumer.loop_core.pacing.STRAGGLER_WAIT` for them,
+        acts on those done and leaves the others in flight."""
+        core = self._core
+        await self._asettle(core.start_round())
         if self._stale:
             await self._aclose()
-        round_ = _Round()
-        jobs = list(self._jobs(round_))
+        round_, jobs = core.next_round()
         tasks = [asyncio.create_task(self._aslot(job, apply)) for job in jobs]
         if tasks:
             await asyncio.wait(tasks, timeout=STRAGGLER_WAIT)
-        self._end_round(jobs, tasks)
-        return round_.ready, round_.wake
+        core.end_round(jobs, tasks)
+        return round_
 
-    async def _asettle(self, tps: list[tuple[str, int]], bound: float | None = None) -> None:
-        """:meth:`ConsumerLoop._settle` on the event loop: awaits these
-        partitions' stragglers (at most ``bound`` seconds, then the ones
-        still running are abandoned) and acts on their outcomes."""
-        taken = self._take_stragglers(tps)
-        if bound is not None and taken:
-            tasks = [r for _, r in taken if isinstance(r, asyncio.Task)]
+    async def _asettle(self, tps: list[TP], bound: float | None = None) -> None:
+        """Awaits these partitions' stragglers on the event loop (at most
+        ``bound`` seconds, then the ones still running are abandoned) and
+        acts on their outcomes."""
+        taken = self._core.stragglers.take(tps)
+        tasks = [r for _, r in taken if isinstance(r, asyncio.Task)]
+        assert len(tasks) == len(taken)
+        if tasks:
             await asyncio.wait(tasks, timeout=bound)
-        for job, running in taken:
-            assert isinstance(running, asyncio.Task)
-            if bound is not None and not running.done():
-                self._abandon(job, running, bound)
-                continue
-            await running  # the job holds its failures; this raises only a bug's
-            self._finish(job)
+        self._core.settle(taken, bound)
 
-    def _settle(self, tps: list[tuple[str, int]], bound: float | None = None) -> None:
+    def _settle(self, tps: list[TP], bound: float | None = None) -> None:
         # Called by the rebalance callbacks on the Kafka thread while the
         # event loop waits for the poll: the stragglers are awaited there.
-        if any(tp in self._in_flight for tp in tps):
+        if any(tp in self._core.stragglers.in_flight for tp in tps):
             assert self._event_loop is not None
             asyncio.run_coroutine_threadsafe(self._asettle(tps, bound), self._event_loop).result()
 
-    async def _aslot(self, job: _Job, apply: _AsyncApply) -> None:
+    async def _aslot(self, job: Job, apply: AsyncApply) -> None:
         assert self._slots is not None
         async with self._slots:
             await self._aexecute(job, apply)
 
-    async def _aexecute(self, job: _Job, apply: _AsyncApply) -> None:
+    async def _aexecute(self, job: Job, apply: AsyncApply) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
         try:
             conn = await self._acquire()
             if isinstance(job.step, ParkUnkeyed):
-                job.result = await _insert_unkeyed(conn, job.p.position, job.records[0].record, job.step.error)
+                job.result = await insert_unkeyed_async(conn, job.p.position, job.records[0].record, job.step.error)
             else:
                 job.result = await apply_batch_async(conn, job.p.position, job.deliveries(), apply, **job.batch_options())
-        except (BatchError, psycopg.Error, OffsetReused) as e:
+        except JOB_FAILURES as e:
             job.result = e
         finally:
-            job.conn_gone = conn is None or conn.closed or conn.broken
-            if conn is not None and not job.conn_gone and discards_connection(job.result):
+            after = job.end(conn)
+            if conn is not None and after is After.CLOSE:
                 await conn.close()
-            elif conn is not None and not job.conn_gone:
+            elif conn is not None and after is After.KEEP:
                 self._idle.append(conn)
 
     async def _acquire(self) -> psycopg.AsyncConnection[Any]:
@@ -249,7 +196,7 @@ class AsyncConsumerLoop(ConsumerLoop):
         return conn
 
     def _close_db(self) -> None:
-        # Called by the shared decisions after an outage: the idle
+        # Called by the core's decisions after an outage: the idle
         # connections are replaced before the next round (closing them
         # must be awaited).
         self._stale = True
@@ -263,15 +210,11 @@ class AsyncConsumerLoop(ConsumerLoop):
             except psycopg.Error:
                 pass
 
-    # Rebalance callbacks run on the Kafka thread inside the poll.
+    # -- the assigned partitions' marks (after the poll) ------------------
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        tps = [(tp.topic, tp.partition) for tp in partitions]
-        log.info("partitions assigned: %s", tps)
-        for tp in tps:
-            self._partitions.setdefault(tp, Partition(Position(self.group, *tp)))
-        _resume_assigned(consumer, partitions)
-        # Loaded on the event loop once the poll returns.
+    def _defer_load(self, tps: list[TP]) -> None:
+        # Called by the assignment callback on the Kafka thread: the marks
+        # are loaded on the event loop once the poll returns.
         self._pending.extend(tps)
 
     async def _load_pending(self) -> None:
@@ -283,53 +226,21 @@ class AsyncConsumerLoop(ConsumerLoop):
             if self._stale:
                 await self._aclose()
             # A little over the server's statement timeout, for the round trip.
-            rows = await asyncio.wait_for(self._aload(tps, timeout), timeout + 1.0)
+            marks = await asyncio.wait_for(self._aload(tps, timeout), timeout + 1.0)
         except (asyncio.TimeoutError, TimeoutError):
-            log.warning(
-                "loading the high-water marks of the assigned partitions %s took longer than %.1fs "
-                "(Settings.rebalance_db_timeout), abandoned: they are only a cache, the batches "
-                "read the real marks (is the database answering?)",
-                tps,
-                timeout,
-            )
-            self._stale = True
+            self._core.marks_abandoned(tps, timeout, in_rebalance=False)
             return
         except psycopg.Error as e:
-            # Only a cache: the batch transactions read the real marks.
-            log.warning("loading the high-water marks of the assigned partitions failed: %s", e)
-            self._stale = True
+            self._core.marks_failed(e)
             return
-        for topic, partition, source, hwm in rows:
-            p = self._partitions.get((topic, partition))
-            if p is not None:
-                p.learn({source: hwm})
+        self._core.learn(marks)
 
-    async def _aload(self, tps: list[tuple[str, int]], timeout: float) -> list[tuple[Any, ...]]:
+    async def _aload(self, tps: list[TP], timeout: float) -> dict[TP, dict[str, str]]:
         """The marks of these partitions, the query bounded by the server
         (``statement_timeout``); a connection cancelled mid-query is not
         reused."""
         conn = await self._acquire()
-        done = False
-        try:
-            async with conn.transaction():
-                cur = psycopg.AsyncRawCursor(conn)
-                await cur.execute(STATEMENT_TIMEOUT_SQL, [_millis(timeout)])
-                await cur.execute(LOAD_SQL, [self.group, [t for t, _ in tps], [p for _, p in tps]])
-                rows = await cur.fetchall()
-            done = True
-            return rows
-        finally:
-            if done and not conn.closed:
-                self._idle.append(conn)
-
-
-async def _insert_unkeyed(conn: psycopg.AsyncConnection[Any], position: Position, record: Record, error: str) -> bool:
-    params = row_params(position, record, None, None, error, 1)
-    async with conn.transaction():
-        cur = psycopg.AsyncRawCursor(conn)
-        await cur.execute(INSERT_UNKEYED_SQL, params)
-        if cur.rowcount == 1:
-            return True
-        await cur.execute(SAME_UNKEYED_SQL, params[:4] + params[6:10])
-        row = await cur.fetchone()
-    return unkeyed_parked_before(position, record, row)
+        marks = await load_marks_async(conn, self.group, tps, timeout)
+        if not conn.closed:
+            self._idle.append(conn)
+        return marks
