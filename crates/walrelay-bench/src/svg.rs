@@ -48,36 +48,20 @@ fn axis(max: f64) -> (f64, f64) {
     ((max / step).ceil() * step, step)
 }
 
+/// The plot area's size, inside the margins.
+const PLOT_W: f64 = W - LEFT - RIGHT;
+const PLOT_H: f64 = H - TOP - BOTTOM;
+
+/// A tool this run drained with, and its colour.
+type Bar = (Tool, &'static str);
+
+/// The chart: a title, the legend, the grid, a group of bars per
+/// workload (one per tool, "n/a" where the tool did not drain it) and the
+/// x axis.
 pub fn drain_chart(r: &Results) -> String {
-    // The tools this run drained with (the baseline binary only with
-    // `--baseline-bin`), each with its colour.
-    let tools: Vec<(Tool, &str)> = Tool::ALL
-        .iter()
-        .zip(COLORS)
-        .filter(|(t, _)| r.drain.iter().any(|d| d.tool == **t))
-        .map(|(t, c)| (*t, c))
-        .collect();
-    let groups: Vec<(String, Vec<Option<f64>>)> = r
-        .workloads
-        .iter()
-        .map(|w| {
-            (
-                w.label(),
-                tools
-                    .iter()
-                    .map(|(t, _)| r.summary(&w.id, *t).map(|s| s.rate.median))
-                    .collect(),
-            )
-        })
-        .collect();
-    let max = groups
-        .iter()
-        .flat_map(|(_, v)| v.iter().flatten())
-        .fold(0.0f64, |a, b| a.max(*b));
-    let (top, step) = axis(max);
-    let plot_w = W - LEFT - RIGHT;
-    let plot_h = H - TOP - BOTTOM;
-    let y = |v: f64| TOP + plot_h - v / top * plot_h;
+    let tools = drained_tools(r);
+    let groups = medians(r, &tools);
+    let plot = Plot::new(&groups, tools.len());
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -89,9 +73,88 @@ pub fn drain_chart(r: &Results) -> String {
         r#"<text x="{LEFT}" y="20" font-size="14" font-weight="bold">Drain of a committed backlog: events/s (median of {} runs, higher is better)</text>"#,
         r.repeats
     );
-    // Legend.
+    legend(&mut s, &tools);
+    grid(&mut s, &plot);
+    for (gi, (label, values)) in groups.iter().enumerate() {
+        bars(&mut s, &plot, gi, values, &tools);
+        group_label(&mut s, &plot, gi, label);
+    }
+    let _ = writeln!(
+        s,
+        r##"<line x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#4a5568"/>"##,
+        W - RIGHT,
+        TOP + PLOT_H,
+        TOP + PLOT_H
+    );
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The tools this run drained with (the baseline binary only with
+/// `--baseline-bin`), each with its colour.
+fn drained_tools(r: &Results) -> Vec<Bar> {
+    Tool::ALL
+        .iter()
+        .zip(COLORS)
+        .filter(|(t, _)| r.drain.iter().any(|d| d.tool == **t))
+        .map(|(t, c)| (*t, c))
+        .collect()
+}
+
+/// Per workload: its label and each tool's median events/s (`None`:
+/// the tool did not drain it).
+fn medians(r: &Results, tools: &[Bar]) -> Vec<(String, Vec<Option<f64>>)> {
+    r.workloads
+        .iter()
+        .map(|w| {
+            (
+                w.label(),
+                tools
+                    .iter()
+                    .map(|(t, _)| r.summary(&w.id, *t).map(|s| s.rate.median))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// Where things go: the y axis's top and step (from the highest bar) and
+/// the widths of a workload's group and of a bar.
+struct Plot {
+    top: f64,
+    step: f64,
+    group_w: f64,
+    bar_w: f64,
+}
+
+impl Plot {
+    fn new(groups: &[(String, Vec<Option<f64>>)], tools: usize) -> Plot {
+        let max = groups
+            .iter()
+            .flat_map(|(_, v)| v.iter().flatten())
+            .fold(0.0f64, |a, b| a.max(*b));
+        let (top, step) = axis(max);
+        let n = groups.len().max(1) as f64;
+        let group_w = PLOT_W / n;
+        let bar_w = (group_w * 0.8) / tools.max(1) as f64;
+        Plot {
+            top,
+            step,
+            group_w,
+            bar_w,
+        }
+    }
+
+    /// The y of value `v`.
+    fn y(&self, v: f64) -> f64 {
+        TOP + PLOT_H - v / self.top * PLOT_H
+    }
+}
+
+/// A swatch and a label per tool, in a row under the title.
+fn legend(s: &mut String, tools: &[Bar]) {
     let mut lx = LEFT;
-    for (t, colour) in &tools {
+    for (t, colour) in tools {
         let _ = writeln!(
             s,
             r#"<rect x="{lx}" y="30" width="10" height="10" fill="{}"/><text x="{}" y="39">{}</text>"#,
@@ -101,10 +164,13 @@ pub fn drain_chart(r: &Results) -> String {
         );
         lx += 14.0 + t.label().len() as f64 * 6.2 + 16.0;
     }
-    // Grid and axis labels.
+}
+
+/// Grid lines and axis labels, a step apart up to the axis's top.
+fn grid(s: &mut String, plot: &Plot) {
     let mut v = 0.0;
-    while v <= top + step / 2.0 {
-        let yy = y(v);
+    while v <= plot.top + plot.step / 2.0 {
+        let yy = plot.y(v);
         let _ = writeln!(
             s,
             r##"<line x1="{LEFT}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e2e8f0"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
@@ -113,64 +179,61 @@ pub fn drain_chart(r: &Results) -> String {
             yy + 4.0,
             short(v)
         );
-        v += step;
+        v += plot.step;
     }
-    let n = groups.len().max(1) as f64;
-    let group_w = plot_w / n;
-    let bar_w = (group_w * 0.8) / tools.len().max(1) as f64;
-    for (gi, (label, values)) in groups.iter().enumerate() {
-        let gx = LEFT + gi as f64 * group_w + group_w * 0.1;
-        for (ti, value) in values.iter().enumerate() {
-            let x = gx + ti as f64 * bar_w;
-            match value {
-                Some(val) => {
-                    let yy = y(*val);
-                    let _ = writeln!(
-                        s,
-                        r#"<rect x="{x:.1}" y="{yy:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}: {:.0} events/s</title></rect>"#,
-                        bar_w - 1.0,
-                        TOP + plot_h - yy,
-                        tools[ti].1,
-                        escape(tools[ti].0.label()),
-                        val
-                    );
-                    let _ = writeln!(
-                        s,
-                        r#"<text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle">{}</text>"#,
-                        x + bar_w / 2.0,
-                        yy - 3.0,
-                        short(*val)
-                    );
-                }
-                None => {
-                    let _ = writeln!(
-                        s,
-                        r##"<text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle" fill="#a0aec0">n/a</text>"##,
-                        x + bar_w / 2.0,
-                        TOP + plot_h - 3.0
-                    );
-                }
+}
+
+/// The bars of workload `gi`: one per tool, its value above it, or
+/// "n/a".
+fn bars(s: &mut String, plot: &Plot, gi: usize, values: &[Option<f64>], tools: &[Bar]) {
+    let Plot { bar_w, group_w, .. } = *plot;
+    let gx = LEFT + gi as f64 * group_w + group_w * 0.1;
+    for (ti, value) in values.iter().enumerate() {
+        let x = gx + ti as f64 * bar_w;
+        match value {
+            Some(val) => {
+                let yy = plot.y(*val);
+                let _ = writeln!(
+                    s,
+                    r#"<rect x="{x:.1}" y="{yy:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}: {:.0} events/s</title></rect>"#,
+                    bar_w - 1.0,
+                    TOP + PLOT_H - yy,
+                    tools[ti].1,
+                    escape(tools[ti].0.label()),
+                    val
+                );
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle">{}</text>"#,
+                    x + bar_w / 2.0,
+                    yy - 3.0,
+                    short(*val)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    r##"<text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle" fill="#a0aec0">n/a</text>"##,
+                    x + bar_w / 2.0,
+                    TOP + PLOT_H - 3.0
+                );
             }
         }
-        let cx = LEFT + gi as f64 * group_w + group_w / 2.0;
-        for (li, part) in label.split(", ").enumerate() {
-            let _ = writeln!(
-                s,
-                r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                TOP + plot_h + 16.0 + li as f64 * 13.0,
-                escape(part)
-            );
-        }
     }
-    let _ = writeln!(
-        s,
-        r##"<line x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#4a5568"/>"##,
-        W - RIGHT,
-        TOP + plot_h,
-        TOP + plot_h
-    );
-    s.push_str("</svg>\n");
-    s
+}
+
+/// Workload `gi`'s label under its group, a line per ", "-separated
+/// part.
+fn group_label(s: &mut String, plot: &Plot, gi: usize, label: &str) {
+    let cx = LEFT + gi as f64 * plot.group_w + plot.group_w / 2.0;
+    for (li, part) in label.split(", ").enumerate() {
+        let _ = writeln!(
+            s,
+            r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            TOP + PLOT_H + 16.0 + li as f64 * 13.0,
+            escape(part)
+        );
+    }
 }
 
 #[cfg(test)]

@@ -64,11 +64,21 @@ impl Results {
         })
     }
 
-    /// The Debezium section (nothing without Debezium rows).
+    /// The Debezium section (nothing without Debezium rows): the drains,
+    /// their cost, the broker's side, and the start and restart.
     pub(super) fn debezium_markdown(&self, s: &mut String) {
         if !self.has_debezium() {
             return;
         }
+        self.debezium_drain_markdown(s);
+        self.debezium_cost_markdown(s);
+        self.debezium_broker_markdown(s);
+        self.debezium_start_markdown(s);
+    }
+
+    /// How the Debezium drains were run and timed, and their events/s
+    /// beside walrelay's.
+    fn debezium_drain_markdown(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\n## Debezium beside walrelay: the same backlogs\n\nDebezium's PostgreSQL connector with the Outbox Event Router on a Kafka Connect standalone worker (`bench/debezium/`: tuned, and Debezium's and Connect's defaults), its own slot made with walrelay's before the backlog. Its drain is timed from the moment the connector streams (its walsender holds the slot) until the records of every event are in Kafka (the topics' end offsets, then read back and counted by event); its start is the table below. CPU is the worker JVM's over the drain (without its start), peak RSS the JVM's, DB CPU the whole PostgreSQL server's over the drain (with what the slot's walsender used before the bench saw it stream), broker CPU net of the broker's idle CPU.\n"
@@ -94,7 +104,10 @@ impl Results {
                 ratio(m(a), m(d)),
             );
         }
+    }
 
+    /// CPU, peak RSS and database CPU: walrelay, tuned and defaults.
+    fn debezium_cost_markdown(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\n| workload | CPU s per M events: walrelay | tuned | defaults | tuned / walrelay | peak RSS: walrelay | tuned | defaults | DB CPU s per M: walrelay | tuned | defaults |"
@@ -123,13 +136,18 @@ impl Results {
                 cell(db(d), f2),
             );
         }
+    }
 
+    /// The broker's side: its CPU, the bytes in Kafka and the records
+    /// per event (more than 1 with duplicates).
+    fn debezium_broker_markdown(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\n| workload | broker CPU s per M: walrelay | tuned | defaults | bytes in Kafka per event: walrelay | tuned | defaults | records per event: tuned | defaults |"
         );
         let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         let f0 = |x: f64| format!("{x:.0}");
+        let f2 = |x: f64| format!("{x:.2}");
         for w in &self.workloads {
             let get = |t| self.summary(&w.id, t);
             let (a, t, d) = (get(Tool::Walrelay), get(DBZ[0]), get(DBZ[1]));
@@ -158,7 +176,11 @@ impl Results {
                 per_event(DBZ[1]),
             );
         }
+    }
 
+    /// Start and restart, from the process's spawn: Debezium's from its
+    /// drains and restarts, walrelay's from its restarts.
+    fn debezium_start_markdown(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "\n### Start and restart\n\nFrom the process's spawn (Debezium: the worker's JVM), medians over the drains (start) and over the restarts (SIGTERM, then a start with the same offsets and one event committed while the relay was down). Debezium's first record is one of its drain's backlog; walrelay's start is timed on a slot of its own holding one committed event.\n"

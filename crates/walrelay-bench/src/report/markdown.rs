@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Results, Stat, Tool, ToolSummary};
+use super::{LatencySummary, Results, Stat, Tool, ToolSummary};
 use crate::latency::Percentiles;
 
 pub(super) fn rate(x: f64) -> String {
@@ -36,10 +36,66 @@ fn cell(s: Option<Stat>, f: impl Fn(f64) -> String) -> String {
 fn ms(p: &Percentiles) -> String {
     format!("{:.1} / {:.1} / {:.1} / {:.1}", p.p50, p.p99, p.p999, p.max)
 }
+
+/// The latency section (nothing without latency runs): commit → ack and
+/// commit → consumer per relay and rate.
+fn latency_markdown(s: &mut String, lat: &[LatencySummary]) {
+    if lat.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n## Latency: live load, one event per transaction, ms (p50 / p99 / p99.9 / max)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| relay, workload | target rate | achieved | commit → ack | commit → consumer | events |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+    for l in lat {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {}/s | {} | {} | {} |",
+            l.mode.label(),
+            l.target_rate
+                .map_or("max".into(), |r| format!("{}/s", rate(r as f64))),
+            rate(l.achieved.median),
+            ms(&l.ack),
+            ms(&l.consumer),
+            thousands(l.events),
+        );
+    }
+}
+
 impl Results {
-    /// The report: drain, cost, latency, noise and targets.
+    /// The report: drain, cost, latency, noise and targets, each section
+    /// rendered by a function of its own, in this order.
     pub fn markdown(&self, svg_name: Option<&str>) -> String {
         let mut s = String::new();
+        self.header_markdown(&mut s, svg_name);
+        self.drain_markdown(&mut s);
+        self.fence_markdown(&mut s);
+        self.baseline_markdown(&mut s);
+        self.cost_markdown(&mut s);
+        self.cores_markdown(&mut s);
+        self.bytes_markdown(&mut s);
+        self.debezium_markdown(&mut s);
+        // One summary for the latency section and the noise section's
+        // latency lines.
+        let lat = self.latency_summary();
+        latency_markdown(&mut s, &lat);
+        self.noise_markdown(&mut s, &lat);
+        s.push_str(&crate::consumer::report::markdown(
+            &self.consumer,
+            &self.consumer_latency,
+        ));
+        self.targets_markdown(&mut s);
+        s
+    }
+
+    /// The title and the run's facts: when, where, how, the notes and the
+    /// chart.
+    fn header_markdown(&self, s: &mut String, svg_name: Option<&str>) {
         let _ = writeln!(s, "# walrelay end-to-end benchmark\n");
         let _ = writeln!(
             s,
@@ -61,7 +117,11 @@ impl Results {
         if let Some(svg) = svg_name {
             let _ = writeln!(s, "\n![drain throughput]({svg})");
         }
+    }
 
+    /// The drain table: walrelay's events/s against the decode and
+    /// produce limits, both limits and the polling relay.
+    fn drain_markdown(&self, s: &mut String) {
         let _ = writeln!(s, "\n## Drain: a committed backlog, events/s\n");
         let _ = writeln!(
             s,
@@ -106,10 +166,11 @@ impl Results {
                 ratio(a, q),
             );
         }
+    }
 
-        self.fence_markdown(&mut s);
-        self.baseline_markdown(&mut s);
-
+    /// The cost table: CPU seconds per million events and peak RSS of
+    /// each tool, and the database's CPU during each drain.
+    fn cost_markdown(&self, s: &mut String) {
         let _ = writeln!(s, "\n## Cost: CPU seconds per million events, peak RSS\n");
         let _ = writeln!(
             s,
@@ -147,37 +208,11 @@ impl Results {
                 over(cpu(a), cpu(d).zip(cpu(p)).map(|(d, p)| d + p)),
             );
         }
+    }
 
-        self.cores_markdown(&mut s);
-        self.bytes_markdown(&mut s);
-        self.debezium_markdown(&mut s);
-
-        let lat = self.latency_summary();
-        if !lat.is_empty() {
-            let _ = writeln!(
-                s,
-                "\n## Latency: live load, one event per transaction, ms (p50 / p99 / p99.9 / max)\n"
-            );
-            let _ = writeln!(
-                s,
-                "| relay, workload | target rate | achieved | commit → ack | commit → consumer | events |"
-            );
-            let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
-            for l in &lat {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {}/s | {} | {} | {} |",
-                    l.mode.label(),
-                    l.target_rate
-                        .map_or("max".into(), |r| format!("{}/s", rate(r as f64))),
-                    rate(l.achieved.median),
-                    ms(&l.ack),
-                    ms(&l.consumer),
-                    thousands(l.events),
-                );
-            }
-        }
-
+    /// The noise section: the spread of each tool's events/s over the
+    /// repeats, and the range of the latency runs' ack p99.
+    fn noise_markdown(&self, s: &mut String, lat: &[LatencySummary]) {
         let _ = writeln!(s, "\n## Noise: spread of events/s over the repeats\n");
         let _ = writeln!(
             s,
@@ -205,7 +240,7 @@ impl Results {
                 s,
                 "\nLatency, commit → ack p99 over the repeats (min – max ms):\n"
             );
-            for l in &lat {
+            for l in lat {
                 let _ = writeln!(
                     s,
                     "- {}, {}: {:.1} – {:.1}",
@@ -217,12 +252,11 @@ impl Results {
                 );
             }
         }
+    }
 
-        s.push_str(&crate::consumer::report::markdown(
-            &self.consumer,
-            &self.consumer_latency,
-        ));
-
+    /// The targets table: each target, what was measured and whether it
+    /// was met.
+    fn targets_markdown(&self, s: &mut String) {
         let _ = writeln!(s, "\n## Targets\n");
         let _ = writeln!(s, "| target | measured (medians) | met |");
         let _ = writeln!(s, "|---|---|---|");
@@ -239,7 +273,6 @@ impl Results {
                 }
             );
         }
-        s
     }
 
     /// With `--baseline-bin`: this build against the baseline, drained in
