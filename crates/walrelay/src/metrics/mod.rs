@@ -132,19 +132,61 @@ impl Metrics {
     /// With the readiness clock started at `origin` (tests start it in the
     /// past to have old timestamps without waiting).
     fn with_origin(origin: Instant) -> Metrics {
-        let mut registry = Registry::with_prefix("walrelay");
-        let events = Family::<TopicLabels, Counter>::default();
-        let event_bytes = Family::<TopicLabels, Counter>::default();
-        let in_flight_events = Gauge::<u64, AtomicU64>::default();
-        let in_flight_bytes = Gauge::<u64, AtomicU64>::default();
-        let confirmed_flush_lsn = Gauge::<u64, AtomicU64>::default();
-        let server_wal_end_lsn = Gauge::<u64, AtomicU64>::default();
-        let slot_lag_bytes = Gauge::<u64, AtomicU64>::default();
-        let commit_to_ack = Histogram::new(COMMIT_TO_ACK_BUCKETS);
-        let reconnects = Counter::default();
-        let sessions = Counter::default();
-        let kafka_errors = Family::<KafkaErrorLabels, Counter>::default();
-        let dead_letter_records = Family::<DeadLetterLabels, Counter>::default();
+        let mut r = Registry::with_prefix("walrelay");
+        let events = add(
+            &mut r,
+            "events",
+            "Records acknowledged by Kafka, per topic (replays after a restart count again)",
+            Family::<TopicLabels, Counter>::default(),
+        );
+        let event_bytes = add_in(
+            &mut r,
+            "event",
+            Unit::Bytes,
+            "Bytes of records acknowledged by Kafka (key, value, headers, topic name), per topic",
+            Family::<TopicLabels, Counter>::default(),
+        );
+        let in_flight_events = add(
+            &mut r,
+            "in_flight_events",
+            "Records sent to Kafka and not yet acknowledged",
+            Gauge::<u64, AtomicU64>::default(),
+        );
+        let in_flight_bytes = add_in(
+            &mut r,
+            "in_flight",
+            Unit::Bytes,
+            "Bytes of records sent to Kafka and not yet acknowledged",
+            Gauge::<u64, AtomicU64>::default(),
+        );
+        let confirmed_flush_lsn = add(
+            &mut r,
+            "confirmed_flush_lsn",
+            "Last WAL position walrelay confirmed to PostgreSQL, as a byte position",
+            Gauge::<u64, AtomicU64>::default(),
+        );
+        let server_wal_end_lsn = add(&mut r, "server_wal_end_lsn", "The server's current WAL position (pg_current_wal_lsn(), sampled every publication_check_interval, or the replication stream's wal_end if higher), as a byte position", Gauge::<u64, AtomicU64>::default());
+        let slot_lag_bytes = add_in(&mut r, "slot_lag", Unit::Bytes, "WAL the slot still holds for walrelay: server_wal_end_lsn minus confirmed_flush_lsn, or PostgreSQL's own lag for the slot at the last check when larger", Gauge::<u64, AtomicU64>::default());
+        let commit_to_ack = add_in(&mut r, "commit_to_ack", Unit::Seconds, "Time from a transaction's commit (PostgreSQL clock) to Kafka's acknowledgement of each of its records (relay clock)", Histogram::new(COMMIT_TO_ACK_BUCKETS));
+        let reconnects = add(
+            &mut r,
+            "reconnects",
+            "Sessions restarted after a transient failure (PostgreSQL or Kafka lost)",
+            Counter::default(),
+        );
+        let sessions = add(
+            &mut r,
+            "sessions",
+            "Sessions that started streaming from the slot",
+            Counter::default(),
+        );
+        let kafka_errors = add(
+            &mut r,
+            "kafka_errors",
+            "Kafka errors that ended a session, by kind and librdkafka error code",
+            Family::<KafkaErrorLabels, Counter>::default(),
+        );
+        let dead_letter_records = add(&mut r, "dead_letter_records", "Events diverted to the dead-letter topic, by kind of problem (counted when sent; a replay after a restart counts again)", Family::<DeadLetterLabels, Counter>::default());
         // Every kind from the start, so that a rate over it is defined
         // before the first dead letter.
         for kind in crate::route::DEAD_LETTER_KINDS {
@@ -152,105 +194,24 @@ impl Metrics {
                 kind: (*kind).to_owned(),
             }));
         }
-        let fence_skipped = Family::<TopicLabels, Counter>::default();
-        let fence_unfenced = Family::<TopicLabels, Counter>::default();
-        let fence_untrusted = Family::<TopicLabels, Counter>::default();
-        let fence_records_read = Counter::default();
-        let up = Gauge::<i64>::default();
-        up.set(1);
-        let ready = Gauge::<i64>::default();
-
-        registry.register(
-            "events",
-            "Records acknowledged by Kafka, per topic (replays after a restart count again)",
-            events.clone(),
-        );
-        registry.register_with_unit(
-            "event",
-            "Bytes of records acknowledged by Kafka (key, value, headers, topic name), per topic",
-            Unit::Bytes,
-            event_bytes.clone(),
-        );
-        registry.register(
-            "in_flight_events",
-            "Records sent to Kafka and not yet acknowledged",
-            in_flight_events.clone(),
-        );
-        registry.register_with_unit(
-            "in_flight",
-            "Bytes of records sent to Kafka and not yet acknowledged",
-            Unit::Bytes,
-            in_flight_bytes.clone(),
-        );
-        registry.register(
-            "confirmed_flush_lsn",
-            "Last WAL position walrelay confirmed to PostgreSQL, as a byte position",
-            confirmed_flush_lsn.clone(),
-        );
-        registry.register(
-            "server_wal_end_lsn",
-            "The server's current WAL position (pg_current_wal_lsn(), sampled every publication_check_interval, or the replication stream's wal_end if higher), as a byte position",
-            server_wal_end_lsn.clone(),
-        );
-        registry.register_with_unit(
-            "slot_lag",
-            "WAL the slot still holds for walrelay: server_wal_end_lsn minus confirmed_flush_lsn, or PostgreSQL's own lag for the slot at the last check when larger",
-            Unit::Bytes,
-            slot_lag_bytes.clone(),
-        );
-        registry.register_with_unit(
-            "commit_to_ack",
-            "Time from a transaction's commit (PostgreSQL clock) to Kafka's acknowledgement of each of its records (relay clock)",
-            Unit::Seconds,
-            commit_to_ack.clone(),
-        );
-        registry.register(
-            "reconnects",
-            "Sessions restarted after a transient failure (PostgreSQL or Kafka lost)",
-            reconnects.clone(),
-        );
-        registry.register(
-            "sessions",
-            "Sessions that started streaming from the slot",
-            sessions.clone(),
-        );
-        registry.register(
-            "kafka_errors",
-            "Kafka errors that ended a session, by kind and librdkafka error code",
-            kafka_errors.clone(),
-        );
-        registry.register(
-            "dead_letter_records",
-            "Events diverted to the dead-letter topic, by kind of problem (counted when sent; a replay after a restart counts again)",
-            dead_letter_records.clone(),
-        );
-        registry.register(
-            "fence_skipped_records",
-            "Replayed records not written to Kafka again because the partition's tail already had them (the tail fence), per topic",
-            fence_skipped.clone(),
-        );
-        registry.register(
-            "fence_unfenced_topics",
-            "Sessions in which a topic was not fenced because its layout (partition count or routing) changed since its last records were written, per topic",
-            fence_unfenced.clone(),
-        );
-        registry.register(
-            "fence_untrusted_partitions",
-            "Sessions in which a partition was not fenced because its last record of this source did not provably belong to it (a copy: its layout names another partition, or its walrelay-prev-key names no record before it), per topic",
-            fence_untrusted.clone(),
-        );
-        registry.register(
+        let fence_skipped = add(&mut r, "fence_skipped_records", "Replayed records not written to Kafka again because the partition's tail already had them (the tail fence), per topic", Family::<TopicLabels, Counter>::default());
+        let fence_unfenced = add(&mut r, "fence_unfenced_topics", "Sessions in which a topic was not fenced because its layout (partition count or routing) changed since its last records were written, per topic", Family::<TopicLabels, Counter>::default());
+        let fence_untrusted = add(&mut r, "fence_untrusted_partitions", "Sessions in which a partition was not fenced because its last record of this source did not provably belong to it (a copy: its layout names another partition, or its walrelay-prev-key names no record before it), per topic", Family::<TopicLabels, Counter>::default());
+        let fence_records_read = add(
+            &mut r,
             "fence_records_read",
             "Records the tail fence read from the ends of partitions",
-            fence_records_read.clone(),
+            Counter::default(),
         );
-        registry.register("up", "1 while the walrelay process runs", up);
-        registry.register(
-            "ready",
-            "1 while /readyz answers 200 (streaming from the slot and Kafka reachable), as of the last scrape",
-            ready.clone(),
+        let up = add(
+            &mut r,
+            "up",
+            "1 while the walrelay process runs",
+            Gauge::<i64>::default(),
         );
-        registry.register(
+        up.set(1);
+        let ready = add(&mut r, "ready", "1 while /readyz answers 200 (streaming from the slot and Kafka reachable), as of the last scrape", Gauge::<i64>::default());
+        r.register(
             "build",
             "walrelay build information",
             Info::new(vec![(
@@ -258,10 +219,9 @@ impl Metrics {
                 env!("CARGO_PKG_VERSION").to_owned(),
             )]),
         );
-
         Metrics {
             inner: Arc::new(Inner {
-                registry,
+                registry: r,
                 events,
                 event_bytes,
                 in_flight_events,
@@ -511,6 +471,30 @@ fn kafka_error_labels(error: &SinkError) -> (String, String) {
     };
     let code = error.code().map(|c| format!("{c:?}")).unwrap_or_default();
     (kind.to_owned(), code)
+}
+
+/// Registers `metric` as `name` and returns it (a handle: clones share
+/// the value).
+fn add<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// [`add`] with a unit (a suffix of the metric's name).
+fn add_in<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    unit: Unit,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register_with_unit(name, help, unit, metric.clone());
+    metric
 }
 
 #[cfg(test)]
