@@ -12,7 +12,7 @@
 //! 5. stops the relay with SIGTERM and everything else it started.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -30,6 +30,24 @@ fn walrelay_bin() -> PathBuf {
         })
 }
 
+/// The servers the demo starts, and the relay's configuration file.
+struct Servers {
+    cluster: PgCluster,
+    broker: TestBroker,
+    kind: BrokerKind,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Servers {
+    /// `walrelay --config CONFIG ARGS...`.
+    fn walrelay(&self, bin: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(bin);
+        c.arg("--config").arg(&self.config).args(args);
+        c
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let bin = walrelay_bin();
@@ -38,6 +56,68 @@ async fn main() -> Result<()> {
         "{} not found: build it first (cargo build -p walrelay)",
         bin.display()
     );
+    let servers = start_servers().await?;
+    let client = servers.cluster.client().await?;
+    client
+        .batch_execute(&format!(
+            "{}\n    ALTER TABLE outbox ALTER COLUMN id SET DEFAULT gen_random_uuid()::text;",
+            outbox_table(OutboxKeys::Required)
+        ))
+        .await?;
+
+    println!("\n== walrelay setup");
+    let out = servers.walrelay(&bin, &["setup"]).output()?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    if !out.status.success() {
+        bail!(
+            "walrelay setup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    println!("\n== walrelay run (in the background)");
+    let log_path = servers.dir.path().join("walrelay.log");
+    let log = std::fs::File::create(&log_path)?;
+    let mut relay = servers
+        .walrelay(&bin, &["--log", "info", "run"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
+
+    let expected = emit(&client).await?;
+    let end = db::current_wal_lsn(&client).await?;
+    await_condition(
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || async { Ok(db::confirmed_flush_lsn(&client, "walrelay").await? >= Some(end)) },
+    )
+    .await
+    .with_context(|| std::fs::read_to_string(&log_path).unwrap_or_default())?;
+    println!("   Kafka acknowledged everything; slot confirmed_flush_lsn >= {end}");
+
+    read_back(&servers.broker, expected).await?;
+
+    println!("\n== stopping walrelay (SIGTERM: drain, final status update, exit 0)");
+    ensure!(Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()?
+        .success());
+    let status = relay.wait()?;
+    ensure!(
+        status.success(),
+        "walrelay exited with {status}: {}",
+        std::fs::read_to_string(&log_path)?
+    );
+    println!(
+        "   walrelay exited 0; stopping PostgreSQL and {}",
+        servers.kind
+    );
+    Ok(())
+}
+
+/// A throwaway PostgreSQL and broker, and the relay's configuration.
+async fn start_servers() -> Result<Servers> {
     let kind = BrokerKind::from_env()?;
     println!("== starting a throwaway PostgreSQL and {kind}");
     let cluster = tokio::task::spawn_blocking(|| PgCluster::start(ClusterOptions::default()))
@@ -55,14 +135,6 @@ async fn main() -> Result<()> {
         cluster.port(),
         broker.bootstrap_servers()
     );
-    let client = cluster.client().await?;
-    client
-        .batch_execute(&format!(
-            "{}\n    ALTER TABLE outbox ALTER COLUMN id SET DEFAULT gen_random_uuid()::text;",
-            outbox_table(OutboxKeys::Required)
-        ))
-        .await?;
-
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("walrelay.toml");
     std::fs::write(
@@ -86,31 +158,17 @@ table = "public.outbox"
             broker.bootstrap_servers()
         ),
     )?;
-    let walrelay = |args: &[&str]| {
-        let mut c = Command::new(&bin);
-        c.arg("--config").arg(&config).args(args);
-        c
-    };
+    Ok(Servers {
+        cluster,
+        broker,
+        kind,
+        dir,
+        config,
+    })
+}
 
-    println!("\n== walrelay setup");
-    let out = walrelay(&["setup"]).output()?;
-    print!("{}", String::from_utf8_lossy(&out.stdout));
-    if !out.status.success() {
-        bail!(
-            "walrelay setup failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    println!("\n== walrelay run (in the background)");
-    let log_path = dir.path().join("walrelay.log");
-    let log = std::fs::File::create(&log_path)?;
-    let mut relay = walrelay(&["--log", "info", "run"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()?;
-
+/// The demo's events, written from SQL; returns how many must arrive.
+async fn emit(client: &tokio_postgres::Client) -> Result<usize> {
     println!("\n== emitting events from SQL");
     let workload: &[(&str, &str)] = &[
         (
@@ -141,18 +199,12 @@ table = "public.outbox"
         )
         .await?;
     println!("   1 transaction rolled back (2 events that must never appear)");
-    let expected = 1000 + 2000 + 500;
+    Ok(1000 + 2000 + 500)
+}
 
-    let end = db::current_wal_lsn(&client).await?;
-    await_condition(
-        Duration::from_secs(120),
-        Duration::from_millis(100),
-        || async { Ok(db::confirmed_flush_lsn(&client, "walrelay").await? >= Some(end)) },
-    )
-    .await
-    .with_context(|| std::fs::read_to_string(&log_path).unwrap_or_default())?;
-    println!("   Kafka acknowledged everything; slot confirmed_flush_lsn >= {end}");
-
+/// Reads the topics back: `expected` records, none rolled back; prints
+/// each partition's key range and a few records.
+async fn read_back(broker: &TestBroker, expected: usize) -> Result<()> {
     println!("\n== reading back from Kafka");
     let records = read_until_quiet(
         &broker.bootstrap_servers(),
@@ -170,7 +222,6 @@ table = "public.outbox"
         !records.iter().any(|r| r.key_str() == Some("rolled-back")),
         "a rolled-back event was published"
     );
-
     let mut per_partition: BTreeMap<(String, i32), (usize, String, String)> = BTreeMap::new();
     for r in &records {
         let e = per_partition
@@ -211,20 +262,5 @@ table = "public.outbox"
         "\n{} records: every committed event once, nothing from the rolled-back transaction.",
         records.len()
     );
-
-    println!("\n== stopping walrelay (SIGTERM: drain, final status update, exit 0)");
-    ensure!(Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()?
-        .success());
-    let status = relay.wait()?;
-    ensure!(
-        status.success(),
-        "walrelay exited with {status}: {}",
-        std::fs::read_to_string(&log_path)?
-    );
-    println!("   walrelay exited 0; stopping PostgreSQL and {kind}");
-    drop(broker);
-    drop(cluster);
     Ok(())
 }
