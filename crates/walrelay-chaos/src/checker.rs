@@ -90,9 +90,36 @@ pub fn check(
         units: units.len(),
         ..Verdict::default()
     };
+    let history = committed(units, ledger, non_tx, &mut v);
+    applications(applied, &history, &mut v);
+    application_order(applied, &mut v);
+    on_the_wire(wire, &history, &mut v);
+    v
+}
+
+/// What committed, per PostgreSQL: the events expected once each, and the
+/// units rolled back (or failed) whose events must never appear.
+struct History {
+    expected: HashSet<EventId>,
+    rolled_back: HashSet<u64>,
+}
+
+impl History {
+    fn is_rolled_back(&self, id: &EventId) -> bool {
+        id.transactional && self.rolled_back.contains(&id.unit)
+    }
+}
+
+/// The workload's units against the ledger and the audit slot's
+/// non-transactional messages.
+fn committed(
+    units: &[Unit],
+    ledger: &HashMap<u64, u32>,
+    non_tx: &HashSet<EventId>,
+    v: &mut Verdict,
+) -> History {
     let by_unit: HashMap<u64, &Unit> = units.iter().map(|u| (u.unit, u)).collect();
 
-    // What committed, per PostgreSQL.
     let mut expected: HashSet<EventId> = HashSet::new();
     let mut rolled_back: HashSet<u64> = HashSet::new();
     for u in units.iter().filter(|u| u.is_transaction()) {
@@ -148,9 +175,14 @@ pub fn check(
         }
     }
     v.expected_non_tx = non_tx.len();
-    let is_rolled_back = |id: &EventId| id.transactional && rolled_back.contains(&id.unit);
+    History {
+        expected,
+        rolled_back,
+    }
+}
 
-    // The consumer's applications.
+/// The consumer's applications: each expected event once, nothing else.
+fn applications(applied: &[Applied], history: &History, v: &mut Verdict) {
     v.applications = applied.len();
     let mut counts: HashMap<EventId, u32> = HashMap::new();
     for a in applied {
@@ -167,15 +199,16 @@ pub fn check(
             v.double_processed += (*n - 1) as usize;
             v.example(format!("{id} applied {n} times"));
         }
-        if is_rolled_back(id) {
+        if history.is_rolled_back(id) {
             v.rolled_back_applied += 1;
             v.example(format!("{id} of a rolled-back transaction was applied"));
-        } else if !expected.contains(id) {
+        } else if !history.expected.contains(id) {
             v.unexpected_applied += 1;
             v.example(format!("{id} applied but never committed"));
         }
     }
-    let mut lost: Vec<&EventId> = expected
+    let mut lost: Vec<&EventId> = history
+        .expected
         .iter()
         .filter(|id| !counts.contains_key(id))
         .collect();
@@ -184,8 +217,10 @@ pub fn check(
     for id in lost.iter().take(5) {
         v.example(format!("{id} committed but never applied"));
     }
+}
 
-    // Order of application per partition, and keys against commit order.
+/// Order of application per partition, and keys against commit order.
+fn application_order(applied: &[Applied], v: &mut Verdict) {
     let mut last: HashMap<(&str, i32), (EventId, u128)> = HashMap::new();
     for a in applied {
         let Some(id) = a.event else { continue };
@@ -214,8 +249,11 @@ pub fn check(
             ));
         }
     }
+}
 
-    // The wire.
+/// The wire: one key per event, in order per partition, nothing rolled
+/// back, nothing missing; duplicates counted.
+fn on_the_wire(wire: &[WireRecord], history: &History, v: &mut Verdict) {
     v.wire_records = wire.len();
     let mut partitions: BTreeMap<(u8, i32), Vec<&WireRecord>> = BTreeMap::new();
     for r in wire {
@@ -244,7 +282,7 @@ pub fn check(
                     v.key_conflicts += 1;
                     v.example(format!("{id} was sent with two different keys"));
                 }
-                if is_rolled_back(&id) {
+                if history.is_rolled_back(&id) {
                     v.wire_rolled_back += 1;
                 }
             }
@@ -273,8 +311,11 @@ pub fn check(
     }
     v.wire_distinct_keys = distinct.len();
     v.wire_duplicates = wire.len().saturating_sub(distinct.len());
-    v.wire_missing = expected.iter().filter(|id| !on_wire.contains(id)).count();
-    v
+    v.wire_missing = history
+        .expected
+        .iter()
+        .filter(|id| !on_wire.contains(id))
+        .count();
 }
 
 /// The result table, in Markdown.
