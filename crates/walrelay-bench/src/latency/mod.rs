@@ -35,27 +35,25 @@
 //! commit time in which events waited longer than [`STALL_MS`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use tokio::sync::{mpsc, watch};
 use walrelay::config::{Config, MessageRoute, OutboxConfig};
-use walrelay::pipeline::{self, Trace};
 
 use crate::env::BenchEnv;
-use crate::kafka::TimestampingConsumer;
-use crate::polling::{Acks, PollingOptions, PollingRelay};
+use crate::polling::PollingOptions;
 use crate::workload::{Kind, PREFIX, PUBLICATION};
 
 mod load;
 mod plain;
+mod relay;
+mod run;
 pub mod stalls;
 
 pub(crate) use load::{connect_clients, generate};
+pub use run::run_mode;
 
 pub use stalls::Stall;
 
@@ -178,7 +176,6 @@ pub const STALL_MS: f64 = 50.0;
 
 /// Clients the generator uses.
 pub const CLIENTS: u64 = 4;
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// How the latency runs are done (the same for every mode).
 #[derive(Debug, Clone)]
@@ -193,334 +190,6 @@ pub struct LatencyOptions {
     pub kafka_properties: Vec<(String, String)>,
     /// Live load at the first rate before the measured rates, not counted.
     pub warmup: Duration,
-}
-
-/// Runs `mode` at each rate for `duration`, with a fresh slot (walrelay)
-/// or an empty table (polling) and a fresh topic.
-pub async fn run_mode(
-    env: &BenchEnv,
-    mode: Mode,
-    repeat: u32,
-    options: &LatencyOptions,
-) -> Result<Vec<LatencyRun>> {
-    let LatencyOptions {
-        rates,
-        duration,
-        polling,
-        payload_size,
-        kafka_properties,
-        warmup,
-    } = options;
-    let (duration, polling, payload_size) = (*duration, *polling, *payload_size);
-    // A checkpoint first, so that one started by the drains before does
-    // not land in the middle of a measurement.
-    env.client
-        .batch_execute("TRUNCATE bench_outbox; CHECKPOINT")
-        .await?;
-    let tag = format!("{}_{repeat}", mode.tag());
-    let topic = match mode {
-        // The Event Router's topic for the bench's aggregatetype.
-        Mode::DebeziumOutbox => crate::debezium::OUTBOX_TOPIC.to_owned(),
-        _ => format!("lat.{tag}"),
-    };
-    env.create_topic(&topic)?;
-    let bootstrap = env.bootstrap();
-    let consumer = TimestampingConsumer::start(&bootstrap, &topic, mode.kind())?;
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let wal_acks: Arc<Mutex<Vec<(u128, Instant)>>> = Arc::default();
-    let poll_acks: Acks = Arc::default();
-    let ack_count = Arc::new(AtomicU64::new(0));
-    let slot = format!("lat_{tag}");
-    let plain_producer = match mode {
-        Mode::PlainProducer | Mode::DualWrite => Some(plain::producer(&bootstrap)?),
-        _ => None,
-    };
-    let relay = match mode {
-        Mode::PlainProducer | Mode::DualWrite => {
-            // Nothing relays: the generator produces itself.
-            let mut stop = stop_rx;
-            tokio::spawn(async move {
-                while !*stop.borrow() {
-                    if stop.changed().await.is_err() {
-                        break;
-                    }
-                }
-                Ok(())
-            })
-        }
-        Mode::WalrelayMessages | Mode::WalrelayOutbox | Mode::WalrelayMessagesLinger20 => {
-            env.create_slot(&slot).await?;
-            let mut c = relay_config(env, &slot, &topic, kafka_properties);
-            if mode == Mode::WalrelayMessagesLinger20 {
-                c.kafka.properties.insert("linger.ms".into(), "20".into());
-            }
-            let (trace_tx, mut trace_rx) = mpsc::unbounded_channel();
-            let (acks, count) = (wal_acks.clone(), ack_count.clone());
-            tokio::spawn(async move {
-                while let Some(t) = trace_rx.recv().await {
-                    if let Trace::Acked { key, .. } = t {
-                        acks.lock().expect("lock").push((key.0, Instant::now()));
-                        count.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-            tokio::spawn(async move {
-                pipeline::run(c, stop_rx, Some(trace_tx))
-                    .await
-                    .map_err(anyhow::Error::from)
-            })
-        }
-        Mode::PollingOutbox => {
-            let mut relay =
-                PollingRelay::new(env.new_client().await?, &bootstrap, &topic, polling)?;
-            let acks = poll_acks.clone();
-            tokio::spawn(async move { relay.run(stop_rx, acks).await })
-        }
-        Mode::DebeziumOutbox => {
-            let mut worker = crate::debezium::LatencyWorker::start(env, &slot).await?;
-            // Holds the worker: fails when its JVM exits, stops it at the
-            // stop (SIGTERM).
-            let mut stop = stop_rx;
-            tokio::spawn(async move {
-                while !*stop.borrow() {
-                    tokio::select! {
-                        changed = stop.changed() => if changed.is_err() { break },
-                        _ = tokio::time::sleep(Duration::from_millis(500)) => {
-                            if worker.exited()? {
-                                bail!("the Debezium worker exited");
-                            }
-                        }
-                    }
-                }
-                worker.stop()
-            })
-        }
-    };
-    // Acks: the polling relay's list, or walrelay's count from the trace.
-    let polled = matches!(
-        mode,
-        Mode::PollingOutbox | Mode::PlainProducer | Mode::DualWrite
-    );
-    let by_consumer = mode == Mode::DebeziumOutbox;
-    let acked = || -> u64 {
-        if polled {
-            poll_acks.lock().expect("lock").len() as u64
-        } else if by_consumer {
-            consumer.count.load(Ordering::Relaxed)
-        } else {
-            ack_count.load(Ordering::Relaxed)
-        }
-    };
-
-    let result = async {
-        let clients = connect_clients(env).await?;
-        // Warm-up: one event, seen by the consumer.
-        let mut next_seq = 1u64;
-        let mut expected = 0u64;
-        let load = |rate: Option<u64>, duration: Duration, first: u64, n_clients: u64| {
-            let (clients, topic, poll_acks) = (&clients, &topic, &poll_acks);
-            let plain_producer = plain_producer.as_ref();
-            async move {
-                Ok::<_, anyhow::Error>(match (plain_producer, rate) {
-                    (Some(p), Some(rate)) => Some(
-                        plain::generate(
-                            p,
-                            (mode == Mode::DualWrite).then_some(clients.as_slice()),
-                            topic,
-                            payload_size,
-                            rate,
-                            duration,
-                            first,
-                            n_clients,
-                            poll_acks,
-                        )
-                        .await?,
-                    ),
-                    // "As fast as it can" has no meaning for a producer
-                    // that waits for nothing.
-                    (Some(_), None) => None,
-                    (None, _) => Some(
-                        generate(
-                            clients,
-                            mode.kind(),
-                            payload_size,
-                            rate,
-                            duration,
-                            first,
-                            n_clients,
-                        )
-                        .await?,
-                    ),
-                })
-            }
-        };
-        let warm = match &plain_producer {
-            Some(_) => load(Some(1000), Duration::from_millis(1), next_seq, 1).await?,
-            None => load(None, Duration::ZERO, next_seq, 1).await?,
-        }
-        .unwrap_or_default();
-        expected += warm.len() as u64;
-        next_seq += 1;
-        settle(&consumer, &acked, expected, &relay).await?;
-
-        // The first seconds of load on a fresh broker, topic and relay are
-        // slow for every mode, the plain producer too (60-200 ms for 2-5 s
-        // on Kafka: the JVM compiling the paths this load takes): a warm-up
-        // at the first rate, not counted.
-        if !warmup.is_zero() {
-            let rate = rates.first().copied().flatten().unwrap_or(1000);
-            let t = Instant::now();
-            let commits = load(Some(rate), *warmup, next_seq, CLIENTS)
-                .await?
-                .unwrap_or_default();
-            next_seq = commits.iter().map(|c| c.0).max().unwrap_or(next_seq) + 1;
-            expected += commits.len() as u64;
-            settle(&consumer, &acked, expected, &relay).await?;
-            let acks = acks_by_seq(polled, by_consumer, &poll_acks, &wal_acks, &consumer);
-            let commit_at: HashMap<u64, Instant> = commits.into_iter().collect();
-            let (h, _) = histogram(&commit_at, &acks)?;
-            tracing::info!(
-                "latency {}: warm-up at {rate}/s for {:.1} s, ack p50 {:.1} / p99 {:.1} ms (not counted)",
-                mode.label(),
-                t.elapsed().as_secs_f64(),
-                Percentiles::of(&h).p50,
-                Percentiles::of(&h).p99
-            );
-        }
-
-        let mut runs = Vec::new();
-        for &rate in rates {
-            let t = Instant::now();
-            let Some(commits) = load(rate, duration, next_seq, CLIENTS).await? else {
-                continue;
-            };
-            let elapsed = t.elapsed().as_secs_f64();
-            let events = commits.len() as u64;
-            next_seq = commits.iter().map(|c| c.0).max().unwrap_or(next_seq) + 1;
-            expected += events;
-            settle(&consumer, &acked, expected, &relay).await?;
-
-            let seen = consumer.seen.lock().expect("lock").clone();
-            let acks = acks_by_seq(polled, by_consumer, &poll_acks, &wal_acks, &consumer);
-            let commit_at: HashMap<u64, Instant> = commits.into_iter().collect();
-            let (ack_h, early) = histogram(&commit_at, &acks)?;
-            let consumed: Vec<(u64, Instant)> = seen.iter().map(|s| (s.seq, s.at)).collect();
-            let (cons_h, _) = histogram(&commit_at, &consumed)?;
-            let waits: Vec<(f64, f64)> = acks
-                .iter()
-                .filter_map(|(seq, at)| {
-                    let c = commit_at.get(seq)?;
-                    let wait = at.saturating_duration_since(*c).as_secs_f64() * 1000.0;
-                    Some((c.saturating_duration_since(t).as_secs_f64(), wait))
-                })
-                .collect();
-            let ack_stalls = stalls::find(&waits, STALL_MS, 0.1, 8);
-            if let Ok(dir) = std::env::var("WALRELAY_BENCH_LATENCY_CSV") {
-                write_waits_csv(&dir, &tag, rate, &waits)?;
-            }
-            if ack_h.len() != events || cons_h.len() != events {
-                bail!(
-                    "{}: {} events committed, {} acks and {} consumed records matched",
-                    mode.label(),
-                    events,
-                    ack_h.len(),
-                    cons_h.len()
-                );
-            }
-            runs.push(LatencyRun {
-                mode,
-                repeat,
-                target_rate: rate,
-                achieved_rate: events as f64 / elapsed,
-                events,
-                commit_to_ack: Percentiles::of(&ack_h),
-                commit_to_consumer: Percentiles::of(&cons_h),
-                ack_before_commit_reply: early,
-                ack_stalls,
-            });
-            tracing::info!(
-                "latency {} rate {:?}: {} events, {:.0}/s, ack p99 {:.2} ms",
-                mode.label(),
-                rate,
-                events,
-                events as f64 / elapsed,
-                Percentiles::of(&ack_h).p99
-            );
-        }
-        Ok(runs)
-    }
-    .await;
-
-    stop_tx.send(true).ok();
-    let relay_result = tokio::time::timeout(Duration::from_secs(60), relay)
-        .await
-        .context("the relay did not stop within 60 s")?;
-    consumer.stop()?;
-    if mode == Mode::DebeziumOutbox {
-        // Its walsender may hold the slot for a moment after the stop.
-        crate::debezium::drop_slot_when_free(env, &slot).await?;
-    } else if !polled {
-        env.drop_slot(&slot).await?;
-    }
-    let runs = result?;
-    relay_result.context("relay task panicked")??;
-    Ok(runs)
-}
-
-/// Acks by sequence number: the polling relay's and the plain producer's
-/// as they are, walrelay's (by idempotency key) through the consumer's
-/// records, and with `by_consumer` (Debezium: no ack hook) the consumer's
-/// receipts.
-fn acks_by_seq(
-    polled: bool,
-    by_consumer: bool,
-    poll_acks: &Acks,
-    wal_acks: &Mutex<Vec<(u128, Instant)>>,
-    consumer: &TimestampingConsumer,
-) -> Vec<(u64, Instant)> {
-    if polled {
-        return poll_acks.lock().expect("lock").clone();
-    }
-    if by_consumer {
-        return consumer
-            .seen
-            .lock()
-            .expect("lock")
-            .iter()
-            .map(|s| (s.seq, s.at))
-            .collect();
-    }
-    let by_key: HashMap<u128, u64> = consumer
-        .seen
-        .lock()
-        .expect("lock")
-        .iter()
-        .filter_map(|s| s.key.map(|k| (k, s.seq)))
-        .collect();
-    wal_acks
-        .lock()
-        .expect("lock")
-        .iter()
-        .filter_map(|(k, at)| by_key.get(k).map(|seq| (*seq, *at)))
-        .collect()
-}
-
-/// Every event's (commit time after the rate's start, ms to its ack) as
-/// CSV in `dir`, for a closer look at a run (`WALRELAY_BENCH_LATENCY_CSV`).
-fn write_waits_csv(dir: &str, tag: &str, rate: Option<u64>, waits: &[(f64, f64)]) -> Result<()> {
-    use std::io::Write;
-    std::fs::create_dir_all(dir)?;
-    let rate = rate.map_or("max".to_string(), |r| r.to_string());
-    let path = std::path::Path::new(dir).join(format!("{tag}_{rate}.csv"));
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
-    writeln!(f, "commit_s,ack_ms")?;
-    let mut sorted = waits.to_vec();
-    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for (at, ms) in sorted {
-        writeln!(f, "{at:.4},{ms:.3}")?;
-    }
-    Ok(())
 }
 
 /// walrelay's configuration for the bench: `slot` of the bench
@@ -571,29 +240,4 @@ pub(crate) fn histogram(
         h.saturating_record(us);
     }
     Ok((h, early))
-}
-
-/// Waits until the relay acknowledged and the consumer saw `expected`
-/// events (or the relay failed).
-async fn settle(
-    consumer: &TimestampingConsumer,
-    acked: &impl Fn() -> u64,
-    expected: u64,
-    relay: &tokio::task::JoinHandle<Result<()>>,
-) -> Result<()> {
-    let deadline = Instant::now() + SETTLE_TIMEOUT;
-    loop {
-        let seen = consumer.count.load(Ordering::Relaxed);
-        let a = acked();
-        if seen >= expected && a >= expected {
-            return Ok(());
-        }
-        if relay.is_finished() {
-            bail!("the relay stopped early ({a} acks, {seen} consumed, {expected} expected)");
-        }
-        if Instant::now() >= deadline {
-            bail!("not settled within {SETTLE_TIMEOUT:?}: {a} acks, {seen} consumed, {expected} expected");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }

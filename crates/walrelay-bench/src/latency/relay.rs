@@ -1,0 +1,222 @@
+//! What carries a latency run's events to Kafka, per mode family: nothing
+//! (the reference producer sends them itself), walrelay in this process,
+//! the polling relay or a Debezium worker; and where each one's acks are.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use rdkafka::producer::FutureProducer;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use walrelay::pipeline::{self, Trace};
+
+use super::{plain, relay_config, LatencyOptions, Mode};
+use crate::env::BenchEnv;
+use crate::kafka::TimestampingConsumer;
+use crate::polling::{Acks, PollingOptions, PollingRelay};
+
+/// A mode's relay, started: its task (it runs until the stop), where its
+/// acks are, and the reference producer where the application sends the
+/// records itself.
+pub(super) struct Relay {
+    pub task: JoinHandle<Result<()>>,
+    pub acks: AckSource,
+    pub reference: Option<Reference>,
+}
+
+/// The reference producer, and the list its delivery reports go to.
+pub(super) struct Reference {
+    pub producer: FutureProducer,
+    pub acks: Acks,
+}
+
+/// Where a mode's acks are.
+pub(super) enum AckSource {
+    /// The polling relay's or the plain producer's list, by sequence
+    /// number.
+    Listed(Acks),
+    /// walrelay's trace: its acks by idempotency key, and their count.
+    Traced {
+        acks: Arc<Mutex<Vec<(u128, Instant)>>>,
+        count: Arc<AtomicU64>,
+    },
+    /// Debezium has no ack hook: the consumer's receipts.
+    Received,
+}
+
+impl AckSource {
+    /// Acks so far: the polling relay's list, the consumer's count, or
+    /// walrelay's count from the trace.
+    pub fn count(&self, consumer: &TimestampingConsumer) -> u64 {
+        match self {
+            AckSource::Listed(acks) => acks.lock().expect("lock").len() as u64,
+            AckSource::Received => consumer.count.load(Ordering::Relaxed),
+            AckSource::Traced { count, .. } => count.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Acks by sequence number: the polling relay's and the plain
+    /// producer's as they are, walrelay's (by idempotency key) through the
+    /// consumer's records, and Debezium's (no ack hook) the consumer's
+    /// receipts.
+    pub fn by_seq(&self, consumer: &TimestampingConsumer) -> Vec<(u64, Instant)> {
+        let wal_acks = match self {
+            AckSource::Listed(acks) => return acks.lock().expect("lock").clone(),
+            AckSource::Received => {
+                return consumer
+                    .seen
+                    .lock()
+                    .expect("lock")
+                    .iter()
+                    .map(|s| (s.seq, s.at))
+                    .collect();
+            }
+            AckSource::Traced { acks, .. } => acks,
+        };
+        let by_key: HashMap<u128, u64> = consumer
+            .seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter_map(|s| s.key.map(|k| (k, s.seq)))
+            .collect();
+        wal_acks
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter_map(|(k, at)| by_key.get(k).map(|seq| (*seq, *at)))
+            .collect()
+    }
+}
+
+/// Starts what relays in `mode` into `topic` (walrelay and Debezium on
+/// `slot`, which walrelay's start creates); it runs until `stop`.
+pub(super) async fn start(
+    env: &BenchEnv,
+    mode: Mode,
+    slot: &str,
+    topic: &str,
+    options: &LatencyOptions,
+    stop: watch::Receiver<bool>,
+) -> Result<Relay> {
+    match mode {
+        Mode::PlainProducer | Mode::DualWrite => reference(env, stop),
+        Mode::WalrelayMessages | Mode::WalrelayOutbox | Mode::WalrelayMessagesLinger20 => {
+            walrelay(env, mode, slot, topic, &options.kafka_properties, stop).await
+        }
+        Mode::PollingOutbox => polling(env, topic, options.polling, stop).await,
+        Mode::DebeziumOutbox => debezium(env, slot, stop).await,
+    }
+}
+
+/// The references: nothing relays, the generator produces itself with
+/// the plain producer; its task only waits for the stop.
+fn reference(env: &BenchEnv, stop: watch::Receiver<bool>) -> Result<Relay> {
+    let reference = Reference {
+        producer: plain::producer(&env.bootstrap())?,
+        acks: Acks::default(),
+    };
+    let mut stop = stop;
+    let task = tokio::spawn(async move {
+        while !*stop.borrow() {
+            if stop.changed().await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    });
+    Ok(Relay {
+        task,
+        acks: AckSource::Listed(reference.acks.clone()),
+        reference: Some(reference),
+    })
+}
+
+/// walrelay in this process on a fresh `slot` (`linger.ms=20` for that
+/// mode), its acks taken from its trace channel as they arrive.
+async fn walrelay(
+    env: &BenchEnv,
+    mode: Mode,
+    slot: &str,
+    topic: &str,
+    kafka_properties: &[(String, String)],
+    stop: watch::Receiver<bool>,
+) -> Result<Relay> {
+    env.create_slot(slot).await?;
+    let mut c = relay_config(env, slot, topic, kafka_properties);
+    if mode == Mode::WalrelayMessagesLinger20 {
+        c.kafka.properties.insert("linger.ms".into(), "20".into());
+    }
+    let wal_acks: Arc<Mutex<Vec<(u128, Instant)>>> = Arc::default();
+    let ack_count = Arc::new(AtomicU64::new(0));
+    let (trace_tx, mut trace_rx) = mpsc::unbounded_channel();
+    let (acks, count) = (wal_acks.clone(), ack_count.clone());
+    tokio::spawn(async move {
+        while let Some(t) = trace_rx.recv().await {
+            if let Trace::Acked { key, .. } = t {
+                acks.lock().expect("lock").push((key.0, Instant::now()));
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    let task = tokio::spawn(async move {
+        pipeline::run(c, stop, Some(trace_tx))
+            .await
+            .map_err(anyhow::Error::from)
+    });
+    Ok(Relay {
+        task,
+        acks: AckSource::Traced {
+            acks: wal_acks,
+            count: ack_count,
+        },
+        reference: None,
+    })
+}
+
+/// The polling relay on the (emptied) outbox table; it lists its acks.
+async fn polling(
+    env: &BenchEnv,
+    topic: &str,
+    options: PollingOptions,
+    stop: watch::Receiver<bool>,
+) -> Result<Relay> {
+    let mut relay = PollingRelay::new(env.new_client().await?, &env.bootstrap(), topic, options)?;
+    let poll_acks = Acks::default();
+    let acks = poll_acks.clone();
+    let task = tokio::spawn(async move { relay.run(stop, acks).await });
+    Ok(Relay {
+        task,
+        acks: AckSource::Listed(poll_acks),
+        reference: None,
+    })
+}
+
+/// The tuned Debezium worker on `slot`; acks are the consumer's receipts.
+async fn debezium(env: &BenchEnv, slot: &str, stop: watch::Receiver<bool>) -> Result<Relay> {
+    let mut worker = crate::debezium::LatencyWorker::start(env, slot).await?;
+    // Holds the worker: fails when its JVM exits, stops it at the
+    // stop (SIGTERM).
+    let mut stop = stop;
+    let task = tokio::spawn(async move {
+        while !*stop.borrow() {
+            tokio::select! {
+                changed = stop.changed() => if changed.is_err() { break },
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if worker.exited()? {
+                        bail!("the Debezium worker exited");
+                    }
+                }
+            }
+        }
+        worker.stop()
+    });
+    Ok(Relay {
+        task,
+        acks: AckSource::Received,
+        reference: None,
+    })
+}
