@@ -18,7 +18,6 @@
 //! storage survives a restart of a node.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
@@ -33,8 +32,10 @@ mod acl;
 mod cluster_admin;
 mod cluster_id;
 mod config;
+mod faults;
 mod home;
 mod node;
+mod options;
 mod security;
 mod shared;
 
@@ -44,84 +45,13 @@ pub use security::{KafkaSecurity, ScramUser, SCRAM_MECHANISM};
 pub use config::NodePorts;
 pub use home::{KafkaHome, KAFKA_HOME_ENV, KAFKA_VERSION};
 pub use node::{Jvm, KafkaNode};
+pub use options::{Advertise, KafkaOptions};
 pub use shared::SharedKafka;
 
 /// How often a start is retried when another process took a chosen port.
 const PORT_ATTEMPTS: usize = 4;
 /// How long the JVMs may take until every node answers metadata requests.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// Given a node's id and its broker port, the `HOST:PORT` it advertises to
-/// clients (e.g. a fault-injecting proxy that this call points at the
-/// port). Called before the node starts, and again with new ports if a
-/// start is retried.
-pub type Advertise = Arc<dyn Fn(usize, u16) -> String + Send + Sync>;
-
-/// What to start.
-#[derive(Clone)]
-pub struct KafkaOptions {
-    /// Combined broker-controller nodes, every one a voter (1 or 3).
-    pub nodes: usize,
-    /// What each node advertises; by default its own broker listener.
-    pub advertise: Option<Advertise>,
-    /// Feature levels the storage is formatted with (`--feature
-    /// name=level`), e.g. `eligible.leader.replicas.version=0` for a
-    /// cluster without Eligible Leader Replicas; by default the release's.
-    pub features: Vec<(String, u16)>,
-    /// Broker settings added to every node's `server.properties` (they win
-    /// over the defaults), e.g. a shorter `broker.session.timeout.ms` so a
-    /// killed broker leaves the in-sync sets sooner.
-    pub server_properties: Vec<(String, String)>,
-    /// A SASL_SSL listener, SCRAM users and the authorizer
-    /// ([`KafkaSecurity`]); none by default.
-    pub security: Option<KafkaSecurity>,
-    /// How the nodes' JVMs run ([`Jvm::Test`] by default).
-    pub jvm: Jvm,
-}
-
-impl Default for KafkaOptions {
-    fn default() -> Self {
-        KafkaOptions {
-            nodes: 1,
-            advertise: None,
-            features: Vec::new(),
-            server_properties: Vec::new(),
-            security: None,
-            jvm: Jvm::Test,
-        }
-    }
-}
-
-impl KafkaOptions {
-    /// These options, with brokers that notice a killed broker within a
-    /// few seconds (heartbeat 0.5 s, session 3 s, replica lag 5 s) rather
-    /// than Kafka's 9 s plus a controller failover: for fault tests that
-    /// wait for an in-sync set to shrink.
-    #[must_use]
-    pub fn quick_to_notice_failures(mut self) -> KafkaOptions {
-        for (key, value) in [
-            ("broker.heartbeat.interval.ms", "500"),
-            ("broker.session.timeout.ms", "3000"),
-            ("replica.lag.time.max.ms", "5000"),
-        ] {
-            self.server_properties
-                .push((key.to_owned(), value.to_owned()));
-        }
-        self
-    }
-}
-
-impl std::fmt::Debug for KafkaOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaOptions")
-            .field("nodes", &self.nodes)
-            .field("advertise", &self.advertise.is_some())
-            .field("features", &self.features)
-            .field("server_properties", &self.server_properties)
-            .field("security", &self.security)
-            .finish()
-    }
-}
 
 /// Another process answers on a port this cluster chose: start again on
 /// other ports.
@@ -396,148 +326,6 @@ impl KafkaCluster {
     /// The nodes, by id (node `i` at index `i - 1`).
     pub fn nodes(&self) -> &[KafkaNode] {
         &self.nodes
-    }
-
-    /// The leader (node id) and in-sync replicas of `topic`'s partition
-    /// `partition`, as the metadata of a running node says.
-    pub fn partition_state(&self, topic: &str, partition: i32) -> anyhow::Result<(i32, Vec<i32>)> {
-        let (leader, mut isr, _) = self.partition_metadata(topic, partition)?;
-        isr.sort_unstable();
-        Ok((leader, isr))
-    }
-
-    /// The replicas (node ids, preferred leader first) of the partition.
-    pub fn partition_replicas(&self, topic: &str, partition: i32) -> anyhow::Result<Vec<i32>> {
-        Ok(self.partition_metadata(topic, partition)?.2)
-    }
-
-    /// (leader, in-sync replicas, replicas) of the partition.
-    fn partition_metadata(
-        &self,
-        topic: &str,
-        partition: i32,
-    ) -> anyhow::Result<(i32, Vec<i32>, Vec<i32>)> {
-        let client: BaseConsumer = client_config(&self.bootstrap_servers())
-            .create()
-            .context("creating a Kafka client")?;
-        let md = client
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
-            .with_context(|| format!("metadata of {topic}"))?;
-        md.topics()
-            .iter()
-            .filter(|t| t.name() == topic)
-            .flat_map(|t| t.partitions())
-            .find(|p| p.id() == partition)
-            .map(|p| (p.leader(), p.isr().to_vec(), p.replicas().to_vec()))
-            .ok_or_else(|| anyhow!("no partition {partition} of {topic} in the metadata"))
-    }
-
-    /// Waits until `check` holds for the partition's (leader, in-sync
-    /// replicas), up to `timeout`; returns the state that satisfied it.
-    pub fn await_partition(
-        &self,
-        topic: &str,
-        partition: i32,
-        timeout: Duration,
-        what: &str,
-        check: impl Fn(i32, &[i32]) -> bool,
-    ) -> anyhow::Result<(i32, Vec<i32>)> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let last = match self.partition_state(topic, partition) {
-                Ok((leader, isr)) if check(leader, &isr) => return Ok((leader, isr)),
-                Ok(state) => format!("{state:?}"),
-                Err(e) => format!("{e:#}"),
-            };
-            if Instant::now() >= deadline {
-                bail!(
-                    "{topic}/{partition}: {what} not seen within {timeout:?} (last (leader, isr): {last})"
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Kills (SIGKILL) an in-sync follower of `topic`'s partition
-    /// `partition`, never its leader; returns the node's id.
-    pub fn kill_a_follower(&mut self, topic: &str, partition: i32) -> anyhow::Result<i32> {
-        let (leader, isr) = self.partition_state(topic, partition)?;
-        let follower = isr
-            .iter()
-            .copied()
-            .find(|&n| n != leader)
-            .ok_or_else(|| anyhow!("{topic}/{partition}: no follower in sync (isr {isr:?})"))?;
-        self.kill_node(usize::try_from(follower)?)?;
-        Ok(follower)
-    }
-
-    /// Kills node `id` (SIGKILL); its data stays for
-    /// [`KafkaCluster::restart_node`].
-    pub fn kill_node(&mut self, id: usize) -> anyhow::Result<()> {
-        self.node_mut(id)?.kill()
-    }
-
-    /// Kills node `id` if it runs and starts it again on the same ports
-    /// with its data; waits until every node answers metadata requests
-    /// listing them all.
-    pub fn restart_node(&mut self, id: usize) -> anyhow::Result<()> {
-        let home = self.home.clone();
-        let node = self.node_mut(id)?;
-        node.kill()?;
-        node.spawn(&home)?;
-        self.wait_ready().map_err(|e| {
-            e.context(format!(
-                "node {id} did not come back; logs:\n{}",
-                self.log_tail(30)
-            ))
-        })
-    }
-
-    /// Restarts node `id` as a rolling restart does: a controlled shutdown
-    /// (SIGTERM, up to 60 s), then the same start as
-    /// [`KafkaCluster::restart_node`].
-    pub fn restart_node_gracefully(&mut self, id: usize) -> anyhow::Result<()> {
-        self.node_mut(id)?.terminate(Duration::from_secs(60))?;
-        self.restart_node(id)
-    }
-
-    /// Waits until every partition of `topic` has all its replicas in sync,
-    /// up to `timeout`: the cluster recovered from a fault.
-    pub fn await_fully_replicated(&self, topic: &str, timeout: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
-        let client: BaseConsumer = client_config(&self.bootstrap_servers())
-            .create()
-            .context("creating a Kafka client")?;
-        loop {
-            let last = match client.fetch_metadata(Some(topic), Duration::from_secs(5)) {
-                Ok(md) => {
-                    let lagging: Vec<String> = md
-                        .topics()
-                        .iter()
-                        .flat_map(|t| t.partitions())
-                        .filter(|p| p.isr().len() < p.replicas().len() || p.leader() < 0)
-                        .map(|p| format!("{}: isr {:?} of {:?}", p.id(), p.isr(), p.replicas()))
-                        .collect();
-                    if lagging.is_empty() && md.topics().iter().any(|t| !t.partitions().is_empty())
-                    {
-                        return Ok(());
-                    }
-                    lagging.join("; ")
-                }
-                Err(e) => format!("{e}"),
-            };
-            if Instant::now() >= deadline {
-                bail!("{topic} not fully replicated within {timeout:?} ({last})");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn node_mut(&mut self, id: usize) -> anyhow::Result<&mut KafkaNode> {
-        let n = self.nodes.len();
-        id.checked_sub(1)
-            .and_then(|i| self.nodes.get_mut(i))
-            .ok_or_else(|| anyhow!("no node {id} in a cluster of {n}"))
     }
 
     /// The cluster's directory (a `node-<id>` directory per node).
