@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::{
     connect, fresh_database, inbox, start, stop_consumer, wait_applied, Applied, Consumer,
-    ConsumerRun,
+    ConsumerRun, Target,
 };
 use crate::env::BenchEnv;
 use crate::procstat;
@@ -46,10 +46,12 @@ pub(super) async fn drain(
     let task = start(
         env,
         consumer,
-        topic,
-        &dsn,
-        db,
-        python,
+        Target {
+            topic,
+            group: db,
+            dsn: &dsn,
+            python,
+        },
         applied.clone(),
         stop_rx,
     )

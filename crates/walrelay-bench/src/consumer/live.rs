@@ -10,7 +10,7 @@ use walrelay::pipeline;
 
 use super::{
     fresh_database, start, stop_consumer, wait_applied, Applied, Consumer, ConsumerLatencyRun,
-    ConsumerOptions,
+    ConsumerOptions, Target,
 };
 use crate::env::BenchEnv;
 use crate::latency::{self, Percentiles};
@@ -45,10 +45,12 @@ pub(super) async fn live(
     let task = start(
         env,
         consumer,
-        &topic,
-        &dsn,
-        &db,
-        None,
+        Target {
+            topic: &topic,
+            group: &db,
+            dsn: &dsn,
+            python: None,
+        },
         applied.clone(),
         stop_rx,
     )

@@ -37,20 +37,18 @@ mod inbox;
 mod live;
 mod python;
 pub mod report;
+mod start;
 
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use rdkafka::ClientConfig;
 use serde::Serialize;
 use tokio::sync::watch;
-use tokio_postgres::types::Type;
-use tokio_postgres::Transaction;
 use walrelay::pipeline;
-use walrelay_consumer::{ConsumerLoop, Database, Delivery, LoopMetrics, PgHwmStore};
+use walrelay_consumer::LoopMetrics;
 
 use crate::env::BenchEnv;
 use crate::latency::{self, Percentiles};
@@ -58,6 +56,7 @@ use crate::workload::{self, seq_of_payload, Kind, Workload};
 
 use drain::{drain, DrainTarget};
 use live::live;
+use start::{start, stop_consumer, wait_applied, Target};
 
 /// The side effect: one row per event.
 const EFFECTS: &str = "
@@ -271,7 +270,42 @@ pub async fn run(
     first_seq: u64,
 ) -> Result<(Vec<ConsumerRun>, Vec<ConsumerLatencyRun>)> {
     env.fresh_broker().await?;
+    let env = &*env;
     let w = Workload::new(Kind::Messages, 100, 200, options.records);
+    let topics = relay_topics(env, &w, first_seq).await?;
+    let python = python_interpreter(options).await?;
+    let backlog = Backlog {
+        topics: &topics,
+        events: w.events,
+        python: python.as_deref(),
+    };
+    // Each run's database is named with the next number of this count.
+    let mut n = 0;
+    warm_up(env, options, &backlog).await?;
+    let runs = drains(env, options, &backlog, &mut n).await?;
+    let lat = latencies(env, options, &mut n).await?;
+    Ok((runs, lat))
+}
+
+/// The relayed topics of the throughput runs: (topic, its slot while it
+/// was relayed, partitions).
+type Topics = [(String, String, i32)];
+
+/// What every throughput run drains: the relayed topics, the events in
+/// each, and the interpreter for the Python consumers.
+struct Backlog<'a> {
+    topics: &'a Topics,
+    events: u64,
+    python: Option<&'a Path>,
+}
+
+/// One backlog of `w`, committed from `first_seq`, relayed by walrelay
+/// into a 4-partition and a 1-partition topic; their slots are dropped.
+async fn relay_topics(
+    env: &BenchEnv,
+    w: &Workload,
+    first_seq: u64,
+) -> Result<Vec<(String, String, i32)>> {
     let mut topics = Vec::new();
     for partitions in [4, 1] {
         let topic = format!("cons.p{partitions}");
@@ -280,7 +314,7 @@ pub async fn run(
         env.create_slot(&slot).await?;
         topics.push((topic, slot, partitions));
     }
-    workload::generate_backlog(&env.client, &w, first_seq).await?;
+    workload::generate_backlog(&env.client, w, first_seq).await?;
     let (end, _) = env.current_lsn().await?;
     for (topic, slot, _) in &topics {
         relay_backlog(env, slot, topic, end).await?;
@@ -291,47 +325,65 @@ pub async fn run(
         w.events,
         topics
     );
+    Ok(topics)
+}
 
-    let python = if [
+/// The pinned virtualenv's interpreter, when a Python consumer is wanted.
+async fn python_interpreter(options: &ConsumerOptions) -> Result<Option<PathBuf>> {
+    let wanted = [
         Consumer::PythonBatch,
         Consumer::PythonRecord,
         Consumer::PythonInboxCareful,
         Consumer::PythonApplyLimit,
     ]
     .into_iter()
-    .any(|c| options.wants(c))
-    {
-        Some(python::venv_python().await?)
-    } else {
-        None
-    };
-    let mut runs = Vec::new();
-    let mut n = 0;
-    // One unreported run before the repeats: the broker's JIT and the
-    // fresh database warm up on it, not on whichever consumer the first
-    // repeat measures first (that run was 20-30 % slower than the same
-    // consumer's later repeats, and set the spread).
-    if options.repeats > 1 {
-        if let (Some(consumer), Some((topic, _, partitions))) = (
-            CONSUMER_ORDER.into_iter().find(|c| options.wants(*c)),
-            topics.first(),
-        ) {
-            let target = DrainTarget {
-                topic,
-                partitions: *partitions,
-                db: &format!("cons_warmup_{}", consumer.tag()),
-                python: python.as_deref(),
-            };
-            let run = drain(env, consumer, target, w.events, 0).await?;
-            tracing::info!(
-                "consumer bench: warm-up run ({} p{partitions}, not reported): {:.0} records/s",
-                consumer.label(),
-                run.records_per_s
-            );
-        }
+    .any(|c| options.wants(c));
+    if !wanted {
+        return Ok(None);
     }
+    Ok(Some(python::venv_python().await?))
+}
+
+/// One unreported run before the repeats: the broker's JIT and the
+/// fresh database warm up on it, not on whichever consumer the first
+/// repeat measures first (that run was 20-30 % slower than the same
+/// consumer's later repeats, and set the spread).
+async fn warm_up(env: &BenchEnv, options: &ConsumerOptions, backlog: &Backlog<'_>) -> Result<()> {
+    if options.repeats <= 1 {
+        return Ok(());
+    }
+    let (Some(consumer), Some((topic, _, partitions))) = (
+        CONSUMER_ORDER.into_iter().find(|c| options.wants(*c)),
+        backlog.topics.first(),
+    ) else {
+        return Ok(());
+    };
+    let target = DrainTarget {
+        topic,
+        partitions: *partitions,
+        db: &format!("cons_warmup_{}", consumer.tag()),
+        python: backlog.python,
+    };
+    let run = drain(env, consumer, target, backlog.events, 0).await?;
+    tracing::info!(
+        "consumer bench: warm-up run ({} p{partitions}, not reported): {:.0} records/s",
+        consumer.label(),
+        run.records_per_s
+    );
+    Ok(())
+}
+
+/// Every wanted consumer drains each topic, in [`CONSUMER_ORDER`], each
+/// repeat.
+async fn drains(
+    env: &BenchEnv,
+    options: &ConsumerOptions,
+    backlog: &Backlog<'_>,
+    n: &mut u32,
+) -> Result<Vec<ConsumerRun>> {
+    let mut runs = Vec::new();
     for repeat in 0..options.repeats {
-        for (topic, _, partitions) in &topics {
+        for (topic, _, partitions) in backlog.topics {
             for consumer in CONSUMER_ORDER {
                 if !options.wants(consumer) {
                     continue;
@@ -341,59 +393,75 @@ pub async fn run(
                     // 1-partition run would repeat the 4-partition one.
                     continue;
                 }
-                n += 1;
+                *n += 1;
                 let db = format!("cons_{}_{n}", consumer.tag());
                 let target = DrainTarget {
                     topic,
                     partitions: *partitions,
                     db: &db,
-                    python: python.as_deref(),
+                    python: backlog.python,
                 };
-                let run = drain(env, consumer, target, w.events, repeat).await?;
-                if let Some(phases) = &run.phases {
-                    tracing::info!(
-                        "consumer {} p{partitions} #{repeat}: where the time went (partition-seconds over {:.1} s): {}",
-                        consumer.label(),
-                        run.seconds,
-                        phases
-                            .iter()
-                            .filter(|(_, s)| *s > 0.0)
-                            .map(|(p, s)| format!("{p} {s:.2}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
-                }
-                tracing::info!(
-                    "consumer {} p{partitions} #{repeat}: {:.0} records/s, {:.1} µs cpu/record, {:.1} µs db cpu/record, state {} rows / {} B, batches {:?}, pauses {:?}",
-                    consumer.label(),
-                    run.records_per_s,
-                    run.cpu_us_per_record,
-                    run.db_cpu_us_per_record,
-                    run.state_rows,
-                    run.state_bytes,
-                    run.batches,
-                    run.pauses
-                );
+                let run = drain(env, consumer, target, backlog.events, repeat).await?;
+                log_drain(&run);
                 runs.push(run);
             }
         }
     }
+    Ok(runs)
+}
 
+/// A drain run's lines in the log: where walrelay's loop spent its time,
+/// and the run's numbers.
+fn log_drain(run: &ConsumerRun) {
+    let (consumer, partitions, repeat) = (run.consumer, run.partitions, run.repeat);
+    if let Some(phases) = &run.phases {
+        tracing::info!(
+            "consumer {} p{partitions} #{repeat}: where the time went (partition-seconds over {:.1} s): {}",
+            consumer.label(),
+            run.seconds,
+            phases
+                .iter()
+                .filter(|(_, s)| *s > 0.0)
+                .map(|(p, s)| format!("{p} {s:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    tracing::info!(
+        "consumer {} p{partitions} #{repeat}: {:.0} records/s, {:.1} µs cpu/record, {:.1} µs db cpu/record, state {} rows / {} B, batches {:?}, pauses {:?}",
+        consumer.label(),
+        run.records_per_s,
+        run.cpu_us_per_record,
+        run.db_cpu_us_per_record,
+        run.state_rows,
+        run.state_bytes,
+        run.batches,
+        run.pauses
+    );
+}
+
+/// Latency under live load: walrelay's batch consumer and the inbox
+/// consumer (500 records/tx), each repeat.
+async fn latencies(
+    env: &BenchEnv,
+    options: &ConsumerOptions,
+    n: &mut u32,
+) -> Result<Vec<ConsumerLatencyRun>> {
     let mut lat = Vec::new();
     for repeat in 0..options.repeats {
         for consumer in [Consumer::WalrelayBatch, Consumer::Inbox500] {
             if !options.wants(consumer) || options.rates.is_empty() {
                 continue;
             }
-            n += 1;
+            *n += 1;
             lat.extend(
-                live(env, consumer, options, repeat, n)
+                live(env, consumer, options, repeat, *n)
                     .await
                     .with_context(|| format!("consumer latency, {}", consumer.label()))?,
             );
         }
     }
-    Ok((runs, lat))
+    Ok(lat)
 }
 
 /// Relays the slot's backlog up to `end` into `topic` with walrelay in
@@ -415,18 +483,6 @@ async fn relay_backlog(env: &BenchEnv, slot: &str, topic: &str, end: u64) -> Res
         bail!("walrelay did not relay the consumer backlog into {topic} within {RUN_TIMEOUT:?}");
     }
     Ok(())
-}
-
-fn kafka_config(env: &BenchEnv, group: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", env.bootstrap())
-        .set("group.id", group)
-        .set("auto.offset.reset", "earliest")
-        // Tansu joins groups in about half the session timeout.
-        .set("session.timeout.ms", "6000")
-        .set("heartbeat.interval.ms", "1000")
-        .set("fetch.wait.max.ms", "5");
-    c
 }
 
 /// A fresh database with the effects table; its DSN.
@@ -453,184 +509,4 @@ async fn connect(dsn: &str) -> Result<tokio_postgres::Client> {
         }
     });
     Ok(client)
-}
-
-/// Starts `consumer` on `topic`; it runs until `stop`. `python` is the
-/// interpreter for the Python consumers.
-#[allow(clippy::too_many_arguments)]
-async fn start(
-    env: &BenchEnv,
-    consumer: Consumer,
-    topic: &str,
-    dsn: &str,
-    group: &str,
-    python: Option<&Path>,
-    applied: Applied,
-    stop: watch::Receiver<bool>,
-) -> Result<tokio::task::JoinHandle<Result<()>>> {
-    let kafka = kafka_config(env, group);
-    if let Some(mode) = consumer.python_mode() {
-        let python = python.context("no Python interpreter for the Python consumer")?;
-        let target = python::Target {
-            python,
-            bootstrap: env.bootstrap(),
-            topic,
-            dsn,
-            group,
-            mode,
-        };
-        return python::start(target, applied, stop);
-    }
-    let topic = topic.to_owned();
-    Ok(match consumer {
-        Consumer::WalrelayBatch | Consumer::WalrelayRecord => {
-            let store = PgHwmStore::new();
-            let count = Arc::clone(&applied.count);
-            let counters = store.counters().clone();
-            let lp = ConsumerLoop::new(kafka, &[topic.as_str()], store, Database::from_dsn(dsn)?)?;
-            let _ = applied.metrics.set(lp.metrics());
-            // `processed` counts after each batch commit.
-            let running = stop.clone();
-            tokio::spawn(async move {
-                while !*running.borrow() {
-                    count.store(counters.processed.get(), Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-            });
-            let batch = consumer == Consumer::WalrelayBatch;
-            // The loop's future borrows the handler across awaits in a way
-            // the compiler cannot prove `Send` for every lifetime; it runs
-            // on a thread of its own, as a service's `main` would run it.
-            let runtime = tokio::runtime::Handle::current();
-            tokio::task::spawn_blocking(move || {
-                runtime.block_on(async move {
-                    if batch {
-                        lp.run_batches(
-                            async |tx: &Transaction<'_>, records: &[Delivery<'_>]| {
-                                let mut ids = Vec::with_capacity(records.len());
-                                let mut payloads = Vec::with_capacity(records.len());
-                                for d in records {
-                                    ids.push(d.meta.key.to_hex());
-                                    payloads.push(String::from_utf8_lossy(
-                                        d.payload().unwrap_or_default(),
-                                    ));
-                                }
-                                // Typed, as docs/consumer.md advises: parse,
-                                // bind and execute in one round trip.
-                                tx.execute_typed(
-                                    EFFECT_INSERT_BATCH,
-                                    &[(&ids, Type::TEXT_ARRAY), (&payloads, Type::TEXT_ARRAY)],
-                                )
-                                .await?;
-                                for d in records {
-                                    applied.observe(d.payload());
-                                }
-                                Ok::<(), tokio_postgres::Error>(())
-                            },
-                            stop,
-                        )
-                        .await?;
-                    } else {
-                        lp.run(
-                            async |tx: &Transaction<'_>, d: &Delivery<'_>| {
-                                let payload =
-                                    String::from_utf8_lossy(d.payload().unwrap_or_default());
-                                // Typed: parse, bind and execute in one
-                                // round trip (`execute(&str)` takes two).
-                                tx.execute_typed(
-                                    EFFECT_INSERT_ONE,
-                                    &[
-                                        (&d.meta.key.to_hex(), Type::TEXT),
-                                        (&payload.as_ref(), Type::TEXT),
-                                    ],
-                                )
-                                .await?;
-                                applied.observe(d.payload());
-                                Ok::<(), tokio_postgres::Error>(())
-                            },
-                            stop,
-                        )
-                        .await?;
-                    }
-                    Ok(())
-                })
-            })
-        }
-        Consumer::ReadLimit => {
-            tokio::spawn(async move { read_only(kafka, &topic, applied, stop).await })
-        }
-        Consumer::Inbox1 | Consumer::Inbox500 | Consumer::InboxCareful | Consumer::ApplyLimit => {
-            let (per_tx, style) = match consumer {
-                Consumer::Inbox1 => (1, inbox::Style::PerRecord),
-                Consumer::Inbox500 => (500, inbox::Style::PerRecord),
-                Consumer::InboxCareful => (500, inbox::Style::Careful),
-                _ => (500, inbox::Style::NoDedupe),
-            };
-            let client = connect(dsn).await?;
-            tokio::spawn(async move {
-                inbox::run(kafka, &topic, client, per_tx, style, applied, stop).await
-            })
-        }
-        Consumer::PythonBatch
-        | Consumer::PythonRecord
-        | Consumer::PythonInboxCareful
-        | Consumer::PythonApplyLimit => unreachable!("started above"),
-    })
-}
-
-/// Reads `topic` and counts, nothing else: what the broker serves to one
-/// consumer.
-async fn read_only(
-    kafka: ClientConfig,
-    topic: &str,
-    applied: Applied,
-    mut stop: watch::Receiver<bool>,
-) -> Result<()> {
-    use rdkafka::consumer::{Consumer as _, StreamConsumer};
-    use rdkafka::message::Message as _;
-    let mut kafka = kafka;
-    kafka.set("enable.auto.commit", "false");
-    let consumer: StreamConsumer = kafka.create()?;
-    consumer.subscribe(&[topic])?;
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return Ok(()),
-            m = consumer.recv() => {
-                applied.observe(m?.payload());
-                applied.count.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
-/// Waits until `applied` reached `n`, or the consumer ended.
-async fn wait_applied(
-    applied: &Applied,
-    n: u64,
-    task: &tokio::task::JoinHandle<Result<()>>,
-) -> Result<Instant> {
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    loop {
-        let got = applied.count.load(Ordering::Relaxed);
-        if got >= n {
-            return Ok(Instant::now());
-        }
-        if task.is_finished() {
-            bail!("the consumer stopped after {got} of {n} records");
-        }
-        if Instant::now() > deadline {
-            bail!("{got} of {n} records applied within {RUN_TIMEOUT:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-async fn stop_consumer(
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Result<()>>,
-) -> Result<()> {
-    stop.send(true).ok();
-    tokio::time::timeout(Duration::from_secs(60), task)
-        .await
-        .context("the consumer did not stop within 60 s")??
 }
