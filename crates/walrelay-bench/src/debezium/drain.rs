@@ -1,5 +1,6 @@
 //! Debezium's drains of one workload's backlog (every variant and
-//! repeat), the restart after them, and the worker of the latency runs.
+//! repeat; one drain is [`super::drain_once`]), the restart after them,
+//! and the worker of the latency runs.
 
 use std::time::{Duration, Instant};
 
@@ -7,38 +8,20 @@ use anyhow::{bail, Context, Result};
 use walrelay_testkit::{DebeziumWorker, Variant};
 
 use super::readback::{read_range, Tally, Writer};
-use super::watch::{current_end_offsets, TopicWatch, EVERY};
-use super::{drop_slot_when_free, options, slot, tool, RestartRun, Startup, OUTBOX_TOPIC};
-use crate::drain::DrainRun;
+use super::watch::{TopicWatch, EVERY};
+use super::{drop_slot_when_free, options, slot, tool, RestartRun, OUTBOX_TOPIC};
 use crate::env::BenchEnv;
 use crate::report::{Results, ToolRun};
 use crate::workload::{generate_backlog, Kind, Workload};
 
+use super::drain_once::{drain_once, end_offsets, Drained};
 use super::WalrelayStart;
 
 /// A drain fails when no new record arrived for this long while the
 /// connector streamed and records are missing.
-const STALL: Duration = Duration::from_secs(120);
+pub(super) const STALL: Duration = Duration::from_secs(120);
 /// Reading a run's records back may take this long.
-const READ_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// One drain's measurements, and the stopped worker (for the restart).
-struct Drained {
-    run: DrainRun,
-    startup: Startup,
-    tally: Tally,
-    worker: DebeziumWorker,
-    topic: String,
-    stopped_cleanly: bool,
-}
-
-/// The topic a workload's records go to (`topic_prefix` is the run's).
-fn topic_of(kind: Kind, topic_prefix: &str) -> String {
-    match kind {
-        Kind::Messages => format!("{topic_prefix}.message"),
-        Kind::Outbox => OUTBOX_TOPIC.to_owned(),
-    }
-}
+pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Drains the backlog of `w` (events `first_seq..`, committed after the
 /// slots of [`super::slot`] were made) with each variant in `variants`,
@@ -134,22 +117,6 @@ pub async fn drain_workload(
     Ok(())
 }
 
-/// CPU seconds of the walsender holding `slot` so far (0 without one).
-async fn walsender_cpu_seconds(env: &BenchEnv, slot: &str) -> Result<f64> {
-    let pid: Option<i32> = env
-        .client
-        .query_opt(
-            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await?
-        .and_then(|r| r.get(0));
-    Ok(match pid {
-        Some(pid) => crate::procstat::cpu_seconds(u32::try_from(pid)?).unwrap_or(0.0),
-        None => 0.0,
-    })
-}
-
 /// Commits event `seq` of `w`'s kind and size in a transaction of its own.
 pub(super) async fn commit_one(env: &BenchEnv, w: &Workload, seq: u64) -> Result<()> {
     let one = Workload {
@@ -214,157 +181,6 @@ fn push(results: &mut Results, w: &Workload, variant: Variant, r: u32, d: &Drain
     });
 }
 
-/// Starts a worker of `variant` on its slot, waits until the records of
-/// every backlog event are in Kafka, measures, and stops it (SIGTERM).
-async fn drain_once(
-    env: &BenchEnv,
-    w: &Workload,
-    variant: Variant,
-    r: u32,
-    first_seq: u64,
-    broker_idle: f64,
-) -> Result<Drained> {
-    let slot = slot(variant, &w.id, r);
-    let prefix = format!("bench.{}.{}{r}", w.id, super::tag(variant));
-    let topic = topic_of(w.kind, &prefix);
-    if w.kind == Kind::Messages {
-        env.create_topic(&topic)?;
-    }
-    let bootstrap = env.bootstrap();
-    let base = {
-        let (b, t) = (bootstrap.clone(), topic.clone());
-        tokio::task::spawn_blocking(move || current_end_offsets(&b, &t)).await??
-    };
-    let base_bytes = env.topic_log_bytes(&topic);
-    let watch = TopicWatch::start(&bootstrap, &topic, base.clone())?;
-    let name = format!("bench-{slot}");
-    let mut worker = DebeziumWorker::start(
-        &env.cluster,
-        &bootstrap,
-        options(variant, &name, &slot, &prefix),
-    )
-    .await?;
-    let spawned = worker.started_at().context("the worker runs")?;
-    let timings = worker.timings().context("the worker started")?;
-    let streaming_at = spawned + timings.streaming;
-    let cpu_ready = worker.cpu_seconds()?;
-    // The database's and the broker's CPU from here, as the worker's:
-    // the drain's, not the start's (tens of seconds in which the broker's
-    // idle CPU, subtracted over the window, would drown the drain's). The
-    // walsender has been decoding since it attached, up to a queue's worth
-    // (65,536 events tuned) before this moment: what it used so far is
-    // added (it is new since the spawn, so all of it is the drain's).
-    let db = env.db_cpu_window()?;
-    let broker = env.broker_cpu_window();
-    let walsender_before = walsender_cpu_seconds(env, &slot).await?;
-
-    let range = first_seq..first_seq + w.events;
-    let mut target = w.events;
-    // The database's CPU until the records of as many records as events
-    // are there (with duplicates a little before the end).
-    let mut db = Some(db);
-    let mut db_cpu = None;
-    let mut progress = (0u64, Instant::now());
-    let (tally, end_at, first_at, cpu_end, peak, broker_cpu) = loop {
-        let seen = watch.seen();
-        let count = seen.count();
-        if count >= target {
-            // Everything is measured the moment the records are there,
-            // not after the read-back (the worker idles meanwhile).
-            let cpu_end = worker.cpu_seconds()?;
-            let peak = worker.peak_rss_bytes()?;
-            let broker_cpu = broker.finish(env, broker_idle);
-            if let Some(db) = db.take() {
-                db_cpu = Some(db.finish().await? + walsender_before);
-            }
-            let (b, t, from, to, kind) = (
-                bootstrap.clone(),
-                topic.clone(),
-                base.clone(),
-                seen.ends.clone(),
-                w.kind,
-            );
-            let seqs = tokio::task::spawn_blocking(move || {
-                read_range(&b, &t, &from, &to, Writer::Debezium, kind, READ_TIMEOUT)
-            })
-            .await??;
-            let tally = Tally::of(seqs, range.clone());
-            if tally.distinct >= w.events {
-                let end_at = seen.reached(tally.records).context("a reached total")?;
-                let first_at = seen.reached(1).unwrap_or(end_at);
-                // Where the drain's time went: when a tenth, half and nine
-                // tenths of the records were there.
-                let at = |share: f64| {
-                    seen.reached(((w.events as f64 * share) as u64).max(1))
-                        .map_or(f64::NAN, |t| {
-                            t.saturating_duration_since(streaming_at).as_secs_f64()
-                        })
-                };
-                tracing::info!(
-                    "  {} #{r}: 10 % / 50 % / 90 % / all of the records {:.1} / {:.1} / {:.1} / {:.1} s after it streamed",
-                    tool(variant).label(),
-                    at(0.1),
-                    at(0.5),
-                    at(0.9),
-                    end_at.saturating_duration_since(streaming_at).as_secs_f64()
-                );
-                break (tally, end_at, first_at, cpu_end, peak, broker_cpu);
-            }
-            // Duplicates or strangers among them: wait for as many more
-            // records.
-            target = w.events + tally.duplicates + tally.other;
-            continue;
-        }
-        if let Some(status) = worker.exited()? {
-            bail!(
-                "the Kafka Connect worker exited ({status}) with {count} of {} records in Kafka\n{}",
-                w.events,
-                worker.log_tail(40)
-            );
-        }
-        if count != progress.0 {
-            progress = (count, Instant::now());
-        } else if progress.1.elapsed() > STALL {
-            bail!(
-                "only {count} of {} records in {topic} and none new for {STALL:?} ({})\n{}",
-                w.events,
-                seen.error
-                    .as_deref()
-                    .unwrap_or("no error polling the end offsets"),
-                worker.log_tail(40)
-            );
-        }
-        tokio::time::sleep(EVERY).await;
-    };
-    drop(watch);
-    let stopped_cleanly = tokio::task::block_in_place(|| worker.stop())?;
-    let kafka_bytes = match (env.topic_log_bytes(&topic), base_bytes) {
-        (Some(after), Some(before)) => Some(after.saturating_sub(before)),
-        _ => None,
-    };
-    Ok(Drained {
-        run: DrainRun {
-            seconds: end_at.saturating_duration_since(streaming_at).as_secs_f64(),
-            cpu_seconds: cpu_end - cpu_ready,
-            db_cpu_seconds: db_cpu.unwrap_or_default(),
-            peak_rss_bytes: Some(peak),
-            fence: None,
-            broker_cpu_seconds: broker_cpu,
-            kafka_bytes,
-        },
-        startup: Startup {
-            running_s: timings.running.as_secs_f64(),
-            streaming_s: timings.streaming.as_secs_f64(),
-            first_record_s: first_at.saturating_duration_since(spawned).as_secs_f64(),
-            cpu_seconds: cpu_ready,
-        },
-        tally,
-        worker,
-        topic,
-        stopped_cleanly,
-    })
-}
-
 /// Restarts the stopped worker of `d` with its offsets and times it until
 /// the event `seq` (committed while it was down) is in Kafka; counts the
 /// records of older events written again meanwhile. Stops it again.
@@ -376,10 +192,7 @@ async fn restart(
     seq: u64,
 ) -> Result<RestartRun> {
     let bootstrap = env.bootstrap();
-    let base = {
-        let (b, t) = (bootstrap.clone(), d.topic.clone());
-        tokio::task::spawn_blocking(move || current_end_offsets(&b, &t)).await??
-    };
+    let base = end_offsets(&bootstrap, &d.topic).await?;
     let watch = TopicWatch::start(&bootstrap, &d.topic, base.clone())?;
     let timings = d.worker.restart().await?;
     let spawned = d.worker.started_at().context("the worker runs")?;

@@ -32,6 +32,7 @@ use crate::report::Tool;
 use crate::workload::{OUTBOX_TABLE, PREFIX};
 
 mod drain;
+mod drain_once;
 pub mod readback;
 mod walrelay_start;
 pub mod watch;
