@@ -102,11 +102,7 @@ where
     F: std::future::Future<Output = Result<Relay>>,
 {
     let bootstrap = env.bootstrap();
-    let mut bases = Vec::new();
-    for (t, _) in &target.topics {
-        let (b, t) = (bootstrap.clone(), t.clone());
-        bases.push(tokio::task::spawn_blocking(move || current_end_offsets(&b, &t)).await??);
-    }
+    let bases = end_offsets(&bootstrap, &target.topics).await?;
     let t_start = Instant::now();
     let mut relay = start.await.with_context(|| format!("starting {tool}"))?;
     let start_s = t_start.elapsed().as_secs_f64();
@@ -122,14 +118,8 @@ where
         }
         let at_s = t0.elapsed().as_secs_f64();
         let committed = load.committed();
-        relay.kill(&mut cost)?;
-        let restart_s = relay.restart(&env.client).await.with_context(|| {
-            format!(
-                "{tool}: the restart after kill {} of {}",
-                k + 1,
-                settings.kills
-            )
-        })?;
+        let restart_s =
+            kill_and_restart(env, tool, k, settings.kills, &mut relay, &mut cost).await?;
         tracing::info!(
             "{tool}: kill -9 {}/{} at {at_s:.1} s ({committed} events committed), streaming again after {restart_s:.1} s",
             k + 1,
@@ -142,13 +132,7 @@ where
             restart_s,
         });
     }
-    // The workload runs on for the last gap and until `--events`.
-    let gap = rng.duration(settings.min_gap, settings.max_gap);
-    let mut r = streaming_for(&mut relay, &load, gap).await;
-    while r.is_ok() && load.committed() < settings.events {
-        r = streaming_for(&mut relay, &load, Duration::from_millis(200)).await;
-    }
-    if let Err(e) = r {
+    if let Err(e) = run_on(&mut relay, &load, settings, rng).await {
         return Err(with_load_error(load, e).await);
     }
     let committed = load.finish().await.context("the workload")?;
@@ -167,22 +151,14 @@ where
         target.writer,
         first_seq,
     )?;
-    let mut last_progress = (0usize, Instant::now());
-    while reader.distinct() < committed.seqs.len() {
-        relay.check_alive()?;
-        tokio::task::block_in_place(|| reader.poll(Duration::from_millis(250)))?;
-        if reader.distinct() > last_progress.0 {
-            last_progress = (reader.distinct(), Instant::now());
-        } else if last_progress.1.elapsed() >= settings.settle {
-            tracing::warn!(
-                "{tool}: {} of {} events on the wire, none more for {:?}: counting the rest as lost",
-                reader.distinct(),
-                committed.seqs.len(),
-                settings.settle
-            );
-            break;
-        }
-    }
+    read_until_drained(
+        tool,
+        &mut relay,
+        &mut reader,
+        committed.seqs.len(),
+        settings,
+    )
+    .await?;
     let drain_s = t_drain.elapsed().as_secs_f64();
     let stopped_cleanly = relay.stop(&mut cost)?;
     tokio::task::block_in_place(|| reader.read_to_end(&bootstrap, Duration::from_secs(120)))?;
@@ -207,6 +183,76 @@ where
         cost,
         stopped_cleanly,
     })
+}
+
+/// Each topic's end offsets now: where the run's records start.
+async fn end_offsets(bootstrap: &str, topics: &[(String, Kind)]) -> Result<Vec<Vec<i64>>> {
+    let mut bases = Vec::new();
+    for (t, _) in topics {
+        let (b, t) = (bootstrap.to_owned(), t.clone());
+        bases.push(tokio::task::spawn_blocking(move || current_end_offsets(&b, &t)).await??);
+    }
+    Ok(bases)
+}
+
+/// Kill `k` (from 0) of `kills`: `kill -9`, then the restart; returns
+/// the seconds until the relay streamed again.
+async fn kill_and_restart(
+    env: &BenchEnv,
+    tool: CrashTool,
+    k: u32,
+    kills: u32,
+    relay: &mut Relay,
+    cost: &mut Cost,
+) -> Result<f64> {
+    relay.kill(cost)?;
+    relay
+        .restart(&env.client)
+        .await
+        .with_context(|| format!("{tool}: the restart after kill {} of {kills}", k + 1))
+}
+
+/// The workload runs on for the last gap and until `--events`.
+async fn run_on(
+    relay: &mut Relay,
+    load: &LiveLoad,
+    settings: &Settings,
+    rng: &mut Rng,
+) -> Result<()> {
+    let gap = rng.duration(settings.min_gap, settings.max_gap);
+    let mut r = streaming_for(relay, load, gap).await;
+    while r.is_ok() && load.committed() < settings.events {
+        r = streaming_for(relay, load, Duration::from_millis(200)).await;
+    }
+    r
+}
+
+/// Reads the wire until every one of the `events` committed is there, or
+/// until none more came for the settle time (the rest count as lost).
+async fn read_until_drained(
+    tool: CrashTool,
+    relay: &mut Relay,
+    reader: &mut WireReader,
+    events: usize,
+    settings: &Settings,
+) -> Result<()> {
+    let mut last_progress = (0usize, Instant::now());
+    while reader.distinct() < events {
+        relay.check_alive()?;
+        tokio::task::block_in_place(|| reader.poll(Duration::from_millis(250)))?;
+        if reader.distinct() > last_progress.0 {
+            last_progress = (reader.distinct(), Instant::now());
+        } else if last_progress.1.elapsed() >= settings.settle {
+            tracing::warn!(
+                "{tool}: {} of {} events on the wire, none more for {:?}: counting the rest as lost",
+                reader.distinct(),
+                events,
+                settings.settle
+            );
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Lets the relay stream under the workload for `d` (the seeded moment:
