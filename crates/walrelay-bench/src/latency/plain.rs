@@ -23,6 +23,17 @@ use crate::kafka::walrelay_producer_config;
 use crate::polling::Acks;
 use crate::workload::payload;
 
+/// One stretch of the references' load: `rate` events/s in total for
+/// `duration` from `clients` tasks, sequence numbers from `first`,
+/// payloads of `size` bytes.
+pub struct Stretch {
+    pub size: usize,
+    pub rate: u64,
+    pub duration: Duration,
+    pub first: u64,
+    pub clients: u64,
+}
+
 /// Sends one record per event at `rate` events/s in total for `duration`
 /// from `clients` open-loop tasks (as the database generator does: event
 /// `j` of a task is due at `start + j / rate_per_task`), each shaped like
@@ -31,18 +42,20 @@ use crate::workload::payload;
 /// record is sent after committing its transaction (a dual write). Returns
 /// (sequence number, commit or send time) per event; each delivery
 /// report's time goes to `acks`.
-#[allow(clippy::too_many_arguments)]
 pub async fn generate(
     producer: &FutureProducer,
     db: Option<&[tokio_postgres::Client]>,
     topic: &str,
-    size: usize,
-    rate: u64,
-    duration: Duration,
-    first: u64,
-    clients: u64,
+    stretch: Stretch,
     acks: &Acks,
 ) -> Result<Vec<(u64, Instant)>> {
+    let Stretch {
+        size,
+        rate,
+        duration,
+        first,
+        clients,
+    } = stretch;
     let start = tokio::time::Instant::now();
     let end = start + duration;
     let gap = Duration::from_secs_f64(clients as f64 / rate as f64);

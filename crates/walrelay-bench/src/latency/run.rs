@@ -185,11 +185,13 @@ impl Load<'_> {
                     &r.producer,
                     (run.mode == Mode::DualWrite).then_some(self.clients.as_slice()),
                     &run.topic,
-                    self.payload_size,
-                    rate,
-                    duration,
-                    first,
-                    n_clients,
+                    plain::Stretch {
+                        size: self.payload_size,
+                        rate,
+                        duration,
+                        first,
+                        clients: n_clients,
+                    },
                     &r.acks,
                 )
                 .await?,
