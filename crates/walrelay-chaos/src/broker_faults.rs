@@ -15,7 +15,7 @@ use rand::seq::IndexedRandom;
 use rand::RngExt;
 use walrelay_testkit::KafkaCluster;
 
-use crate::faults::FaultKind;
+use crate::fault_kind::FaultKind;
 use crate::services::{Supervised, GROUP, TOPICS};
 
 /// How long the cluster may take to have every replica in sync again.

@@ -18,6 +18,7 @@ pub mod broker_faults;
 pub mod checker;
 pub mod consumer;
 pub mod event;
+pub mod fault_kind;
 pub mod faults;
 pub mod history;
 pub mod proxy;
