@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::env::BenchEnv;
 use crate::procstat;
+use crate::runs::FenceCost;
 use crate::workload::{OUTBOX_TABLE, PREFIX, PUBLICATION};
 
 /// How often the bench looks at the slot's confirmed position, and the
@@ -38,35 +39,6 @@ pub struct DrainRun {
     pub broker_cpu_seconds: Option<f64>,
     /// Bytes the broker stores for the drain's topic, when measured.
     pub kafka_bytes: Option<u64>,
-}
-
-/// What the tail fence's read of a topic's partition tails cost, as the
-/// relay logs it (`read the partition tails of the topic`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct FenceCost {
-    pub elapsed_ms: u64,
-    pub records_read: u64,
-}
-
-impl FenceCost {
-    /// The first such line of a walrelay log (text format).
-    pub fn from_log(log: &str) -> Option<FenceCost> {
-        let line = log
-            .lines()
-            .find(|l| l.contains("read the partition tails of the topic"))?;
-        let field = |name: &str| -> Option<u64> {
-            let at = line.find(&format!(" {name}="))? + name.len() + 2;
-            line[at..]
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        };
-        Some(FenceCost {
-            elapsed_ms: field("elapsed_ms")?,
-            records_read: field("records_read")?,
-        })
-    }
 }
 
 /// A configuration file for `walrelay run` against the bench: the slot,

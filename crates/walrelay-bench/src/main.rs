@@ -22,6 +22,7 @@ mod polling;
 /// process handles.
 pub(crate) use walrelay_testkit::procstat;
 mod report;
+mod runs;
 mod svg;
 mod workload;
 mod workload_drain;
@@ -34,9 +35,8 @@ use clap::Parser;
 
 use crate::cli::{broker_description, command_line, BenchCommand, Cli};
 use crate::env::BenchEnv;
-use crate::latency::Mode;
 use crate::polling::PollingOptions;
-use crate::report::{Machine, Results};
+use crate::runs::{Machine, Mode, Results};
 use crate::workload::Workload;
 use crate::workload_drain::{drain_workload, warm_up_broker, Binaries, DrainOptions};
 use walrelay_testkit::{BrokerKind, DebeziumHome, Variant, KAFKA_VERSION};

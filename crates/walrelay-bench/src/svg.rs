@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{Results, Tool};
+use crate::runs::{Results, Tool};
 
 const W: f64 = 980.0;
 const H: f64 = 440.0;

@@ -15,7 +15,7 @@ use crate::env::BenchEnv;
 use crate::kafka;
 use crate::polling::{PollingOptions, PollingRelay};
 use crate::procstat;
-use crate::report::{Results, Tool, ToolRun};
+use crate::runs::{Results, Tool, ToolRun};
 use crate::workload::{self, Kind, Workload};
 
 /// How long one drain may take.

@@ -9,11 +9,11 @@ use tokio::sync::watch;
 use walrelay::pipeline;
 
 use super::{
-    fresh_database, start, stop_consumer, wait_applied, Applied, Consumer, ConsumerLatencyRun,
-    ConsumerOptions, Target,
+    fresh_database, start, stop_consumer, wait_applied, Applied, Consumer, ConsumerOptions, Target,
 };
 use crate::env::BenchEnv;
-use crate::latency::{self, Percentiles};
+use crate::latency;
+use crate::runs::{ConsumerLatencyRun, Percentiles};
 use crate::workload::Kind;
 
 /// Latency under live load: the relay and `consumer` run while one-event

@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::{Consumer, ConsumerLatencyRun, ConsumerRun};
 use crate::report::{Stat, TargetCheck};
+use crate::runs::{Consumer, ConsumerLatencyRun, ConsumerRun};
 
 /// Medians of one consumer on one partition count.
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +71,7 @@ const ROWS: [(Consumer, i32); 20] = [
 
 /// The apply limit a consumer is held against: the one in its language.
 fn limit_of(consumer: Consumer) -> Consumer {
-    if consumer.python_mode().is_some() {
+    if consumer.is_python() {
         Consumer::PythonApplyLimit
     } else {
         Consumer::ApplyLimit

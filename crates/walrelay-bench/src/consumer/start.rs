@@ -49,7 +49,7 @@ pub(super) async fn start(
     stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<Result<()>>> {
     let kafka = kafka_config(env, target.group);
-    if let Some(mode) = consumer.python_mode() {
+    if let Some(mode) = super::python_mode(consumer) {
         let python = target
             .python
             .context("no Python interpreter for the Python consumer")?;

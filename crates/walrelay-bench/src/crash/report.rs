@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::run::ToolRun;
 use super::{CrashTool, Settings};
 use crate::env::{BenchEnv, PARTITIONS};
-use crate::report::Machine;
+use crate::runs::Machine;
 
 #[derive(Debug, Serialize)]
 pub struct CrashReport {

@@ -9,9 +9,9 @@ use walrelay_testkit::{DebeziumWorker, Variant};
 
 use super::readback::{read_range, Tally, Writer};
 use super::watch::{TopicWatch, EVERY};
-use super::{drop_slot_when_free, options, slot, tool, RestartRun, OUTBOX_TOPIC};
+use super::{drop_slot_when_free, options, slot, tool, OUTBOX_TOPIC};
 use crate::env::BenchEnv;
-use crate::report::{Results, ToolRun};
+use crate::runs::{RestartRun, Results, ToolRun};
 use crate::workload::{generate_backlog, Kind, Workload};
 
 use super::drain_once::{drain_once, end_offsets, Drained};

@@ -11,9 +11,10 @@ use walrelay_testkit::{DebeziumWorker, Variant};
 use super::drain::{READ_TIMEOUT, STALL};
 use super::readback::{read_range, Tally, Writer};
 use super::watch::{current_end_offsets, Seen, TopicWatch, EVERY};
-use super::{options, slot, tool, Startup, OUTBOX_TOPIC};
+use super::{options, slot, tool, OUTBOX_TOPIC};
 use crate::drain::DrainRun;
 use crate::env::{BenchEnv, BrokerCpuWindow, DbCpuWindow};
+use crate::runs::Startup;
 use crate::workload::{Kind, Workload};
 
 /// One drain's measurements, and the stopped worker (for the restart).

@@ -11,11 +11,11 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use super::drain::{await_event, commit_one};
+use super::drop_slot_when_free;
 use super::readback::{Tally, Writer};
 use super::watch::{current_end_offsets, TopicWatch};
-use super::{drop_slot_when_free, RestartRun};
 use crate::env::BenchEnv;
-use crate::report::Tool;
+use crate::runs::{RestartRun, Tool};
 use crate::workload::Workload;
 
 /// The walrelay binary the bench drains with, and where its files go.

@@ -13,10 +13,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use walrelay::pipeline::{self, Trace};
 
-use super::{plain, relay_config, LatencyOptions, Mode};
+use super::{plain, relay_config, LatencyOptions};
 use crate::env::BenchEnv;
 use crate::kafka::TimestampingConsumer;
 use crate::polling::{Acks, PollingOptions, PollingRelay};
+use crate::runs::Mode;
 
 /// A mode's relay, started: its task (it runs until the stop), where its
 /// acks are, and the reference producer where the application sends the

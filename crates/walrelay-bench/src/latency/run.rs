@@ -11,11 +11,11 @@ use tokio::sync::watch;
 
 use super::relay::{self, Relay};
 use super::{
-    connect_clients, generate, histogram, plain, stalls, LatencyOptions, LatencyRun, Mode,
-    Percentiles, CLIENTS, STALL_MS,
+    connect_clients, generate, histogram, plain, stalls, LatencyOptions, CLIENTS, STALL_MS,
 };
 use crate::env::BenchEnv;
 use crate::kafka::TimestampingConsumer;
+use crate::runs::{LatencyRun, Mode, Percentiles};
 
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(180);
 

@@ -4,19 +4,7 @@
 //! pause of some process), so the report names the stalls: windows of
 //! commit time in which some event waited longer than a threshold.
 
-use serde::Serialize;
-
-/// One window of commit time in which events waited long.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Stall {
-    /// Start of the window, seconds after the rate's load began.
-    pub at_s: f64,
-    /// The longest wait of an event committed in the window, ms.
-    pub max_ms: f64,
-    /// Events committed in the window that waited longer than the
-    /// threshold.
-    pub slow_events: u64,
-}
+use crate::runs::Stall;
 
 /// Events slower than `threshold_ms`, grouped into windows of `window_s`
 /// seconds of commit time (adjacent slow windows merged), the slowest

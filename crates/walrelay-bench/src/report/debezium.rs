@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 
 use super::markdown::{rate, thousands};
-use super::{Results, Stat, TargetCheck, Tool, ToolSummary};
-use crate::latency::Mode;
+use super::{Stat, TargetCheck, ToolSummary};
+use crate::runs::{Mode, RestartRun, Results, Startup, Tool};
 
 /// The Debezium rows, tuned first.
 const DBZ: [Tool; 2] = [Tool::DebeziumTuned, Tool::Debezium];
@@ -33,7 +33,7 @@ impl Results {
     }
 
     /// Median of `f` over the Debezium runs of `tool` that have a start.
-    fn startup_stat(&self, tool: Tool, f: impl Fn(&crate::debezium::Startup) -> f64) -> String {
+    fn startup_stat(&self, tool: Tool, f: impl Fn(&Startup) -> f64) -> String {
         Stat::of(
             self.drain
                 .iter()
@@ -44,11 +44,7 @@ impl Results {
     }
 
     /// Median of `f` over `tool`'s restarts.
-    fn restart_stat(
-        &self,
-        tool: Tool,
-        f: impl Fn(&crate::debezium::RestartRun) -> Option<f64>,
-    ) -> String {
+    fn restart_stat(&self, tool: Tool, f: impl Fn(&RestartRun) -> Option<f64>) -> String {
         Stat::of(
             self.restarts
                 .iter()
@@ -318,8 +314,7 @@ impl Results {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::latency::{LatencyRun, Percentiles};
-    use crate::report::{Machine, ToolRun};
+    use crate::runs::{LatencyRun, Machine, Percentiles, ToolRun};
     use crate::workload::{Kind, Workload};
 
     fn run(tool: Tool, workload: &str, events_per_s: f64, cpu: f64, rss: u64) -> ToolRun {

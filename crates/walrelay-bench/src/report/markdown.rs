@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::{LatencySummary, Results, Stat, Tool, ToolSummary};
-use crate::latency::Percentiles;
+use super::{LatencySummary, Stat, ToolSummary};
+use crate::runs::{FenceCost, Percentiles, Results, Tool};
 
 pub(super) fn rate(x: f64) -> String {
     if x >= 10_000.0 {
@@ -452,7 +452,7 @@ impl Results {
         for w in &self.workloads {
             let get = |t| self.summary(&w.id, t).map(|x| x.rate);
             let (on, off) = (get(Tool::Walrelay), get(Tool::WalrelayNoFence));
-            let costs: Vec<crate::drain::FenceCost> = self
+            let costs: Vec<FenceCost> = self
                 .drain
                 .iter()
                 .filter(|r| r.workload == w.id && r.tool == Tool::Walrelay)

@@ -1,183 +1,21 @@
-//! The results of a bench run: raw runs (serialized as JSON), the medians
-//! over repeats and the per-tool and latency summaries built from them.
+//! The report of a bench run: the medians over repeats and the per-tool
+//! and latency summaries built from the runs in [`Results`], `targets`
+//! judging them against the project's performance targets and `markdown`
+//! rendering the tables of the markdown report.
 //!
-//! The report built from these lives next door: `targets` judges them
-//! against the project's performance targets and `markdown` renders the
-//! tables of the markdown report.
+//! It reads the runs' types from [`crate::runs`] and imports no runner:
+//! the runners fill [`Results`], `main` renders it
+//! ([`Results::markdown`]).
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
-use crate::consumer::{ConsumerLatencyRun, ConsumerRun};
-use crate::latency::{LatencyRun, Mode, Percentiles};
-use crate::workload::Workload;
+use crate::runs::{LatencyRun, Mode, Percentiles, Results, Tool, ToolRun};
 
 mod debezium;
 mod markdown;
 mod targets;
 
 pub use targets::TargetCheck;
-
-/// Who drained the backlog.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tool {
-    /// The `walrelay` binary.
-    Walrelay,
-    /// The `walrelay` binary with `relay.fence = false`: what the tail
-    /// fence costs.
-    WalrelayNoFence,
-    /// The `walrelay` binary with `relay.headers = "full"`: what the
-    /// lean header set (the default) saves in bytes and broker CPU.
-    WalrelayFullHeaders,
-    /// `--baseline-bin`: another walrelay build (e.g. the previous
-    /// commit's), fence on, drained in the same repeats.
-    WalrelayBaseline,
-    /// `pg_recvlogical` to a file: the decode limit.
-    PgRecvlogical,
-    /// A plain rdkafka producer: the produce limit.
-    Producer,
-    /// The polling outbox relay.
-    Polling,
-    /// Debezium's PostgreSQL connector with the Outbox Event Router on a
-    /// Kafka Connect standalone worker, with Debezium's and Connect's
-    /// defaults (`bench/debezium/`, variant `defaults`).
-    Debezium,
-    /// The same, tuned as Debezium's docs and users advise (variant
-    /// `tuned`).
-    DebeziumTuned,
-}
-
-impl Tool {
-    pub const ALL: [Tool; 9] = [
-        Tool::Walrelay,
-        Tool::WalrelayNoFence,
-        Tool::WalrelayFullHeaders,
-        Tool::WalrelayBaseline,
-        Tool::PgRecvlogical,
-        Tool::Producer,
-        Tool::Polling,
-        Tool::DebeziumTuned,
-        Tool::Debezium,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Tool::Walrelay => "walrelay",
-            Tool::WalrelayNoFence => "walrelay, fence off",
-            Tool::WalrelayFullHeaders => "walrelay, full header set",
-            Tool::WalrelayBaseline => "walrelay, baseline binary",
-            Tool::PgRecvlogical => "decode limit (pg_recvlogical)",
-            Tool::Producer => "produce limit (rdkafka)",
-            Tool::Polling => "polling relay",
-            Tool::Debezium => "Debezium, defaults",
-            Tool::DebeziumTuned => "Debezium, tuned",
-        }
-    }
-}
-
-/// One tool draining one workload once.
-#[derive(Debug, Clone, Serialize)]
-pub struct ToolRun {
-    pub tool: Tool,
-    pub workload: String,
-    pub repeat: u32,
-    pub events: u64,
-    pub seconds: f64,
-    pub events_per_s: f64,
-    /// CPU seconds of the tool (for the producer and the polling relay:
-    /// the bench process while it ran them).
-    pub cpu_seconds: f64,
-    /// CPU seconds of the whole PostgreSQL server during the drain.
-    pub db_cpu_seconds: Option<f64>,
-    pub peak_rss_bytes: Option<u64>,
-    /// Records found in the broker afterwards (walrelay's topic).
-    pub records_in_broker: Option<u64>,
-    /// CPU seconds of the broker during the run.
-    pub broker_cpu_seconds: Option<f64>,
-    /// Bytes the broker stores for the run's topic (Kafka's log segments).
-    pub kafka_bytes: Option<u64>,
-    /// Bytes of walrelay's own headers (names and values) over the
-    /// records read back.
-    pub walrelay_header_bytes: Option<u64>,
-    /// walrelay's tail fence read at its first record.
-    pub fence: Option<crate::drain::FenceCost>,
-    /// Debezium: the worker's start before the drain (its `seconds`,
-    /// CPU and rate count from the moment the connector streamed).
-    pub startup: Option<crate::debezium::Startup>,
-    /// Debezium: records of a backlog event written more than once (a
-    /// finding, not an error; `records_in_broker` counts them).
-    pub duplicates: Option<u64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Machine {
-    pub cpu: String,
-    pub cores: usize,
-    pub memory_gib: f64,
-    pub kernel: String,
-    pub postgres: String,
-    pub broker: String,
-}
-
-impl Machine {
-    pub fn detect(postgres: &str, broker: String) -> Machine {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu = cpuinfo
-            .lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split(':').nth(1))
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_else(|| "unknown".into());
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let kb: f64 = meminfo
-            .lines()
-            .find(|l| l.starts_with("MemTotal:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        Machine {
-            cpu,
-            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            memory_gib: (kb / 1024.0 / 1024.0 * 10.0).round() / 10.0,
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-                .unwrap_or_default()
-                .trim()
-                .to_owned(),
-            postgres: postgres.to_owned(),
-            broker,
-        }
-    }
-
-    pub fn describe(&self) -> String {
-        format!(
-            "{} cores ({}), {} GiB RAM, Linux {}, {}, {}",
-            self.cores, self.cpu, self.memory_gib, self.kernel, self.postgres, self.broker
-        )
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Results {
-    pub command: String,
-    pub mode: String,
-    pub started: String,
-    pub finished: Option<String>,
-    pub machine: Machine,
-    pub repeats: u32,
-    pub latency_seconds: f64,
-    pub polling_batch: i64,
-    pub polling_interval_ms: u64,
-    pub workloads: Vec<Workload>,
-    pub drain: Vec<ToolRun>,
-    pub latency: Vec<LatencyRun>,
-    pub consumer: Vec<ConsumerRun>,
-    pub consumer_latency: Vec<ConsumerLatencyRun>,
-    /// Debezium's workers stopped and started again after their drains.
-    pub restarts: Vec<crate::debezium::RestartRun>,
-    pub notes: Vec<String>,
-}
 
 /// Median, minimum and maximum of some repeats.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -5,8 +5,8 @@
 
 use serde::Serialize;
 
-use super::{LatencySummary, Results, Stat, Tool};
-use crate::latency::Mode;
+use super::{LatencySummary, Stat};
+use crate::runs::{Mode, Results, Tool};
 use crate::workload::{Kind, Workload};
 
 /// One target and how the run did.

@@ -1,0 +1,124 @@
+//! The consumer runs' rows: which consumer ([`Consumer`]), its drain of a
+//! topic and its latency under live load. The consumer bench
+//! (`consumer`) fills them; the report reads them.
+
+use serde::Serialize;
+
+use super::Percentiles;
+
+/// The consumers compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Consumer {
+    #[serde(rename = "walrelay, batch handler")]
+    WalrelayBatch,
+    #[serde(rename = "walrelay, per-record handler")]
+    WalrelayRecord,
+    #[serde(rename = "inbox table, 1 record/tx")]
+    Inbox1,
+    /// Two statements per record, 500 records per transaction.
+    #[serde(rename = "inbox table, 500 records/tx")]
+    Inbox500,
+    /// Ids and effects each one multi-row statement per 500 records.
+    #[serde(rename = "inbox table, careful (multi-row, 500/tx)")]
+    InboxCareful,
+    /// The careful loop's effects with no deduplication at all.
+    #[serde(rename = "apply limit (multi-row effects, no dedupe)")]
+    ApplyLimit,
+    /// A plain rdkafka consumer that only counts: the broker's read limit.
+    #[serde(rename = "read limit (rdkafka, no processing)")]
+    ReadLimit,
+    #[serde(rename = "Python package, batch handler")]
+    PythonBatch,
+    #[serde(rename = "Python package, per-record handler")]
+    PythonRecord,
+    #[serde(rename = "Python inbox table, careful (multi-row, 500/tx)")]
+    PythonInboxCareful,
+    #[serde(rename = "Python apply limit (multi-row effects, no dedupe)")]
+    PythonApplyLimit,
+}
+
+impl Consumer {
+    pub fn label(self) -> &'static str {
+        match self {
+            Consumer::WalrelayBatch => "walrelay, batch handler",
+            Consumer::WalrelayRecord => "walrelay, per-record handler",
+            Consumer::Inbox1 => "inbox table, 1 record/tx",
+            Consumer::Inbox500 => "inbox table, a statement per record, 500/tx",
+            Consumer::InboxCareful => "inbox table, careful (multi-row, 500/tx)",
+            Consumer::ApplyLimit => "apply limit (multi-row effects, no dedupe)",
+            Consumer::ReadLimit => "read limit (rdkafka, no processing)",
+            Consumer::PythonBatch => "Python package, batch handler",
+            Consumer::PythonRecord => "Python package, per-record handler",
+            Consumer::PythonInboxCareful => "Python inbox table, careful (multi-row, 500/tx)",
+            Consumer::PythonApplyLimit => "Python apply limit (multi-row effects, no dedupe)",
+        }
+    }
+
+    /// The consumer's short name (`--consumers`, database names).
+    pub fn tag(self) -> &'static str {
+        match self {
+            Consumer::WalrelayBatch => "wr_batch",
+            Consumer::WalrelayRecord => "wr_record",
+            Consumer::Inbox1 => "inbox_1",
+            Consumer::Inbox500 => "inbox_500",
+            Consumer::InboxCareful => "inbox_careful",
+            Consumer::ApplyLimit => "apply_limit",
+            Consumer::ReadLimit => "read",
+            Consumer::PythonBatch => "py_batch",
+            Consumer::PythonRecord => "py_record",
+            Consumer::PythonInboxCareful => "py_inbox_careful",
+            Consumer::PythonApplyLimit => "py_apply_limit",
+        }
+    }
+
+    /// Whether it is the Python package's or a Python reference: held
+    /// against the Python apply limit.
+    pub fn is_python(self) -> bool {
+        matches!(
+            self,
+            Consumer::PythonBatch
+                | Consumer::PythonRecord
+                | Consumer::PythonInboxCareful
+                | Consumer::PythonApplyLimit
+        )
+    }
+}
+
+/// One consumer draining one topic.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerRun {
+    pub consumer: Consumer,
+    pub partitions: i32,
+    pub repeat: u32,
+    pub records: u64,
+    /// From the consumer's start (client created, group joined, offsets
+    /// fetched) to the first record handed to it: what a deploy waits
+    /// before anything is applied.
+    pub first_record_s: f64,
+    pub seconds: f64,
+    pub records_per_s: f64,
+    pub cpu_us_per_record: f64,
+    pub db_cpu_us_per_record: f64,
+    /// Rows of the dedupe state after the run.
+    pub state_rows: i64,
+    /// Bytes of the dedupe state (table and indexes) after the run.
+    pub state_bytes: i64,
+    /// walrelay's consumer: batch transactions committed, and partition
+    /// pauses (each one a refetch of the partition's prefetched records).
+    pub batches: Option<u64>,
+    pub pauses: Option<u64>,
+    /// walrelay's consumer: partition-seconds per phase of its loop
+    /// (`LoopMetrics::time_breakdown`: polling, paused, pool, ...).
+    pub phases: Option<Vec<(String, f64)>>,
+}
+
+/// One consumer under live load at one rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerLatencyRun {
+    pub consumer: Consumer,
+    pub repeat: u32,
+    pub target_rate: u64,
+    pub achieved_rate: f64,
+    pub events: u64,
+    pub commit_to_applied: Percentiles,
+}
