@@ -36,7 +36,6 @@ mod drain;
 mod inbox;
 mod live;
 mod python;
-pub mod report;
 mod start;
 
 use std::path::{Path, PathBuf};

@@ -85,7 +85,7 @@ impl Results {
         let lat = self.latency_summary();
         latency_markdown(&mut s, &lat);
         self.noise_markdown(&mut s, &lat);
-        s.push_str(&crate::consumer::report::markdown(
+        s.push_str(&super::consumer::markdown(
             &self.consumer,
             &self.consumer_latency,
         ));

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::runs::{LatencyRun, Mode, Percentiles, Results, Tool, ToolRun};
 
+mod consumer;
 mod debezium;
 mod markdown;
 mod targets;

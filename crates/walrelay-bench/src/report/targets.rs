@@ -281,7 +281,7 @@ impl Results {
         out.extend(self.header_bytes_target());
         out.extend(self.baseline_target());
         out.extend(self.debezium_targets());
-        out.extend(crate::consumer::report::targets(&self.consumer));
+        out.extend(super::consumer::targets(&self.consumer));
         out
     }
 }

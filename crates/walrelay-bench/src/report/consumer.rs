@@ -1,9 +1,11 @@
 //! The consumer section of the report: the throughput/cost table, the
 //! latency table, and the consumer targets, all as medians over repeats.
+//! (It lived in the consumer runner, which made the report import a
+//! runner and the runner import the report; it reads only [`crate::runs`].)
 
 use std::fmt::Write as _;
 
-use crate::report::{Stat, TargetCheck};
+use super::{Stat, TargetCheck};
 use crate::runs::{Consumer, ConsumerLatencyRun, ConsumerRun};
 
 /// Medians of one consumer on one partition count.
