@@ -467,3 +467,93 @@ async fn a_plain_sql_connection_is_an_ordinary_backend_and_cannot_stream() -> Re
     replication.close().await?;
     Ok(())
 }
+
+/// A listener that accepts TCP connections and never answers (a
+/// blackholed host), for as long as it lives.
+async fn silent_host() -> Result<(u16, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    Ok((port, task))
+}
+
+/// Issue 38, item 3: the hosts are tried in order as libpq does, with
+/// `connect_timeout` per host (a host that accepts TCP and never answers
+/// costs one timeout, then the next host is tried; before, the timeout
+/// bounded the whole list and the relay never reached the primary), and
+/// `target_session_attrs` keeps the first primary: a standby is skipped
+/// by `read-write` and `primary`, refused with the fix by `any`; only
+/// standbys is a transient error (a failover in progress). The URL and the
+/// keyword form, the replication and the plain SQL connection alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_session_attrs_keep_the_primary_and_connect_timeout_is_per_host() -> Result<()> {
+    let db = test_db().await?;
+    let standby = db.cluster.standby()?;
+    let (silent, _silent_task) = silent_host().await?;
+    let (primary, replica) = (db.cluster.port(), standby.port());
+    let url = |attrs: &str, ports: &[u16]| {
+        let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        Config::parse(&format!(
+            "postgresql://postgres@{}/postgres?sslmode=disable&connect_timeout=2\
+             &target_session_attrs={attrs}",
+            hosts.join(",")
+        ))
+        .unwrap()
+    };
+    let keywords = |attrs: &str, ports: &[u16]| {
+        let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+        let hosts = vec!["127.0.0.1"; ports.len()].join(",");
+        Config::parse(&format!(
+            "host={hosts} port={} user=postgres dbname=postgres sslmode=disable \
+             connect_timeout=2 target_session_attrs={attrs}",
+            ports.join(",")
+        ))
+        .unwrap()
+    };
+    let on_primary = format!("127.0.0.1:{primary}");
+
+    for config in [
+        url("read-write", &[silent, replica, primary]),
+        keywords("read-write", &[replica, primary]),
+        url("primary", &[replica, primary]),
+        keywords("primary", &[silent, replica, primary]),
+    ] {
+        let conn = ReplicationConnection::connect(&config).await?;
+        assert_eq!(conn.peer(), on_primary, "{config}");
+        conn.close().await?;
+        let sql = ReplicationConnection::connect_sql(&config).await?;
+        assert_eq!(sql.peer(), on_primary, "{config}");
+        sql.close().await?;
+    }
+
+    let refused = ReplicationConnection::connect(&url("any", &[replica, primary]))
+        .await
+        .expect_err("a standby reached with any");
+    assert!(matches!(refused, Error::Standby { .. }), "{refused}");
+    assert!(!refused.is_transient());
+    assert!(
+        refused
+            .to_string()
+            .contains("target_session_attrs=read-write"),
+        "{refused}"
+    );
+
+    let waiting = ReplicationConnection::connect_sql(&url("read-write", &[silent, replica]))
+        .await
+        .expect_err("no primary listed");
+    assert!(matches!(waiting, Error::NoSuitableHost { .. }), "{waiting}");
+    assert!(waiting.is_transient(), "{waiting}");
+    let text = waiting.to_string();
+    assert!(
+        text.contains(&format!("127.0.0.1:{replica}: in hot standby"))
+            && text.contains(&format!("127.0.0.1:{silent}: connecting to"))
+            && text.contains("promoted"),
+        "{text}"
+    );
+    Ok(())
+}

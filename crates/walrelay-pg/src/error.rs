@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, TargetSessionAttrs};
 use crate::tls::TlsError;
 
 /// An ErrorResponse or NoticeResponse as the server sent it.
@@ -190,6 +190,31 @@ pub enum Error {
     #[error("{problem}; {fix}")]
     Precondition { problem: String, fix: String },
 
+    /// `target_session_attrs` asked for a primary (`read-write`,
+    /// `primary`) and none of the hosts was one. During a failover that
+    /// is a matter of seconds: transient.
+    #[error(
+        "no server among the hosts is {wanted} ({tried}); during a failover this lasts until \
+         a standby is promoted, and walrelay keeps trying; otherwise list the primary's host \
+         in the connection string"
+    )]
+    NoSuitableHost {
+        wanted: TargetSessionAttrs,
+        tried: String,
+    },
+
+    /// `target_session_attrs=any` reached a standby: walrelay reads its
+    /// slot on the primary only, and keeping the connection would fail
+    /// later with a less clear error (or, for a synchronized failover
+    /// slot, read it where it must not be read).
+    #[error(
+        "{peer} is a standby (in recovery), and walrelay reads its replication slot on the \
+         primary only (a standby's synchronized slot cannot be read before a promotion); add \
+         target_session_attrs=read-write to the connection string, with every host of the \
+         cluster listed, so that walrelay skips standbys and waits for a promotion"
+    )]
+    Standby { peer: String },
+
     #[error("the replication stream has stopped")]
     StreamStopped,
 
@@ -262,6 +287,7 @@ impl Error {
             | Error::Closed(_)
             | Error::StreamStopped
             | Error::StreamEndedByServer { .. }
+            | Error::NoSuitableHost { .. }
             | Error::ConnectTimeout { .. } => true,
             // The server is down, restarting or unreachable: try again.
             // Certificate and TLS configuration problems are not.

@@ -39,7 +39,9 @@ pub mod tls;
 pub mod xlog;
 
 pub use commands::{IdentifySystem, PgOutputOptions, SlotInfo};
-pub use config::{ChannelBinding, Config, ConfigError, Password, RootCert, SslMode};
+pub use config::{
+    ChannelBinding, Config, ConfigError, Password, RootCert, SslMode, TargetSessionAttrs,
+};
 pub use connection::{ReplicationConnection, Row, SlotStatus};
 pub use error::{DbError, Error};
 pub use framing::DEFAULT_MAX_FRAME_LEN;

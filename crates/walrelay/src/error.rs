@@ -112,6 +112,16 @@ impl RelayError {
         }
     }
 
+    /// No host of the connection string is a primary (with
+    /// `target_session_attrs=read-write` or `primary`): a failover in
+    /// progress, until a standby is promoted.
+    pub fn is_waiting_for_primary(&self) -> bool {
+        matches!(
+            self,
+            RelayError::Postgres(walrelay_pg::Error::NoSuitableHost { .. })
+        )
+    }
+
     /// Whether a new session may succeed without a change by the user.
     /// Bad input, broken invariants and set-up problems would fail again
     /// at the same event: walrelay stops and says why instead of looping.

@@ -24,6 +24,7 @@ const ENV_VARS: &[(&str, &str)] = &[
     ("connect_timeout", "PGCONNECT_TIMEOUT"),
     ("passfile", "PGPASSFILE"),
     ("channel_binding", "PGCHANNELBINDING"),
+    ("target_session_attrs", "PGTARGETSESSIONATTRS"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +136,9 @@ impl Config {
                     })
                 }
             };
+        }
+        if let Some((v, origin)) = get("target_session_attrs") {
+            config.target_session_attrs = v.parse().map_err(|e| with_origin(e, origin))?;
         }
         let home = env("HOME").map(PathBuf::from);
         config.passfile = match get("passfile") {

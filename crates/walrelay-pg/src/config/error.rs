@@ -13,7 +13,7 @@ pub enum ConfigError {
     #[error(
         "unknown connection option \"{keyword}\"; check the spelling (walrelay understands: host, \
          port, user, password, dbname, application_name, fallback_application_name, options, \
-         sslmode, sslrootcert, connect_timeout, passfile, channel_binding)"
+         sslmode, sslrootcert, connect_timeout, passfile, channel_binding, target_session_attrs)"
     )]
     UnknownKeyword {
         /// The keyword as written.

@@ -20,6 +20,7 @@ const SUPPORTED: &[&str] = &[
     "connect_timeout",
     "passfile",
     "channel_binding",
+    "target_session_attrs",
 ];
 
 /// Raw settings collected from the string: canonical keyword -> value.
@@ -69,10 +70,6 @@ pub(super) fn store(raw: &mut Raw, keyword: &str, value: String) -> Result<(), C
         "sslcertmode" => ignore_if(
             &["disable", "allow"],
             "walrelay does not send client certificates",
-        ),
-        "target_session_attrs" => ignore_if(
-            &["any"],
-            "walrelay connects to the first host that accepts the connection",
         ),
         "load_balance_hosts" => ignore_if(&["disable"], "walrelay tries hosts in the order given"),
         "client_encoding" => ignore_if(

@@ -18,15 +18,15 @@
 //!
 //! Keywords walrelay understands: `host`, `port`, `user`, `password`,
 //! `dbname`, `application_name`, `fallback_application_name`, `options`,
-//! `sslmode`, `sslrootcert`, `connect_timeout`, `passfile`,
-//! `channel_binding` (and `ssl=true` in URLs, meaning `sslmode=require`, as
-//! libpq does).
+//! `sslmode`, `sslrootcert`, `connect_timeout` (per host, as libpq applies
+//! it), `passfile`, `channel_binding`, `target_session_attrs` (`any`,
+//! `read-write`, `primary`; see [`TargetSessionAttrs`]) (and `ssl=true` in
+//! URLs, meaning `sslmode=require`, as libpq does).
 //!
 //! Keywords that are accepted and ignored because they are harmless for
 //! walrelay: `sslcompression` (any value; modern libpq ignores it too),
 //! `gssencmode=disable|prefer`, `sslsni=1`, `sslnegotiation=postgres`,
-//! `sslcertmode=disable|allow`, `target_session_attrs=any`,
-//! `load_balance_hosts=disable`, `client_encoding=UTF8`, `keepalives`,
+//! `sslcertmode=disable|allow`, `load_balance_hosts=disable`, `client_encoding=UTF8`, `keepalives`,
 //! `keepalives_idle`, `keepalives_interval`, `keepalives_count` and
 //! `tcp_user_timeout` (logged with a warning that they have no effect). Other
 //! values of those keywords are rejected, since they ask for something
@@ -46,6 +46,7 @@ mod env;
 mod error;
 mod keywords;
 mod pgpass;
+mod session_attrs;
 #[cfg(test)]
 mod tests;
 mod url;
@@ -56,6 +57,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use error::ConfigError;
+pub use session_attrs::{verdict, ServerState, TargetSessionAttrs, Verdict};
 
 /// Default PostgreSQL port.
 pub const DEFAULT_PORT: u16 = 5432;
@@ -238,6 +240,7 @@ pub struct Config {
     sslrootcert: Option<RootCert>,
     connect_timeout: Option<Duration>,
     channel_binding: ChannelBinding,
+    target_session_attrs: TargetSessionAttrs,
     passfile: Option<PathBuf>,
     default_sslrootcert: Option<PathBuf>,
 }
@@ -271,6 +274,7 @@ impl Config {
             sslrootcert: None,
             connect_timeout: None,
             channel_binding: ChannelBinding::Prefer,
+            target_session_attrs: TargetSessionAttrs::Any,
             passfile: None,
             default_sslrootcert: None,
         }
@@ -368,6 +372,12 @@ impl Config {
     /// Sets the channel binding policy.
     pub fn channel_binding(mut self, policy: ChannelBinding) -> Self {
         self.channel_binding = policy;
+        self
+    }
+
+    /// Sets `target_session_attrs`.
+    pub fn target_session_attrs(mut self, attrs: TargetSessionAttrs) -> Self {
+        self.target_session_attrs = attrs;
         self
     }
 
@@ -482,6 +492,11 @@ impl Config {
     /// The channel binding policy.
     pub fn get_channel_binding(&self) -> ChannelBinding {
         self.channel_binding
+    }
+
+    /// Which server of the host list walrelay may stay connected to.
+    pub fn get_target_session_attrs(&self) -> TargetSessionAttrs {
+        self.target_session_attrs
     }
 
     /// The password file (`passfile`, `PGPASSFILE`, or `$HOME/.pgpass`).

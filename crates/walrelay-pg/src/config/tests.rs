@@ -489,3 +489,44 @@ fn pgpass_file_and_permissions() {
     .unwrap();
     assert_eq!(c4.resolve_password().unwrap().expose(), "from-file");
 }
+
+#[test]
+fn target_session_attrs_in_both_forms_and_from_the_environment() {
+    use super::TargetSessionAttrs;
+    let c = parse("host=a,b target_session_attrs=read-write").unwrap();
+    assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+    let c = parse("postgresql://u@a,b/db?target_session_attrs=primary").unwrap();
+    assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::Primary);
+    assert!(
+        c.redacted_url().contains("target_session_attrs=primary"),
+        "{}",
+        c.redacted_url()
+    );
+    assert_eq!(
+        parse("host=a").unwrap().get_target_session_attrs(),
+        TargetSessionAttrs::Any
+    );
+    let env = |name: &str| match name {
+        "PGTARGETSESSIONATTRS" => Some("read-write".to_string()),
+        "PGUSER" => Some("u".to_string()),
+        _ => None,
+    };
+    let c = Config::parse_with_env("host=a", env).unwrap();
+    assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+    // The string wins over the environment.
+    let c = Config::parse_with_env("host=a target_session_attrs=any", env).unwrap();
+    assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::Any);
+    let e = Config::parse_with_env("host=a user=u", |n: &str| {
+        (n == "PGTARGETSESSIONATTRS").then(|| "primry".to_string())
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("PGTARGETSESSIONATTRS") && e.contains("primry"),
+        "{e}"
+    );
+    let e = parse("target_session_attrs=standby")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("read-write"), "{e}");
+}

@@ -4,7 +4,7 @@
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::keywords::{store, Raw};
-use super::{ChannelBinding, Config, ConfigError, DEFAULT_PORT};
+use super::{ChannelBinding, Config, ConfigError, TargetSessionAttrs, DEFAULT_PORT};
 
 impl Config {
     /// The settings as a `postgresql://` URL without the password, for logs.
@@ -49,6 +49,12 @@ impl Config {
         }
         if self.channel_binding != ChannelBinding::Prefer {
             params.push(("channel_binding", self.channel_binding.to_string()));
+        }
+        if self.target_session_attrs != TargetSessionAttrs::Any {
+            params.push((
+                "target_session_attrs",
+                self.target_session_attrs.to_string(),
+            ));
         }
         for (i, (k, v)) in params.iter().enumerate() {
             out.push(if i == 0 { '?' } else { '&' });

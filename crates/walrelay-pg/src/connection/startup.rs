@@ -9,7 +9,7 @@ use tracing::{debug, info};
 
 use crate::auth::{Authenticator, Step};
 use crate::backend::BackendMessage;
-use crate::config::Config;
+use crate::config::{verdict, Config, ServerState, Verdict};
 use crate::error::Error;
 use crate::framing::{FrameReader, DEFAULT_MAX_FRAME_LEN};
 use crate::log_limit::LogLimit;
@@ -17,10 +17,18 @@ use crate::tls;
 
 use super::ReplicationConnection;
 
+/// Whether a host's server is one `target_session_attrs` asks for.
+enum Fit {
+    Yes(ReplicationConnection),
+    /// Not wanted (a standby, or read-only by default), and why.
+    No(&'static str),
+}
+
 impl ReplicationConnection {
     /// Connect, trying each configured host in order (libpq semantics), and
-    /// authenticate. The whole exchange is bounded by `connect_timeout` when
-    /// one is set.
+    /// authenticate. `connect_timeout` bounds each host's attempt; the
+    /// first server that `target_session_attrs` accepts is kept (a standby
+    /// reached with `any` is an error, see [`Error::Standby`]).
     pub async fn connect(config: &Config) -> Result<Self, Error> {
         Self::connect_with_limit(config, DEFAULT_MAX_FRAME_LEN).await
     }
@@ -47,54 +55,113 @@ impl ReplicationConnection {
         replication: bool,
     ) -> Result<Self, Error> {
         config.validate()?;
-        let attempt = Self::connect_any(config, max_frame_len, replication);
-        match config.get_connect_timeout() {
-            Some(t) => {
-                tokio::time::timeout(t, attempt)
-                    .await
-                    .map_err(|_| Error::ConnectTimeout {
-                        target: config.redacted_url(),
-                        after: t,
-                    })?
-            }
-            None => attempt.await,
-        }
-    }
-
-    async fn connect_any(
-        config: &Config,
-        max_frame_len: usize,
-        replication: bool,
-    ) -> Result<Self, Error> {
+        let attrs = config.get_target_session_attrs();
         let mut last_err = None;
+        let mut skipped = Vec::new();
+        let mut unwanted = false;
         for (host, port) in config.host_ports() {
-            let password = config.resolve_password_for(host, port);
-            match Self::connect_one(
-                config,
-                host,
-                port,
-                password.as_ref().map(|p| p.as_bytes()),
-                max_frame_len,
-                replication,
-            )
-            .await
-            {
-                Ok(c) => return Ok(c),
+            let attempt = Self::connect_host(config, host, port, max_frame_len, replication);
+            // libpq applies connect_timeout to each host on its own: a host
+            // that accepts TCP and never answers costs one timeout, and
+            // the next host is tried.
+            let result = match config.get_connect_timeout() {
+                Some(after) => tokio::time::timeout(after, attempt)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Error::ConnectTimeout {
+                            target: format!("{host}:{port}"),
+                            after,
+                        })
+                    }),
+                None => attempt.await,
+            };
+            match result {
+                Ok(Fit::Yes(conn)) => return Ok(conn),
+                Ok(Fit::No(why)) => {
+                    unwanted = true;
+                    skipped.push(format!("{host}:{port}: {why}"));
+                }
                 Err(e) => {
                     // Authentication and configuration errors will not get
-                    // better on another host of the same cluster.
+                    // better on another host of the same cluster; nor does
+                    // a standby reached with `any`.
                     if !e.is_transient() && !matches!(e, Error::Tls(_)) {
                         return Err(e);
                     }
                     debug!(%host, port, error = %e, "connection attempt failed");
+                    skipped.push(format!("{host}:{port}: {e}"));
                     last_err = Some(e);
                 }
             }
         }
-        Err(last_err.unwrap_or_else(|| Error::Precondition {
-            problem: "no host to connect to".into(),
-            fix: "set host in the connection settings or PGHOST".into(),
-        }))
+        match last_err {
+            // Every host failed to connect: the last failure, as before
+            // target_session_attrs was taken into account.
+            Some(e) if !unwanted => Err(e),
+            None if skipped.is_empty() => Err(Error::Precondition {
+                problem: "no host to connect to".into(),
+                fix: "set host in the connection settings or PGHOST".into(),
+            }),
+            _ => Err(Error::NoSuitableHost {
+                wanted: attrs,
+                tried: skipped.join(", "),
+            }),
+        }
+    }
+
+    /// One host: connect, authenticate, and decide by
+    /// `target_session_attrs` whether to keep the connection.
+    async fn connect_host(
+        config: &Config,
+        host: &str,
+        port: u16,
+        max_frame_len: usize,
+        replication: bool,
+    ) -> Result<Fit, Error> {
+        let password = config.resolve_password_for(host, port);
+        let mut conn = Self::connect_one(
+            config,
+            host,
+            port,
+            password.as_ref().map(|p| p.as_bytes()),
+            max_frame_len,
+            replication,
+        )
+        .await?;
+        let attrs = config.get_target_session_attrs();
+        let mut state = ServerState::from_parameters(|n| conn.parameter(n).map(str::to_owned));
+        loop {
+            match verdict(attrs, state) {
+                Verdict::Accept => return Ok(Fit::Yes(conn)),
+                Verdict::Query => state = conn.query_server_state().await?,
+                Verdict::Standby => return Err(Error::Standby { peer: conn.peer }),
+                Verdict::Skip(why) => {
+                    debug!(%host, port, why, %attrs, "skipping a server target_session_attrs does not want");
+                    // Closing politely is a courtesy: the decision stands.
+                    let _ = conn.close().await;
+                    return Ok(Fit::No(why));
+                }
+            }
+        }
+    }
+
+    /// What a server before PostgreSQL 14 does not report at startup:
+    /// whether it is in recovery and read-only by default (libpq asks
+    /// the same).
+    async fn query_server_state(&mut self) -> Result<ServerState, Error> {
+        let rows = self
+            .simple_query(
+                "SELECT pg_catalog.pg_is_in_recovery()::text AS in_recovery, \
+                 pg_catalog.current_setting('default_transaction_read_only') AS read_only",
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::Protocol("the recovery check returned no row".into()))?;
+        Ok(ServerState {
+            in_hot_standby: Some(row.get_required("in_recovery")? == "true"),
+            default_read_only: Some(row.get_required("read_only")? == "on"),
+        })
     }
 
     async fn connect_one(

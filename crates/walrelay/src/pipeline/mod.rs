@@ -122,6 +122,9 @@ async fn relay_sessions(
 ) -> Result<(), RelayError> {
     let mut backoff = Duration::from_millis(100);
     let mut standing_by = false;
+    // Since when no listed host has been a primary (a failover): one
+    // warning per episode, not one per retry.
+    let mut no_primary_since: Option<tokio::time::Instant> = None;
     // The highest confirmed position seen for the slot in this process:
     // once set, the slot existed, and a missing slot means it was dropped.
     let mut known: Option<Lsn> = None;
@@ -180,7 +183,22 @@ async fn relay_sessions(
                 if started.elapsed() > Duration::from_secs(30) {
                     backoff = Duration::from_millis(100);
                 }
-                warn!(error = %e, retry_in = ?backoff, "relay session failed; restarting from the slot's confirmed position");
+                match (e.is_waiting_for_primary(), no_primary_since) {
+                    (true, None) => {
+                        no_primary_since = Some(started);
+                        warn!(error = %e, retry_in = ?backoff, max_backoff = ?config.relay.max_backoff,
+                              "no primary among the hosts; retrying until one is promoted (logged once until a session starts)");
+                    }
+                    (true, Some(since)) => {
+                        debug!(error = %e, retry_in = ?backoff, waiting = ?since.elapsed(), "still no primary among the hosts");
+                    }
+                    (false, _) => {
+                        // A session that reached a primary ends a wait:
+                        // its start was logged ("relaying from ...").
+                        no_primary_since = None;
+                        warn!(error = %e, retry_in = ?backoff, "relay session failed; restarting from the slot's confirmed position");
+                    }
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
                     _ = shutdown.changed() => return Ok(()),
