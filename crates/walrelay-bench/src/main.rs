@@ -15,6 +15,7 @@ mod crash;
 mod debezium;
 mod drain;
 mod env;
+mod install;
 mod kafka;
 mod latency;
 mod polling;
@@ -66,6 +67,11 @@ struct Run {
     polling: PollingOptions,
     debezium_variants: Vec<Variant>,
     debezium_note: Option<String>,
+    /// The Python consumer rows are skipped: their virtualenv could not be
+    /// installed.
+    no_python_consumers: bool,
+    /// The sections skipped for an install that failed.
+    install_notes: Vec<String>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -79,9 +85,10 @@ async fn main() -> Result<()> {
         .init();
     let cli = Cli::parse();
     if let Some(BenchCommand::Crash(args)) = cli.command {
-        return crash::main(args, Path::new(WORKSPACE)).await;
+        return crash::main(crash_installed(args)?, Path::new(WORKSPACE)).await;
     }
-    let run = settings(&cli)?;
+    let installed = install::prepare(install::Wants::of(&cli))?;
+    let run = settings(&cli, &installed)?;
     let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
         .to_string()
         .replace(':', "-");
@@ -138,9 +145,26 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
+/// The crash comparison's installs: PostgreSQL, Kafka and, for its
+/// Debezium tools, Debezium; without Debezium those tools are left out
+/// (named in its report's notes).
+fn crash_installed(mut args: crash::CrashArgs) -> Result<crash::CrashArgs> {
+    let debezium = args.tools.iter().any(|t| *t != crash::CrashTool::Walrelay);
+    let installed = install::prepare(install::Wants {
+        broker: BrokerKind::Kafka,
+        debezium,
+        python_consumers: false,
+    })?;
+    if installed.skips(install::Prerequisite::Debezium) {
+        args.tools.retain(|t| *t == crash::CrashTool::Walrelay);
+    }
+    args.note.extend(installed.notes());
+    Ok(args)
+}
+
 /// What the command line asks for, with quick mode's defaults; refuses
 /// what cannot run (a missing binary, an unknown workload).
-fn settings(cli: &Cli) -> Result<Run> {
+fn settings(cli: &Cli, installed: &install::Prepared) -> Result<Run> {
     let quick = cli.quick;
     let events = cli.events.unwrap_or(if quick { 5_000 } else { 1_000_000 });
     let large = cli
@@ -188,7 +212,11 @@ fn settings(cli: &Cli) -> Result<Run> {
                 .with_context(|| format!("--kafka-property {p:?}: expected NAME=VALUE"))
         })
         .collect::<Result<Vec<_>>>()?;
-    let (debezium_variants, debezium_note) = debezium_variants(cli)?;
+    let (debezium_variants, debezium_note) = if installed.skips(install::Prerequisite::Debezium) {
+        (Vec::new(), None)
+    } else {
+        debezium_variants(cli)?
+    };
     Ok(Run {
         quick,
         repeats: cli.repeats.unwrap_or(if quick { 1 } else { 3 }).max(1),
@@ -205,6 +233,8 @@ fn settings(cli: &Cli) -> Result<Run> {
         },
         debezium_variants,
         debezium_note,
+        no_python_consumers: installed.skips(install::Prerequisite::PythonVenv),
+        install_notes: installed.notes(),
     })
 }
 
@@ -261,6 +291,7 @@ fn new_results(cli: &Cli, run: &Run, env: &BenchEnv) -> Results {
         notes: cli.note.clone(),
     };
     results.notes.extend(run.debezium_note.clone());
+    results.notes.extend(run.install_notes.iter().cloned());
     if !run.debezium_variants.is_empty() {
         results.notes.push(format!(
             "Debezium {} on Kafka Connect {KAFKA_VERSION} (standalone), variants {:?} (bench/debezium/); its drains are timed from the moment the connector streams (its walsender holds the slot) until the records of every event are in Kafka (the topics' end offsets, then read back and counted by event), its CPU is the worker JVM's over the same time (what it used to start is in the start table)",
@@ -404,6 +435,7 @@ async fn consumers(
 ) -> Result<()> {
     let options = consumer::ConsumerOptions {
         only: cli.consumers.clone(),
+        no_python: run.no_python_consumers,
         records: cli
             .consumer_records
             .unwrap_or(if run.quick { 3_000 } else { 300_000 }),

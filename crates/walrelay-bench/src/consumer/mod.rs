@@ -102,6 +102,9 @@ fn python_mode(consumer: Consumer) -> Option<python::Mode> {
 pub struct ConsumerOptions {
     /// Only these consumers (tags such as `wr_batch`; empty: all).
     pub only: Vec<String>,
+    /// Without the Python consumers (their virtualenv could not be
+    /// installed).
+    pub no_python: bool,
     pub records: u64,
     pub repeats: u32,
     pub rates: Vec<u64>,
@@ -113,7 +116,8 @@ type ApplyLog = Arc<Mutex<Vec<(u64, Instant)>>>;
 
 impl ConsumerOptions {
     fn wants(&self, consumer: Consumer) -> bool {
-        self.only.is_empty() || self.only.iter().any(|t| t == consumer.tag())
+        (self.only.is_empty() || self.only.iter().any(|t| t == consumer.tag()))
+            && !(self.no_python && consumer.is_python())
     }
 }
 
