@@ -112,6 +112,29 @@ pub fn create_slot_command(slot: &str) -> Result<String, Error> {
     ))
 }
 
+/// `CREATE_REPLICATION_SLOT "name" LOGICAL pgoutput (SNAPSHOT 'nothing',
+/// FAILOVER true)`: a slot that PostgreSQL 17 and later synchronize to
+/// standbys (`sync_replication_slots`). The option list is the only
+/// spelling that takes FAILOVER; `SNAPSHOT 'nothing'` is what
+/// `NOEXPORT_SNAPSHOT` says in it.
+pub fn create_failover_slot_command(slot: &str) -> Result<String, Error> {
+    check_slot_name(slot)?;
+    Ok(format!(
+        "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'nothing', FAILOVER true)",
+        quote_identifier(slot)
+    ))
+}
+
+/// `ALTER_REPLICATION_SLOT "name" (FAILOVER true)` (PostgreSQL 17+; it
+/// fails while a walsender streams from the slot).
+pub fn enable_failover_command(slot: &str) -> Result<String, Error> {
+    check_slot_name(slot)?;
+    Ok(format!(
+        "ALTER_REPLICATION_SLOT {} (FAILOVER true)",
+        quote_identifier(slot)
+    ))
+}
+
 /// `START_REPLICATION SLOT "name" LOGICAL <lsn> (options)`.
 pub fn start_replication_command(
     slot: &str,
@@ -186,6 +209,12 @@ pub struct SlotInfo {
     pub confirmed_flush_lsn: Option<Lsn>,
     /// `reserved`, `extended`, `unreserved` or `lost` (NULL on old servers).
     pub wal_status: Option<String>,
+    /// Whether PostgreSQL synchronizes the slot to standbys that may be
+    /// promoted (`None` before PostgreSQL 17, which has no failover slots).
+    pub failover: Option<bool>,
+    /// On a standby: the slot is a synchronized copy of the primary's
+    /// (`None` before PostgreSQL 17).
+    pub synced: Option<bool>,
 }
 
 /// The SQL that reads one slot, usable on a replication connection
@@ -193,7 +222,9 @@ pub struct SlotInfo {
 pub fn slot_info_query(slot: &str) -> String {
     format!(
         "SELECT slot_name, plugin, slot_type, database, active, active_pid, restart_lsn, \
-         confirmed_flush_lsn, wal_status FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
+         confirmed_flush_lsn, wal_status, pg_catalog.to_jsonb(s) ->> 'failover' AS failover, \
+         pg_catalog.to_jsonb(s) ->> 'synced' AS synced \
+         FROM pg_catalog.pg_replication_slots s WHERE slot_name = {}",
         quote_literal(slot)
     )
 }
@@ -257,6 +288,20 @@ mod tests {
             create_slot_command("ok_1").unwrap(),
             "CREATE_REPLICATION_SLOT \"ok_1\" LOGICAL pgoutput NOEXPORT_SNAPSHOT"
         );
+    }
+
+    #[test]
+    fn failover_slot_commands() {
+        assert_eq!(
+            create_failover_slot_command("ok_1").unwrap(),
+            "CREATE_REPLICATION_SLOT \"ok_1\" LOGICAL pgoutput (SNAPSHOT 'nothing', FAILOVER true)"
+        );
+        assert_eq!(
+            enable_failover_command("ok_1").unwrap(),
+            "ALTER_REPLICATION_SLOT \"ok_1\" (FAILOVER true)"
+        );
+        assert!(create_failover_slot_command("Bad Name").is_err());
+        assert!(enable_failover_command("x;y").is_err());
     }
 
     #[test]

@@ -162,6 +162,12 @@ pub struct Options {
     #[arg(long, env = "WALRELAY_PUBLICATION_CHECK_INTERVAL", global = true, value_parser = humantime::parse_duration)]
     pub publication_check_interval: Option<Duration>,
 
+    /// `setup` makes the slot a failover slot (PostgreSQL 17 and later),
+    /// kept by standbys with sync_replication_slots = on: `--slot-failover`
+    /// or `--slot-failover=true|false` [default: false].
+    #[arg(long, env = "WALRELAY_POSTGRES_SLOT_FAILOVER", global = true, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub slot_failover: Option<bool>,
+
     /// Kafka bootstrap servers, host:port[,host:port...].
     #[arg(long, env = "WALRELAY_KAFKA_BOOTSTRAP_SERVERS", global = true)]
     pub bootstrap_servers: Option<String>,
@@ -296,6 +302,9 @@ impl Options {
         if let Some(v) = self.publication_check_interval {
             c.postgres.publication_check_interval = v;
         }
+        if let Some(v) = self.slot_failover {
+            c.postgres.slot_failover = v;
+        }
         if let Some(v) = &self.bootstrap_servers {
             c.kafka.bootstrap_servers = v.clone();
         }
@@ -351,11 +360,12 @@ pub fn render(config: &Config) -> String {
         .map(|c| c.redacted_url())
         .unwrap_or_else(|_| "<unparsable>".into());
     out.push_str(&format!(
-        "[postgres]\nurl = {masked_url:?}\nslot = {:?}\npublication = {:?}\nstatus_interval = {:?}\npublication_check_interval = {:?}\n\n",
+        "[postgres]\nurl = {masked_url:?}\nslot = {:?}\npublication = {:?}\nstatus_interval = {:?}\npublication_check_interval = {:?}\nslot_failover = {}\n\n",
         config.postgres.slot,
         config.postgres.publication,
         humantime::format_duration(config.postgres.status_interval).to_string(),
-        humantime::format_duration(config.postgres.publication_check_interval).to_string()
+        humantime::format_duration(config.postgres.publication_check_interval).to_string(),
+        config.postgres.slot_failover
     ));
     out.push_str(&format!(
         "[kafka]\nbootstrap_servers = {:?}\n\n[kafka.properties]\n",

@@ -89,6 +89,10 @@ pub struct PostgresConfig {
     /// also how far confirmation trails the stream.
     #[serde(deserialize_with = "duration")]
     pub publication_check_interval: Duration,
+    /// `setup` makes the slot a failover slot (PostgreSQL 17+), which a
+    /// standby with `sync_replication_slots` keeps, so that walrelay
+    /// continues on the promoted standby (docs/operations.md).
+    pub slot_failover: bool,
 }
 
 impl Default for PostgresConfig {
@@ -99,6 +103,7 @@ impl Default for PostgresConfig {
             publication: "walrelay".into(),
             status_interval: Duration::from_secs(1),
             publication_check_interval: Duration::from_secs(2),
+            slot_failover: false,
         }
     }
 }
@@ -130,6 +135,7 @@ impl std::fmt::Debug for PostgresConfig {
                 "publication_check_interval",
                 &self.publication_check_interval,
             )
+            .field("slot_failover", &self.slot_failover)
             .finish()
     }
 }

@@ -56,6 +56,7 @@ pub mod secrets;
 pub mod setup;
 pub mod shutdown;
 pub mod sink;
+pub mod slot_failover;
 pub mod slot_record;
 pub mod status;
 pub mod verify;

@@ -16,13 +16,14 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
-use tracing::debug;
+use tracing::{debug, info, warn};
 use walrelay_pg::{Config as PgConfig, ReplicationConnection};
 use walrelay_pgoutput::Lsn;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::publication::{self, PublicationError};
+use crate::slot_failover::{Finding, FindingsLog, LogAction};
 
 /// A check that takes longer than this (a hanging server, a connection
 /// attempt without connect_timeout) counts as failed.
@@ -92,14 +93,18 @@ async fn run(
     tx: watch::Sender<Option<Arc<Report>>>,
 ) {
     let mut conn = KeptConnection::default();
+    let mut failover_log = FindingsLog::default();
     let mut ticker = tokio::time::interval(config.postgres.publication_check_interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         let started = Instant::now();
         let outcome = match tokio::time::timeout(CHECK_TIMEOUT, conn.check(&pg, &config)).await {
-            Ok(Ok(checked)) => {
+            Ok(Ok(mut checked)) => {
+                let findings = std::mem::take(&mut checked.failover);
+                log_failover(&mut failover_log, &findings);
                 if let Some(m) = &metrics {
+                    m.set_failover(&findings);
                     m.set_server_wal_end(checked.wal_lsn);
                     if let Some(confirmed) = checked.slot_confirmed {
                         m.set_server_slot_lag(checked.wal_lsn.0.saturating_sub(confirmed.0));
@@ -123,6 +128,21 @@ async fn run(
         {
             return;
         }
+    }
+}
+
+/// A warning when a failover finding appears, changes or lasts (see
+/// [`FindingsLog`]); the gauges say it at every check.
+fn log_failover(log: &mut FindingsLog, findings: &[Finding]) {
+    match log.observe(findings, std::time::Instant::now()) {
+        LogAction::Nothing => {}
+        LogAction::Warn => {
+            for f in findings {
+                let kind = if f.is_risk() { "RISK" } else { "waiting" };
+                warn!(kind, "PostgreSQL failover: {f}");
+            }
+        }
+        LogAction::Cleared => info!("PostgreSQL failover: the findings logged before are resolved"),
     }
 }
 

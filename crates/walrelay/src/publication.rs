@@ -254,6 +254,9 @@ pub struct Checked {
     /// no such slot, or none confirmed yet).
     pub slot_confirmed: Option<Lsn>,
     pub problems: Vec<Problem>,
+    /// Whether a PostgreSQL failover keeps what walrelay publishes
+    /// (reported, never a reason to stop: see [`crate::slot_failover`]).
+    pub failover: Vec<crate::slot_failover::Finding>,
 }
 
 impl Checked {
@@ -304,10 +307,14 @@ pub async fn check(
         ))
     })?;
     let facts = fetch(conn, config).await?;
+    let failover =
+        crate::slot_failover::fetch(conn, &config.postgres.slot, config.postgres.slot_failover)
+            .await?;
     Ok(Checked {
         wal_lsn,
         slot_confirmed,
         problems: assess(&config.postgres.publication, &facts),
+        failover: crate::slot_failover::assess(&failover),
     })
 }
 
@@ -558,6 +565,7 @@ mod tests {
             wal_lsn: Lsn(42),
             slot_confirmed: None,
             problems: vec![],
+            failover: vec![],
         };
         assert_eq!(ok.verdict(), Ok(Lsn(42)));
         let bad = Checked {
@@ -566,6 +574,7 @@ mod tests {
             problems: vec![Problem::TableMissing {
                 table: "public.x".into(),
             }],
+            failover: vec![],
         };
         assert!(bad.verdict().is_err());
     }

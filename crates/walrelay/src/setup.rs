@@ -270,7 +270,8 @@ async fn slot_step(
         .clone()
         .unwrap_or_else(|| default_source_id(&system.system_id, &database, slot));
     let recorded = slot_record::fetch(conn, slot).await?;
-    let slot_exists = conn.slot_info(slot).await?.is_some();
+    let before = conn.slot_info(slot).await?;
+    let slot_exists = before.is_some();
     let published = if slot_exists || recorded.is_some() {
         None
     } else {
@@ -291,9 +292,18 @@ async fn slot_step(
         }
     })?;
     let replaced = recorded.is_some() && !now.slot_exists;
-    let (info, created) = match conn.ensure_slot(slot).await? {
+    let failover = config.postgres.slot_failover;
+    if failover {
+        failover_supported(conn.server_version_num(), conn.parameter("server_version"))?;
+    }
+    let (info, created) = match conn.ensure_slot_with(slot, failover).await? {
         SlotStatus::Created(i) => (i, true),
         SlotStatus::Existed(i) => (i, false),
+    };
+    let kind = if info.failover == Some(true) {
+        "pgoutput, failover"
+    } else {
+        "pgoutput"
     };
     let position = info.confirmed_flush_lsn.unwrap_or(system.xlogpos);
     slot_record::record(
@@ -306,22 +316,48 @@ async fn slot_step(
         created,
     )
     .await?;
-    steps.push(match (created, replaced) {
-        (true, true) => Step::Created(format!(
-            "replication slot {} (pgoutput), starting at {position}, replacing the lost one \
+    let turned = before.is_some_and(|b| b.failover != Some(true)) && info.failover == Some(true);
+    steps.push(match (created, replaced, turned) {
+        (true, true, _) => Step::Created(format!(
+            "replication slot {} ({kind}), starting at {position}, replacing the lost one \
              (--accept-slot-loss: what was committed since it was lost is not relayed)",
             info.slot_name
         )),
-        (true, false) => Step::Created(format!(
-            "replication slot {} (pgoutput), starting at {position}",
+        (true, false, _) => Step::Created(format!(
+            "replication slot {} ({kind}), starting at {position}",
             info.slot_name
         )),
-        (false, _) => Step::Existed(format!(
-            "replication slot {} (pgoutput), confirmed_flush_lsn {position}",
+        (false, _, true) => Step::Changed(format!(
+            "replication slot {} is now a failover slot (postgres.slot_failover), \
+             confirmed_flush_lsn {position}",
+            info.slot_name
+        )),
+        (false, _, false) => Step::Existed(format!(
+            "replication slot {} ({kind}), confirmed_flush_lsn {position}",
             info.slot_name
         )),
     });
     Ok(())
+}
+
+/// Failover slots came with PostgreSQL 17: before it, refuse
+/// `postgres.slot_failover` and say what protects the slot instead.
+fn failover_supported(version_num: Option<u32>, version: Option<&str>) -> Result<(), RelayError> {
+    match version_num {
+        Some(v) if v >= 170000 => Ok(()),
+        _ => Err(RelayError::Setup {
+            problem: format!(
+                "postgres.slot_failover needs PostgreSQL 17 or later (failover slots), and this \
+                 server runs {}",
+                version.unwrap_or("an unknown version")
+            ),
+            fix: "set postgres.slot_failover = false; before PostgreSQL 17 a failover or a major \
+                  upgrade loses the slot, which walrelay then refuses to recreate in silence: \
+                  follow \"A lost replication slot\" in docs/operations.md, or upgrade to 17 \
+                  first"
+                .into(),
+        }),
+    }
 }
 
 /// How long `setup` waits for Kafka when it looks for records of this

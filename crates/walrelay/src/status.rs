@@ -46,6 +46,16 @@ pub struct Status {
     /// Bytes of WAL that can still be written before the slot is in danger
     /// of invalidation (NULL when `max_slot_wal_keep_size` is -1).
     pub safe_wal_size: Option<i64>,
+    /// Whether the slot is a failover slot (`None`: no slot, or a server
+    /// before PostgreSQL 17).
+    pub slot_failover: Option<bool>,
+    /// The primary's `synchronized_standby_slots` (`None` before 17).
+    pub synchronized_standby_slots: Option<Vec<String>>,
+    /// What could make a PostgreSQL failover contradict what walrelay
+    /// published, or lose the slot, each with its fix (`RISK:` lines).
+    pub failover_risks: Vec<String>,
+    /// Why logical decoding waits for a standby (nothing lost).
+    pub failover_waits: Vec<String>,
     pub publication: String,
     pub publication_exists: bool,
     /// `schema.table` of every published table.
@@ -176,6 +186,11 @@ pub async fn status(config: &Config, limits: Limits) -> Result<Status, RelayErro
     .iter()
     .map(ToString::to_string)
     .collect();
+    let failover =
+        crate::slot_failover::fetch(&mut conn, slot, config.postgres.slot_failover).await?;
+    let (risks, waits): (Vec<_>, Vec<_>) = crate::slot_failover::assess(&failover)
+        .into_iter()
+        .partition(crate::slot_failover::Finding::is_risk);
     let current: Option<String> = if rows.is_empty() {
         let r = conn
             .simple_query("SELECT pg_current_wal_lsn()::text AS l")
@@ -208,6 +223,10 @@ pub async fn status(config: &Config, limits: Limits) -> Result<Status, RelayErro
         lag_bytes: int("lag_bytes")?,
         wal_status: text("wal_status")?,
         safe_wal_size: int("safe_wal_size")?,
+        slot_failover: failover.slot_failover,
+        synchronized_standby_slots: failover.standby_slots,
+        failover_risks: risks.iter().map(ToString::to_string).collect(),
+        failover_waits: waits.iter().map(ToString::to_string).collect(),
         publication: publication.clone(),
         publication_exists,
         publication_tables,
@@ -219,6 +238,33 @@ pub async fn status(config: &Config, limits: Limits) -> Result<Status, RelayErro
     };
     s.health = assess(&s, limits);
     Ok(s)
+}
+
+/// The slot's failover line, and what a failover would do wrong.
+fn render_failover(s: &Status) -> String {
+    let mut out = format!(
+        "failover             {}\n",
+        match (s.slot_failover, &s.synchronized_standby_slots) {
+            (Some(true), Some(names)) if !names.is_empty() => format!(
+                "yes, synchronized to standbys with sync_replication_slots = on; decoding waits \
+                 for {} (synchronized_standby_slots); on a standby, \
+                 SELECT slot_name, synced FROM pg_replication_slots shows its copy",
+                names.join(", ")
+            ),
+            (Some(true), _) =>
+                "yes, synchronized to standbys with sync_replication_slots = on".into(),
+            (Some(false), _) =>
+                "no (postgres.slot_failover: a failover to a standby loses the slot)".into(),
+            (None, _) => "- (PostgreSQL 16 or older: a failover loses the slot)".into(),
+        }
+    );
+    for r in &s.failover_risks {
+        out.push_str(&format!("RISK: {r}\n"));
+    }
+    for w in &s.failover_waits {
+        out.push_str(&format!("waiting              {w}\n"));
+    }
+    out
 }
 
 /// Human-readable form.
@@ -271,6 +317,7 @@ pub fn render(s: &Status) -> String {
                 (None, _) => "unlimited (max_slot_wal_keep_size = -1)".into(),
             }
         ));
+        out.push_str(&render_failover(s));
     } else {
         out.push_str(&format!(
             "slot                 {} does not exist (run `walrelay setup`)\n",
@@ -331,6 +378,10 @@ mod tests {
             lag_bytes: Some(4096),
             wal_status: Some("reserved".into()),
             safe_wal_size: None,
+            slot_failover: Some(false),
+            synchronized_standby_slots: Some(vec![]),
+            failover_risks: vec![],
+            failover_waits: vec![],
             publication: "walrelay".into(),
             publication_exists: true,
             publication_tables: vec!["public.outbox".into()],
@@ -451,5 +502,40 @@ mod tests {
         let json: serde_json::Value = serde_json::to_value(&s).unwrap();
         assert_eq!(json["lag_bytes"], 4096);
         assert_eq!(json["health"], "ok");
+    }
+
+    #[test]
+    fn the_failover_line_and_its_risks() {
+        let rendered = render(&healthy());
+        assert!(
+            rendered.contains("failover             no (postgres.slot_failover"),
+            "{rendered}"
+        );
+        let unprotected = Status {
+            slot_failover: Some(true),
+            failover_risks: vec![crate::slot_failover::Finding::Unprotected.to_string()],
+            ..healthy()
+        };
+        let rendered = render(&unprotected);
+        assert!(
+            rendered.contains("failover             yes")
+                && rendered.contains(
+                    "\nRISK: the slot is a failover slot but synchronized_standby_slots is empty"
+                ),
+            "{rendered}"
+        );
+        let protected = Status {
+            slot_failover: Some(true),
+            synchronized_standby_slots: Some(vec!["standby1".into()]),
+            ..healthy()
+        };
+        let rendered = render(&protected);
+        assert!(
+            rendered.contains("decoding waits for standby1") && !rendered.contains("RISK"),
+            "{rendered}"
+        );
+        let json = serde_json::to_value(&protected).unwrap();
+        assert_eq!(json["slot_failover"], true);
+        assert_eq!(json["synchronized_standby_slots"][0], "standby1");
     }
 }

@@ -12,6 +12,9 @@ use crate::stream::{ReplicationStream, StreamOptions};
 
 use super::{ReplicationConnection, SlotStatus};
 
+/// How long `ALTER_REPLICATION_SLOT` may wait for the slot to be released.
+const ALTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl ReplicationConnection {
     /// `IDENTIFY_SYSTEM`.
     pub async fn identify_system(&mut self) -> Result<IdentifySystem, Error> {
@@ -79,19 +82,45 @@ impl ReplicationConnection {
             restart_lsn: lsn("restart_lsn")?,
             confirmed_flush_lsn: lsn("confirmed_flush_lsn")?,
             wal_status: row.get("wal_status")?.map(str::to_owned),
+            failover: row.get("failover")?.map(|v| v == "true"),
+            synced: row.get("synced")?.map(|v| v == "true"),
         }))
     }
 
     /// Create the pgoutput slot unless it exists; check that an existing one
     /// is a logical pgoutput slot of this database.
     pub async fn ensure_slot(&mut self, slot: &str) -> Result<SlotStatus, Error> {
+        self.ensure_slot_with(slot, false).await
+    }
+
+    /// [`Self::ensure_slot`], and with `failover` a failover slot
+    /// (PostgreSQL 17 and later): created with `FAILOVER true`, or an
+    /// existing slot turned into one. An existing failover slot is never
+    /// turned back.
+    pub async fn ensure_slot_with(
+        &mut self,
+        slot: &str,
+        failover: bool,
+    ) -> Result<SlotStatus, Error> {
         if let Some(info) = self.slot_info(slot).await? {
             self.check_slot(&info)?;
+            if failover && info.failover != Some(true) {
+                self.enable_failover(&info).await?;
+                let info = self.slot_info(slot).await?.ok_or_else(|| {
+                    Error::Protocol(format!(
+                        "slot \"{slot}\" is missing right after ALTER_REPLICATION_SLOT"
+                    ))
+                })?;
+                return Ok(SlotStatus::Existed(info));
+            }
             return Ok(SlotStatus::Existed(info));
         }
-        let created = self
-            .simple_query(&commands::create_slot_command(slot)?)
-            .await;
+        let command = if failover {
+            commands::create_failover_slot_command(slot)?
+        } else {
+            commands::create_slot_command(slot)?
+        };
+        let created = self.simple_query(&command).await;
         match created {
             Ok(_) => {}
             // Lost a race with another creator: fine, check what is there.
@@ -106,6 +135,41 @@ impl ReplicationConnection {
         self.check_slot(&info)?;
         info!(slot, confirmed_flush_lsn = ?info.confirmed_flush_lsn, "created replication slot");
         Ok(SlotStatus::Created(info))
+    }
+
+    /// `ALTER_REPLICATION_SLOT ... (FAILOVER true)`. PostgreSQL cannot
+    /// alter a slot a walsender streams from, and does not refuse: the
+    /// command waits until the slot is released. So an active slot is
+    /// refused here with what to do, and the command is bounded by
+    /// [`ALTER_TIMEOUT`] for a relay that starts in between.
+    async fn enable_failover(&mut self, info: &SlotInfo) -> Result<(), Error> {
+        let name = &info.slot_name;
+        let in_use = |detail: String| Error::Precondition {
+            problem: format!(
+                "slot \"{name}\" cannot become a failover slot while a relay streams from it \
+                 ({detail})"
+            ),
+            fix: "stop every walrelay run that reads this slot, run walrelay setup again, then \
+                  start walrelay run: the slot keeps its position, nothing is lost"
+                .into(),
+        };
+        if info.active {
+            return Err(in_use(match info.active_pid {
+                Some(pid) => format!("walsender PID {pid}"),
+                None => "it is active".into(),
+            }));
+        }
+        let command = commands::enable_failover_command(name)?;
+        match tokio::time::timeout(ALTER_TIMEOUT, self.simple_query(&command)).await {
+            Ok(altered) => {
+                altered?;
+                info!(slot = %name, "turned the slot into a failover slot");
+                Ok(())
+            }
+            Err(_) => Err(in_use(format!(
+                "it became active: ALTER_REPLICATION_SLOT waited {ALTER_TIMEOUT:?}"
+            ))),
+        }
     }
 
     fn check_slot(&self, info: &SlotInfo) -> Result<(), Error> {

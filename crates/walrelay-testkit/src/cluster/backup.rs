@@ -19,6 +19,11 @@ impl PgCluster {
     /// that the backup is consistent by itself. `standby` adds
     /// `standby.signal` and `primary_conninfo` (`-R`).
     fn pg_basebackup(&self, into: &Path, standby: bool) -> anyhow::Result<()> {
+        self.pg_basebackup_with(into, standby, &[])
+    }
+
+    /// [`Self::pg_basebackup`] with more arguments.
+    fn pg_basebackup_with(&self, into: &Path, standby: bool, args: &[&str]) -> anyhow::Result<()> {
         let mut cmd = self.command("pg_basebackup");
         cmd.args([
             "-h",
@@ -30,7 +35,8 @@ impl PgCluster {
         ])
         .arg("-D")
         .arg(into)
-        .args(["-X", "stream", "-c", "fast", "--no-sync"]);
+        .args(["-X", "stream", "-c", "fast", "--no-sync"])
+        .args(args);
         if standby {
             cmd.arg("-R");
         }
@@ -62,6 +68,28 @@ impl PgCluster {
     /// a directory and on a port of its own, removed on drop like any
     /// cluster.
     pub fn standby(&self) -> anyhow::Result<PgCluster> {
+        self.standby_with(&[], &[])
+    }
+
+    /// A standby that keeps this cluster's failover slots (PostgreSQL 17
+    /// and later), as docs/operations.md sets one up: streaming through
+    /// the physical slot `slot` (created by the backup), with
+    /// `sync_replication_slots` and `hot_standby_feedback` on and a
+    /// `dbname` in `primary_conninfo` (pg_basebackup 17 writes the one it
+    /// connected with).
+    pub fn failover_standby(&self, slot: &str) -> anyhow::Result<PgCluster> {
+        self.standby_with(
+            &["-S", slot, "-C", "-d", "dbname=postgres"],
+            &[
+                ("sync_replication_slots", "on"),
+                ("hot_standby_feedback", "on"),
+            ],
+        )
+    }
+
+    /// A standby from a backup taken with `args`, with `conf` added to
+    /// the configuration.
+    fn standby_with(&self, args: &[&str], conf: &[(&str, &str)]) -> anyhow::Result<PgCluster> {
         let dir = tempfile::Builder::new()
             .prefix("walrelay-pg-standby-")
             .tempdir()
@@ -73,6 +101,9 @@ impl PgCluster {
             "unix_socket_directories",
             &dir.to_string_lossy(),
         );
+        for (name, value) in conf {
+            upsert(&mut settings, name, value);
+        }
         let standby = PgCluster {
             bin: self.bin.clone(),
             user: self.user,
@@ -92,7 +123,7 @@ impl PgCluster {
             std::fs::set_permissions(&standby.dir, std::fs::Permissions::from_mode(0o700))?;
         }
         standby.user.chown(&standby.dir)?;
-        self.pg_basebackup(&standby.data, true)?;
+        self.pg_basebackup_with(&standby.data, true, args)?;
         standby.start_fresh()
     }
 

@@ -27,6 +27,7 @@ use walrelay_pgoutput::{Lsn, PgTimestamp};
 
 use crate::sink::SinkError;
 
+mod failover;
 mod health;
 
 pub use health::{ack_stall, ACK_STALL_BOUND, KAFKA_FRESHNESS};
@@ -101,6 +102,7 @@ struct Inner {
     fence_untrusted: Family<TopicLabels, Counter>,
     fence_records_read: Counter,
     ready: Gauge,
+    failover: failover::FailoverGauges,
     streaming: AtomicBool,
     health: Health,
 }
@@ -210,6 +212,7 @@ impl Metrics {
             Gauge::<i64>::default(),
         );
         up.set(1);
+        let failover = failover::FailoverGauges::register(&mut r);
         let ready = add(&mut r, "ready", "1 while /readyz answers 200 (streaming from the slot and Kafka reachable), as of the last scrape", Gauge::<i64>::default());
         r.register(
             "build",
@@ -240,6 +243,7 @@ impl Metrics {
                 fence_untrusted,
                 fence_records_read,
                 ready,
+                failover,
                 streaming: AtomicBool::new(false),
                 health: Health::new(origin),
             }),
@@ -393,6 +397,11 @@ impl Metrics {
                 .slot_lag_bytes
                 .set(end.saturating_sub(confirmed).max(server));
         }
+    }
+
+    /// What the last publication check found about a PostgreSQL failover.
+    pub fn set_failover(&self, findings: &[crate::slot_failover::Finding]) {
+        self.inner.failover.set(findings);
     }
 
     /// A session started streaming from the slot.
