@@ -6,12 +6,14 @@
 
 mod support;
 
-use anyhow::{ensure, Result};
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
 use support::{walrelay_status, Env, WAIT};
 use walrelay::config::Config;
 use walrelay::setup::Step;
 use walrelay_pg::{Config as PgConfig, PgOutputOptions, ReplicationConnection, StreamOptions};
-use walrelay_testkit::{await_condition, ClusterOptions};
+use walrelay_testkit::{await_condition, read_until_quiet, ClusterOptions};
 
 /// Never contacted: setup and status need no broker.
 const NO_BROKER: &str = "127.0.0.1:9";
@@ -92,7 +94,7 @@ async fn setup_makes_a_failover_slot_and_status_says_what_a_failover_would_do() 
     env.client.batch_execute("SELECT pg_reload_conf()").await?;
     let standby_client = standby.client().await?;
     let seen = std::sync::Mutex::new(String::new());
-    await_condition(WAIT, std::time::Duration::from_millis(200), || async {
+    await_condition(WAIT, Duration::from_millis(200), || async {
         // The standby keeps its copy temporary until the primary's slot
         // has moved past the position the copy reserved (a relay would
         // confirm; here the slot is advanced), and a running-transactions
@@ -127,7 +129,7 @@ async fn setup_makes_a_failover_slot_and_status_says_what_a_failover_would_do() 
 
     drop(standby_client);
     standby.stop_fast()?;
-    await_condition(WAIT, std::time::Duration::from_millis(200), || async {
+    await_condition(WAIT, Duration::from_millis(200), || async {
         let (_, out) = status(&[])?;
         Ok(out.contains("waiting              no standby streams from standby1"))
     })
@@ -170,7 +172,7 @@ async fn an_existing_slot_becomes_a_failover_slot_unless_a_relay_streams_from_it
     );
     drop(stream);
     // The walsender notices the closed connection a moment later.
-    await_condition(WAIT, std::time::Duration::from_millis(100), || async {
+    await_condition(WAIT, Duration::from_millis(100), || async {
         let row = env
             .client
             .query_one(
@@ -190,6 +192,267 @@ async fn an_existing_slot_becomes_a_failover_slot_unless_a_relay_streams_from_it
     ensure!(
         text.contains("existed:  replication slot plain (pgoutput, failover)"),
         "{text}"
+    );
+    Ok(())
+}
+
+/// A primary and a standby that keeps its failover slots, one host list
+/// for both (`target_session_attrs=read-write`), with the primary's
+/// `synchronized_standby_slots` naming the standby's slot when
+/// `protected`.
+struct Pair {
+    env: Env,
+    standby: walrelay_testkit::PgCluster,
+    bootstrap: String,
+}
+
+impl Pair {
+    async fn start(protected: bool) -> Result<Pair> {
+        let env = Env::start().await?;
+        env.client
+            .batch_execute("CREATE TABLE ledger (seq bigint PRIMARY KEY)")
+            .await?;
+        env.broker().create_topic(TOPIC, support::PARTITIONS)?;
+        let standby = env.cluster.failover_standby("standby1")?;
+        if protected {
+            env.client
+                .batch_execute("ALTER SYSTEM SET synchronized_standby_slots = 'standby1'")
+                .await?;
+            env.client.batch_execute("SELECT pg_reload_conf()").await?;
+        }
+        let bootstrap = env.bootstrap();
+        Ok(Pair {
+            env,
+            standby,
+            bootstrap,
+        })
+    }
+
+    /// Both hosts, the primary first, as libpq and walrelay read them.
+    fn hosts(&self) -> String {
+        format!(
+            "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres \
+             target_session_attrs=read-write connect_timeout=2",
+            self.env.cluster.port(),
+            self.standby.port()
+        )
+    }
+
+    fn relay_url(&self) -> String {
+        format!("{} sslmode=disable", self.hosts())
+    }
+
+    /// The real `walrelay run` on the host list; output appended to `log`.
+    fn spawn_relay(&self, log: &std::path::Path) -> Result<std::process::Child> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)?;
+        Ok(std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+            .args(["--postgres-url", &self.relay_url()])
+            .args(["--bootstrap-servers", &self.bootstrap])
+            .args(["--route", "orders=orders", "--log", "info"])
+            .args(["--status-interval", "200ms"])
+            .arg("run")
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()?)
+    }
+
+    /// Waits until the standby's copy of the slot is synchronized and
+    /// persistent (a temporary copy is dropped at promotion).
+    async fn await_synced_copy(&self) -> Result<()> {
+        let standby = self.standby.client().await?;
+        await_condition(WAIT, Duration::from_millis(200), || async {
+            // A running-transactions record lets the slot sync worker
+            // catch up now rather than at its next nap (up to 30 s).
+            self.env
+                .client
+                .batch_execute("SELECT pg_log_standby_snapshot()")
+                .await?;
+            let row = standby
+                .query_opt(
+                    "SELECT synced AND NOT temporary FROM pg_replication_slots \
+                     WHERE slot_name = 'walrelay'",
+                    &[],
+                )
+                .await?;
+            Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+        })
+        .await
+    }
+}
+
+const TOPIC: &str = "orders";
+
+/// A workload on the host list: each transaction writes a ledger row and
+/// emits the event of the same `seq`, so the ledger of whichever server
+/// ends up primary says which events were committed. Reconnects through
+/// a failover (a commit whose answer was lost is settled by the ledger).
+struct Workload {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    committed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl Workload {
+    fn start(hosts: String) -> Workload {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let committed = std::sync::Arc::new(AtomicU64::new(0));
+        let (s, c) = (stop.clone(), committed.clone());
+        let task = tokio::spawn(async move {
+            let mut seq: i64 = 0;
+            while !s.load(Ordering::Relaxed) {
+                let client = match tokio_postgres::connect(&hosts, tokio_postgres::NoTls).await {
+                    Ok((client, conn)) => {
+                        tokio::spawn(conn);
+                        client
+                    }
+                    // No primary yet (the failover): try again.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                while !s.load(Ordering::Relaxed) {
+                    seq += 1;
+                    let sql = format!(
+                        "BEGIN; INSERT INTO ledger (seq) VALUES ({seq}); \
+                         SELECT pg_logical_emit_message(true, 'orders', \
+                           jsonb_build_object('id', 'e-{seq}')::text); COMMIT;"
+                    );
+                    if client.batch_execute(&sql).await.is_err() {
+                        break;
+                    }
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok(())
+        });
+        Workload {
+            stop,
+            committed,
+            task,
+        }
+    }
+
+    fn committed(&self) -> u64 {
+        self.committed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn await_committed(&self, n: u64) -> Result<()> {
+        await_condition(WAIT, Duration::from_millis(20), || async {
+            Ok(self.committed() >= n)
+        })
+        .await
+    }
+
+    async fn stop(self) -> Result<()> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await?
+    }
+}
+
+fn event_id(r: &walrelay_testkit::ConsumedRecord) -> String {
+    let value: serde_json::Value =
+        serde_json::from_slice(r.value.as_deref().unwrap_or_default()).unwrap_or_default();
+    value["id"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Item 5: `kill -9` of the primary's postmaster under a live workload,
+/// `pg_ctl promote` of the standby, and the same `walrelay run` process
+/// goes on on the new primary through its host list. Expected: the new
+/// primary's ledger. Every expected event is in Kafka and a
+/// high-water-mark consumer applies each exactly once; no event in Kafka
+/// that the new primary lacks (a phantom); no duplicate on the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_under_load_fails_over_with_nothing_lost_phantom_or_doubled() -> Result<()>
+{
+    let pair = Pair::start(true).await?;
+    if !has_failover_slots(&pair.env) {
+        return Ok(());
+    }
+    let mut config = pair.env.config(&pair.bootstrap);
+    config.postgres.url = pair.relay_url();
+    config.postgres.slot_failover = true;
+    walrelay::setup::setup(&config).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let mut relay = pair.spawn_relay(&log)?;
+    let workload = Workload::start(pair.hosts());
+    workload.await_committed(300).await?;
+    pair.await_synced_copy().await?;
+    let before = workload.committed();
+    workload.await_committed(before + 200).await?;
+
+    pair.env.cluster.kill_postmaster()?;
+    let at_kill = workload.committed();
+    pair.standby.promote()?;
+    workload.await_committed(at_kill + 300).await?;
+    workload.stop().await?;
+
+    let new_primary = pair.standby.client().await?;
+    let end: String = new_primary
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await?
+        .get(0);
+    let end: walrelay_pgoutput::Lsn = end.parse()?;
+    await_condition(WAIT, Duration::from_millis(50), || async {
+        let confirmed = walrelay_testkit::db::confirmed_flush_lsn(&new_primary, "walrelay").await?;
+        Ok(confirmed.is_some_and(|c| c >= end))
+    })
+    .await
+    .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()?;
+    let exit = relay.wait()?;
+    let text = std::fs::read_to_string(&log)?;
+    ensure!(
+        exit.success(),
+        "the relay exits 0 on SIGTERM: {exit:?}\n{text}"
+    );
+
+    let mut expected: Vec<String> = new_primary
+        .query("SELECT 'e-' || seq FROM ledger ORDER BY seq", &[])
+        .await?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    expected.sort();
+    let records = read_until_quiet(&pair.bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
+    let mut got: Vec<String> = records.iter().map(event_id).collect();
+    got.sort();
+    let distinct: std::collections::BTreeSet<&String> = got.iter().collect();
+    let phantoms: Vec<&&String> = distinct
+        .iter()
+        .filter(|id| expected.binary_search(id).is_err())
+        .collect();
+    let missing = expected.iter().filter(|id| !distinct.contains(id)).count();
+    let (fresh, duplicates) = support::apply_high_water_marks(&records)?;
+    let applied: usize = fresh.values().map(Vec::len).sum();
+    eprintln!(
+        "failover: {} committed in the new primary's ledger ({} before the kill), {} records, \
+         {missing} lost, {} phantoms, {duplicates} duplicates on the wire",
+        expected.len(),
+        at_kill,
+        records.len(),
+        phantoms.len()
+    );
+    ensure!(
+        missing == 0 && phantoms.is_empty() && duplicates == 0 && applied == expected.len(),
+        "{missing} lost, phantoms {phantoms:?}, {duplicates} duplicates, {applied} applied of {}\n{text}",
+        expected.len()
+    );
+    ensure!(
+        text.matches("relaying from the slot's confirmed position").count() >= 2,
+        "a session on each primary: {text}"
+    );
+    ensure!(
+        text.matches("no primary among the hosts; retrying").count() <= 1,
+        "one warning per failover: {text}"
     );
     Ok(())
 }

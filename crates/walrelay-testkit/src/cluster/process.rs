@@ -140,6 +140,37 @@ impl PgCluster {
         self.stop("immediate")
     }
 
+    /// `kill -9` of the postmaster: the primary's host dying, as a
+    /// failover meets it (no shutdown at all; the backends notice the
+    /// postmaster's death and exit by themselves, the walsenders
+    /// included). Returns once the postmaster is gone; a later start runs
+    /// crash recovery.
+    pub fn kill_postmaster(&self) -> anyhow::Result<()> {
+        let pid_file = self.data.join("postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file)
+            .with_context(|| format!("reading {}", pid_file.display()))?;
+        let pid = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse::<u32>().ok())
+            .with_context(|| format!("no pid in {}", pid_file.display()))?;
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()?;
+        anyhow::ensure!(killed.success(), "kill -9 {pid} failed: {killed}");
+        self.state().running = false;
+        let gone = std::path::Path::new("/proc").join(pid.to_string());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while gone.exists() {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "the postmaster {pid} is still there 30 s after kill -9"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
     fn stop(&self, mode: &str) -> anyhow::Result<()> {
         let result = self.pg_ctl_stop(mode).map_err(|e| self.with_log(e));
         self.state().running = false;
