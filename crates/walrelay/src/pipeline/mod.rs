@@ -42,6 +42,7 @@
 mod connect;
 mod events;
 mod placement;
+mod seen;
 mod session;
 
 use std::time::Duration;
@@ -55,6 +56,7 @@ use crate::config::Config;
 use crate::key::EventKey;
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
+use seen::Seen;
 use session::Session;
 
 pub use crate::error::{RelayError, DEAD_LETTER_HINT};
@@ -125,9 +127,9 @@ async fn relay_sessions(
     // Since when no listed host has been a primary (a failover): one
     // warning per episode, not one per retry.
     let mut no_primary_since: Option<tokio::time::Instant> = None;
-    // The highest confirmed position seen for the slot in this process:
-    // once set, the slot existed, and a missing slot means it was dropped.
-    let mut known: Option<Lsn> = None;
+    // What this process saw of the source: the highest confirmed
+    // position (once set, a missing slot was dropped) and timeline.
+    let mut seen = Seen::default();
     let pg = PgConfig::from_env_and_str(&config.postgres.url).map_err(walrelay_pg::Error::from)?;
     // Lives across sessions, so that the lag gauge keeps moving while
     // sessions fail and restart.
@@ -139,12 +141,12 @@ async fn relay_sessions(
             &mut shutdown,
             trace.as_ref(),
             metrics,
-            &mut known,
+            &mut seen,
             monitor.reports(),
         )
         .await
         .map_err(|e| {
-            e.about_slot(&config.postgres.slot, known)
+            e.about_slot(&config.postgres.slot, seen.confirmed)
                 .about_publication(&config.postgres.publication)
         });
         if let Some(t) = &trace {
@@ -159,7 +161,9 @@ async fn relay_sessions(
         let stop_requested = *shutdown.borrow();
         match after_failure(&e, stop_requested) {
             AfterFailure::CleanStop => {
-                let confirmed = known.map_or_else(|| "(none yet)".to_owned(), |l| l.to_string());
+                let confirmed = seen
+                    .confirmed
+                    .map_or_else(|| "(none yet)".to_owned(), |l| l.to_string());
                 warn!(error = %e, %confirmed, "stopped while the session was failing; the next start replays from the slot's confirmed position");
                 return Ok(());
             }

@@ -25,6 +25,7 @@ use walrelay_pgoutput::{Lsn, PgTimestamp};
 use super::connect::connect;
 use super::events::{DeadLetter, EventStep, Step};
 use super::placement::{Placed, Placement};
+use super::seen::Seen;
 use super::{Trace, TraceSender};
 use crate::checkpoint::CheckpointTracker;
 use crate::config::Config;
@@ -102,7 +103,7 @@ impl<'a> Session<'a> {
         shutdown: &mut watch::Receiver<bool>,
         trace: Option<&'a TraceSender>,
         metrics: Option<&'a Metrics>,
-        known: &mut Option<Lsn>,
+        seen: &mut Seen,
         checks: Reports,
     ) -> Result<(), RelayError> {
         let pg =
@@ -116,7 +117,7 @@ impl<'a> Session<'a> {
             let mut stop = shutdown.clone();
             let mut session = tokio::select! {
                 biased;
-                s = Session::start(config, &pg, &slot, trace, metrics, known, checks) => s?,
+                s = Session::start(config, &pg, &slot, trace, metrics, seen, checks) => s?,
                 _ = stop.wait_for(|stop| *stop) => {
                     info!("stop requested before streaming started");
                     return Ok(());
@@ -125,7 +126,7 @@ impl<'a> Session<'a> {
             let result = session.relay(shutdown).await;
             session.log_dead_letter_summary();
             session.placement.log_summary();
-            *known = Some(known.map_or(session.confirmed, |k| k.max(session.confirmed)));
+            seen.confirmed(session.confirmed);
             result
         }
         .instrument(span.clone())
@@ -149,10 +150,10 @@ impl<'a> Session<'a> {
         slot: &str,
         trace: Option<&'a TraceSender>,
         metrics: Option<&'a Metrics>,
-        known: &mut Option<Lsn>,
+        seen: &mut Seen,
         checks: Reports,
     ) -> Result<Session<'a>, RelayError> {
-        let c = connect(config, pg, slot, known, checks).await?;
+        let c = connect(config, pg, slot, seen, checks).await?;
         let confirmed = c.confirmed;
         info!(%confirmed, source = %c.source, "relaying from the slot's confirmed position");
         if let Some(t) = trace {
