@@ -207,8 +207,12 @@ struct Pair {
 }
 
 impl Pair {
-    async fn start(protected: bool) -> Result<Pair> {
+    /// `None` before PostgreSQL 17 (no failover slots).
+    async fn start(protected: bool) -> Result<Option<Pair>> {
         let env = Env::start().await?;
+        if !has_failover_slots(&env) {
+            return Ok(None);
+        }
         env.client
             .batch_execute("CREATE TABLE ledger (seq bigint PRIMARY KEY)")
             .await?;
@@ -221,11 +225,11 @@ impl Pair {
             env.client.batch_execute("SELECT pg_reload_conf()").await?;
         }
         let bootstrap = env.bootstrap();
-        Ok(Pair {
+        Ok(Some(Pair {
             env,
             standby,
             bootstrap,
-        })
+        }))
     }
 
     /// Both hosts, the primary first, as libpq and walrelay read them.
@@ -382,10 +386,9 @@ fn event_id(r: &walrelay_testkit::ConsumedRecord) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_under_load_fails_over_with_nothing_lost_phantom_or_doubled() -> Result<()>
 {
-    let pair = Pair::start(true).await?;
-    if !has_failover_slots(&pair.env) {
+    let Some(pair) = Pair::start(true).await? else {
         return Ok(());
-    }
+    };
     let mut config = pair.env.config(&pair.bootstrap);
     config.postgres.url = pair.relay_url();
     config.postgres.slot_failover = true;
@@ -518,10 +521,9 @@ async fn split_brain_is_refused(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_synchronized_standby_slots_a_failover_behind_the_published_wal_is_refused(
 ) -> Result<()> {
-    let pair = Pair::start(false).await?;
-    if !has_failover_slots(&pair.env) {
+    let Some(pair) = Pair::start(false).await? else {
         return Ok(());
-    }
+    };
     let mut config = pair.env.config(&pair.bootstrap);
     config.postgres.url = pair.relay_url();
     config.postgres.slot_failover = true;
