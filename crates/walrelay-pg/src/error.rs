@@ -201,6 +201,9 @@ pub enum Error {
     NoSuitableHost {
         wanted: TargetSessionAttrs,
         tried: String,
+        /// A host refused as it shut down or restarted (57P01, 57P02,
+        /// 57P03): see [`Error::is_server_going_away`].
+        going_away: bool,
     },
 
     /// `target_session_attrs=any` reached a standby: walrelay reads its
@@ -271,6 +274,12 @@ impl Error {
     /// crashed) or 57P03 ("the database system is shutting down", or
     /// still starting up).
     pub fn is_server_going_away(&self) -> bool {
+        // Found on one host of a list where none is a primary: a
+        // session that streams from that host must end, so that it
+        // does not hold the shutdown (a switchover's clean stop).
+        if let Error::NoSuitableHost { going_away, .. } = self {
+            return *going_away;
+        }
         matches!(
             self.code(),
             Some(
@@ -454,6 +463,19 @@ mod tests {
         ] {
             assert!(!e.is_server_going_away(), "{e}");
         }
+    }
+
+    #[test]
+    fn no_primary_among_the_hosts_is_transient_and_says_if_one_is_going_away() {
+        let e = |going_away| Error::NoSuitableHost {
+            wanted: TargetSessionAttrs::ReadWrite,
+            tried: "a:1: in hot standby (recovery)".into(),
+            going_away,
+        };
+        assert!(e(false).is_transient() && e(true).is_transient());
+        assert!(e(true).is_server_going_away());
+        assert!(!e(false).is_server_going_away());
+        assert!(e(false).to_string().contains("until a standby is promoted"));
     }
 
     #[test]

@@ -383,9 +383,24 @@ fn event_id(r: &walrelay_testkit::ConsumedRecord) -> String {
 /// primary's ledger. Every expected event is in Kafka and a
 /// high-water-mark consumer applies each exactly once; no event in Kafka
 /// that the new primary lacks (a phantom); no duplicate on the wire.
+/// Then the old primary back as a primary: refused (item 4).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_under_load_fails_over_with_nothing_lost_phantom_or_doubled() -> Result<()>
 {
+    failover_under_load(true).await
+}
+
+/// The same with a clean switchover: `pg_ctl stop -m fast` of the primary
+/// (its walsenders send the standby everything before it stops), then the
+/// promotion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_switchover_under_load_loses_nothing_and_doubles_nothing() -> Result<()> {
+    failover_under_load(false).await
+}
+
+/// The failover (`kill`: `kill -9` of the postmaster; otherwise a clean
+/// stop) and its checks.
+async fn failover_under_load(kill: bool) -> Result<()> {
     let Some(pair) = Pair::start(true).await? else {
         return Ok(());
     };
@@ -402,7 +417,14 @@ async fn a_primary_killed_under_load_fails_over_with_nothing_lost_phantom_or_dou
     let before = workload.committed();
     workload.await_committed(before + 200).await?;
 
-    pair.env.cluster.kill_postmaster()?;
+    if kill {
+        pair.env.cluster.kill_postmaster()?;
+    } else {
+        pair.env
+            .cluster
+            .stop_fast()
+            .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
+    }
     let at_kill = workload.committed();
     pair.standby.promote()?;
     workload.await_committed(at_kill + 300).await?;
@@ -439,8 +461,13 @@ async fn a_primary_killed_under_load_fails_over_with_nothing_lost_phantom_or_dou
     let (fresh, duplicates) = support::apply_high_water_marks(&records)?;
     let applied: usize = fresh.values().map(Vec::len).sum();
     eprintln!(
-        "failover: {} committed in the new primary's ledger ({} before the kill), {} records, \
+        "{}: {} committed in the new primary's ledger ({} before the kill), {} records, \
          {missing} lost, {} phantoms, {duplicates} duplicates on the wire",
+        if kill {
+            "kill -9 and promote"
+        } else {
+            "switchover"
+        },
         expected.len(),
         at_kill,
         records.len(),
@@ -451,7 +478,15 @@ async fn a_primary_killed_under_load_fails_over_with_nothing_lost_phantom_or_dou
         "{missing} lost, phantoms {phantoms:?}, {duplicates} duplicates, {applied} applied of {}",
         expected.len()
     );
-    split_brain_is_refused(&pair, &mut relay, &log, records.len()).await?;
+    if kill {
+        split_brain_is_refused(&pair, &mut relay, &log, records.len()).await?;
+    } else {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &relay.id().to_string()])
+            .status()?;
+        let exit = relay.wait()?;
+        ensure!(exit.success(), "the relay exits 0 on SIGTERM: {exit:?}");
+    }
     let text = std::fs::read_to_string(&log)?;
     ensure!(
         text.matches("relaying from the slot's confirmed position")

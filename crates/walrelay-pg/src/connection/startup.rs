@@ -59,6 +59,7 @@ impl ReplicationConnection {
         let mut last_err = None;
         let mut skipped = Vec::new();
         let mut unwanted = false;
+        let mut going_away = false;
         for (host, port) in config.host_ports() {
             let attempt = Self::connect_host(config, host, port, max_frame_len, replication);
             // libpq applies connect_timeout to each host on its own: a host
@@ -89,6 +90,7 @@ impl ReplicationConnection {
                         return Err(e);
                     }
                     debug!(%host, port, error = %e, "connection attempt failed");
+                    going_away |= e.is_server_going_away();
                     skipped.push(format!("{host}:{port}: {e}"));
                     last_err = Some(e);
                 }
@@ -105,6 +107,7 @@ impl ReplicationConnection {
             _ => Err(Error::NoSuitableHost {
                 wanted: attrs,
                 tried: skipped.join(", "),
+                going_away,
             }),
         }
     }
