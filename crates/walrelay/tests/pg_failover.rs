@@ -139,7 +139,8 @@ async fn setup_makes_a_failover_slot_and_status_says_what_a_failover_would_do() 
 
 /// Item 1: an existing slot becomes a failover slot when setup runs with
 /// `--slot-failover`, except while a relay streams from it: PostgreSQL
-/// refuses to alter an active slot, and setup says what to do.
+/// would wait for the slot to be released, and setup refuses at once,
+/// saying what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_existing_slot_becomes_a_failover_slot_unless_a_relay_streams_from_it() -> Result<()> {
     let env = Env::postgres_only(ClusterOptions::default()).await?;
@@ -520,19 +521,10 @@ async fn split_brain_is_refused(
              WHERE slot_name = 'walrelay' AND active",
         )
         .await?;
-    let mut exit = None;
-    await_condition(WAIT, Duration::from_millis(50), || {
-        let done = relay.try_wait().map(|s| s.is_some());
-        if let Ok(true) = done {
-            exit = relay.try_wait().ok().flatten();
-        }
-        async move { Ok(done?) }
-    })
-    .await
-    .with_context(|| std::fs::read_to_string(log).unwrap_or_default())?;
+    let exit = await_exit(relay, log).await?;
     let text = std::fs::read_to_string(log)?;
     ensure!(
-        exit.is_some_and(|e| !e.success())
+        !exit.success()
             && text.contains("is a primary on timeline 1")
             && text.contains("split brain"),
         "the relay must stop on the old primary: {exit:?}\n{text}"
@@ -590,22 +582,13 @@ async fn without_synchronized_standby_slots_a_failover_behind_the_published_wal_
     let at_promotion = workload.committed();
     workload.await_committed(at_promotion + 300).await?;
 
-    let mut exit = None;
-    await_condition(WAIT, Duration::from_millis(50), || {
-        let done = relay.try_wait().map(|s| s.is_some());
-        if let Ok(true) = done {
-            exit = relay.try_wait().ok().flatten();
-        }
-        async move { Ok(done?) }
-    })
-    .await
-    .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
+    let exit = await_exit(&mut relay, &log).await?;
     workload.stop().await?;
     let text = std::fs::read_to_string(&log)?;
     ensure!(
         text.contains("RISK")
             && text.contains("synchronized_standby_slots is empty")
-            && exit.is_some_and(|e| !e.success())
+            && !exit.success()
             && text.contains("had not received"),
         "the relay must warn, then refuse the standby that missed published WAL: {exit:?}\n{text}"
     );
@@ -624,4 +607,22 @@ async fn without_synchronized_standby_slots_a_failover_behind_the_published_wal_
         "published from the new primary's reused WAL positions: {from_new_primary:?}"
     );
     Ok(())
+}
+
+/// Waits until the relay exits by itself; its exit status.
+async fn await_exit(
+    relay: &mut std::process::Child,
+    log: &std::path::Path,
+) -> Result<std::process::ExitStatus> {
+    let mut exit = None;
+    await_condition(WAIT, Duration::from_millis(50), || {
+        if let Ok(Some(status)) = relay.try_wait() {
+            exit = Some(status);
+        }
+        let done = exit.is_some();
+        async move { Ok(done) }
+    })
+    .await
+    .with_context(|| std::fs::read_to_string(log).unwrap_or_default())?;
+    exit.context("exited")
 }

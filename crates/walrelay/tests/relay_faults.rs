@@ -26,7 +26,13 @@ const FAULT_ARGS: &[&str] = &[
     "--route",
     "orders=orders",
     "--status-interval",
-    "200ms",
+    "100ms",
+    // Confirmation trails the stream by up to one publication check (2 s
+    // by default): at that step a fast relay went from under 75 % of the
+    // backlog to its end in one jump, and the kill test's last kill landed
+    // after the backlog (seen once in a clean-clone CI run on Tansu).
+    "--publication-check-interval",
+    "100ms",
     "--log",
     "warn",
 ];
