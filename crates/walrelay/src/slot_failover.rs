@@ -180,18 +180,22 @@ pub async fn fetch(
     let standby_slots = row.get("standby_slots")?.map(split_standby_slots);
     let mut standby_slots_down = Vec::new();
     if let (Some(true), Some(names)) = (slot_failover, &standby_slots) {
-        for name in names {
-            let active = conn
+        if !names.is_empty() {
+            // One statement for every listed slot: this runs at every
+            // publication check.
+            let list: Vec<String> = names.iter().map(|n| quote_literal(n)).collect();
+            let rows = conn
                 .simple_query(&format!(
-                    "SELECT active::text AS a FROM pg_catalog.pg_replication_slots \
-                     WHERE slot_type = 'physical' AND slot_name = {}",
-                    quote_literal(name)
+                    "SELECT slot_name FROM pg_catalog.pg_replication_slots \
+                     WHERE slot_type = 'physical' AND active AND slot_name IN ({})",
+                    list.join(", ")
                 ))
                 .await?;
-            let up = active.first().map(|r| r.get("a")).transpose()?.flatten() == Some("true");
-            if !up {
-                standby_slots_down.push(name.clone());
+            let mut up = Vec::new();
+            for row in &rows {
+                up.push(row.get_required("slot_name")?.to_owned());
             }
+            standby_slots_down = names.iter().filter(|n| !up.contains(n)).cloned().collect();
         }
     }
     Ok(Facts {
