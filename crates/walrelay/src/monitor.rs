@@ -106,6 +106,7 @@ async fn run(
                 if let Some(m) = &metrics {
                     m.set_failover(&findings);
                     m.set_server_wal_end(checked.wal_lsn);
+                    m.set_slot_wal(checked.slot_wal.as_ref());
                     if let Some(confirmed) = checked.slot_confirmed {
                         m.set_server_slot_lag(checked.wal_lsn.0.saturating_sub(confirmed.0));
                     }

@@ -253,6 +253,9 @@ pub struct Checked {
     /// The slot's `confirmed_flush_lsn` in the same statement (`None`:
     /// no such slot, or none confirmed yet).
     pub slot_confirmed: Option<Lsn>,
+    /// The slot's `wal_status` and `safe_wal_size` in the same statement
+    /// (`None`: no such slot).
+    pub slot_wal: Option<crate::metrics::SlotWal>,
     pub problems: Vec<Problem>,
     /// Whether a PostgreSQL failover keeps what walrelay publishes
     /// (reported, never a reason to stop: see [`crate::slot_failover`]).
@@ -286,20 +289,27 @@ pub async fn check(
     // snapshot after this position was read (see the module comment).
     // The slot's confirmed position in the same statement, so that the
     // lag PostgreSQL itself sees is read consistently.
+    // Its WAL retention too (`wal_status`, `safe_wal_size`), for the
+    // metrics.
     let rows = conn
         .simple_query(&format!(
-            "SELECT pg_catalog.pg_current_wal_lsn()::text AS l, \
-             (SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots \
-              WHERE slot_name = {}) AS c",
+            "SELECT pg_catalog.pg_current_wal_lsn()::text AS l, s.c, s.w, s.s \
+             FROM (SELECT 1) AS one LEFT JOIN \
+             (SELECT confirmed_flush_lsn::text AS c, wal_status AS w, safe_wal_size::text AS s \
+              FROM pg_catalog.pg_replication_slots WHERE slot_name = {}) AS s ON true",
             quote_literal(&config.postgres.slot)
         ))
         .await?;
-    let (lsn_text, slot_confirmed) = match rows.first() {
+    let (lsn_text, slot_confirmed, slot_wal) = match rows.first() {
         Some(r) => (
             r.get_required("l")?.to_owned(),
             r.get("c")?.and_then(|c| c.parse::<Lsn>().ok()),
+            r.get("w")?.map(|status| crate::metrics::SlotWal {
+                status: status.to_owned(),
+                safe_wal_size: r.get("s").ok().flatten().and_then(|s| s.parse().ok()),
+            }),
         ),
-        None => (String::new(), None),
+        None => (String::new(), None, None),
     };
     let wal_lsn: Lsn = lsn_text.parse().map_err(|_| {
         walrelay_pg::Error::Protocol(format!(
@@ -313,6 +323,7 @@ pub async fn check(
     Ok(Checked {
         wal_lsn,
         slot_confirmed,
+        slot_wal,
         problems: assess(&config.postgres.publication, &facts),
         failover: crate::slot_failover::assess(&failover),
     })
@@ -564,6 +575,7 @@ mod tests {
         let ok = Checked {
             wal_lsn: Lsn(42),
             slot_confirmed: None,
+            slot_wal: None,
             problems: vec![],
             failover: vec![],
         };
@@ -571,6 +583,7 @@ mod tests {
         let bad = Checked {
             wal_lsn: Lsn(42),
             slot_confirmed: None,
+            slot_wal: None,
             problems: vec![Problem::TableMissing {
                 table: "public.x".into(),
             }],

@@ -28,6 +28,9 @@ use walrelay_pgoutput::{Lsn, PgTimestamp};
 use crate::sink::SinkError;
 
 mod failover;
+mod slot;
+
+pub use slot::{SlotWal, WAL_STATUSES};
 mod health;
 
 pub use health::{ack_stall, ACK_STALL_BOUND, KAFKA_FRESHNESS};
@@ -103,6 +106,7 @@ struct Inner {
     fence_records_read: Counter,
     ready: Gauge,
     failover: failover::FailoverGauges,
+    slot: slot::SlotGauges,
     streaming: AtomicBool,
     health: Health,
 }
@@ -213,6 +217,7 @@ impl Metrics {
         );
         up.set(1);
         let failover = failover::FailoverGauges::register(&mut r);
+        let slot = slot::SlotGauges::register(&mut r);
         let ready = add(&mut r, "ready", "1 while /readyz answers 200 (streaming from the slot and Kafka reachable), as of the last scrape", Gauge::<i64>::default());
         r.register(
             "build",
@@ -244,6 +249,7 @@ impl Metrics {
                 fence_records_read,
                 ready,
                 failover,
+                slot,
                 streaming: AtomicBool::new(false),
                 health: Health::new(origin),
             }),
@@ -402,6 +408,12 @@ impl Metrics {
     /// What the last publication check found about a PostgreSQL failover.
     pub fn set_failover(&self, findings: &[crate::slot_failover::Finding]) {
         self.inner.failover.set(findings);
+    }
+
+    /// The slot's `wal_status` and `safe_wal_size` at the last publication
+    /// check (`None`: no such slot).
+    pub fn set_slot_wal(&self, slot: Option<&SlotWal>) {
+        self.inner.slot.set(slot);
     }
 
     /// A session started streaming from the slot.
