@@ -18,6 +18,7 @@ def test_hooks_count_under_the_rust_crates_names():
     m.skipped(4)
     m.failed()
     m.stopped("t", 2)
+    m.parked_records_set(3)
     m.statistics(json.dumps({"topics": {"t": {"partitions": {"2": {"consumer_lag": 7}, "-1": {"consumer_lag": 9}}}}}))
     m.statistics("not json")
     v = registry.get_sample_value
@@ -33,6 +34,7 @@ def test_hooks_count_under_the_rust_crates_names():
     assert v("walrelay_consumer_lag_records", {"topic": "t", "partition": "2"}) == 7
     assert v("walrelay_consumer_lag_records", {"topic": "t", "partition": "-1"}) is None
     assert v("walrelay_consumer_partition_stopped", {"topic": "t", "partition": "2"}) == 1
+    assert v("walrelay_consumer_parked_records") == 3
 
 
 def test_without_prometheus_client_there_are_no_metrics_and_nothing_fails():
@@ -44,7 +46,7 @@ from walrelay_consumer.apply import BatchOutcome
 m = Metrics()
 assert not m.enabled
 m.committed("t", 0, 1, 0.1, BatchOutcome(applied=1, marks={"s": "0" * 32}))
-m.skipped(1); m.failed(); m.stopped("t", 0); m.statistics("{}")
+m.skipped(1); m.failed(); m.stopped("t", 0); m.statistics("{}"); m.parked_records_set(1)
 loop = ConsumerLoop({"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}, ["t"], "dbname=x")
 assert not loop.metrics.enabled
 assert "stats_cb" not in loop._config

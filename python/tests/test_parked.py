@@ -5,6 +5,7 @@ an earlier version created."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -95,3 +96,27 @@ def test_the_migration_upgrades_a_table_of_the_earlier_version(conn):
     conn.execute("DELETE FROM walrelay_consumer_hwm")
     park(conn, keyed(9, offset=4))
     assert parked(conn) == [(4, f"{5:032x}", b"v5"), (4, f"{9:032x}", b"v9")]
+
+
+def test_the_parked_gauge_counts_the_groups_rows(conn, dsn):
+    from prometheus_client import CollectorRegistry
+
+    from walrelay_consumer import Metrics
+    from walrelay_consumer import parked_gauge as pg_module
+
+    migrate(conn)
+    park(conn, keyed(5, offset=4))
+    park(conn, keyed(6, offset=5))
+    assert pg_module._count(conn, "billing") == 2
+    assert pg_module._count(conn, "another-group") == 0
+    registry = CollectorRegistry()
+    gauge = pg_module.ParkedGauge(lambda: psycopg.connect(dsn), "billing", Metrics.for_registry(registry))
+    gauge.start()  # reads at once, then every PARKED_REFRESH seconds
+    try:
+        for _ in range(100):
+            if registry.get_sample_value("walrelay_consumer_parked_records") == 2:
+                break
+            time.sleep(0.05)
+        assert registry.get_sample_value("walrelay_consumer_parked_records") == 2
+    finally:
+        gauge.stop()

@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 import walrelay_consumer
-from walrelay_consumer import apply, marks, migration_sql, parked
+from walrelay_consumer import apply, marks, migration_sql, parked, parked_gauge
 
 REPO = Path(__file__).resolve().parents[2]
 SQL = REPO / "sql"
@@ -51,3 +51,4 @@ def test_the_modules_run_the_repository_statements():
     assert parked.TAKE_SQL == repo("parked_take")
     assert parked.DELETE_SQL == repo("parked_delete")
     assert parked.FAILED_AGAIN_SQL == repo("parked_failed_again")
+    assert parked_gauge.COUNT_SQL == repo("parked_count")

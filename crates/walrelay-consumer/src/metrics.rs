@@ -146,6 +146,11 @@ pub struct LoopMetrics {
     pub lag_records: Family<PartitionLabels, Gauge<i64, AtomicI64>>,
     /// 1 while a partition is stopped by a poison record.
     pub stopped: Family<PartitionLabels, Gauge<i64, AtomicI64>>,
+    /// Records of the group waiting in `walrelay_consumer_parked`, read
+    /// from the table when the loop starts and every
+    /// [`crate::consumer_loop::PARKED_REFRESH`] (a re-drive elsewhere
+    /// shows too).
+    pub parked_records: Gauge<i64, AtomicI64>,
     /// Where the assigned partitions' time went, in partition-seconds
     /// (each assigned partition adds one second per second, to the
     /// [`Phase`] it is in): a throughput problem shows as the phase that
@@ -237,6 +242,7 @@ impl Default for LoopMetrics {
             hwm_commit_lsn: Family::default(),
             lag_records: Family::default(),
             stopped: Family::default(),
+            parked_records: Gauge::default(),
             phase_seconds: Family::default(),
         }
     }
@@ -302,6 +308,11 @@ impl LoopMetrics {
             "partition_stopped",
             "1 while a partition is stopped by a poison record",
             self.stopped.clone(),
+        );
+        r.register(
+            "parked_records",
+            "Records of the group waiting in walrelay_consumer_parked (read from the table)",
+            self.parked_records.clone(),
         );
         r.register(
             "partition_seconds",

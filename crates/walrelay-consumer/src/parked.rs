@@ -33,6 +33,15 @@ use crate::meta::RecordMeta;
 use crate::statements;
 use crate::store::Position;
 
+/// How many records `group` has parked (waiting for a re-drive), for the
+/// `walrelay_consumer_parked_records` gauge ([`crate::LoopMetrics`]).
+pub async fn count(client: &Client, group: &str) -> Result<i64, tokio_postgres::Error> {
+    let row = client
+        .query_one(statements::PARKED_COUNT, &[&group])
+        .await?;
+    Ok(row.get(0))
+}
+
 /// One record's fields as the table stores them.
 struct Row<'a> {
     position: &'a Position,

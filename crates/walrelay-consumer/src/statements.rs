@@ -40,6 +40,8 @@ pub(crate) const PARKED_TAKE: &str = statement!("parked_take");
 pub(crate) const PARKED_DELETE: &str = statement!("parked_delete");
 /// Counts a failed re-drive.
 pub(crate) const PARKED_FAILED_AGAIN: &str = statement!("parked_failed_again");
+/// The records a group has parked (`$1`: the group), for the gauge.
+pub(crate) const PARKED_COUNT: &str = statement!("parked_count");
 
 #[cfg(test)]
 mod tests {
@@ -60,6 +62,7 @@ mod tests {
             PARKED_TAKE,
             PARKED_DELETE,
             PARKED_FAILED_AGAIN,
+            PARKED_COUNT,
         ] {
             assert!(
                 !s.is_empty() && !s.ends_with('\n') && !s.contains(';'),

@@ -35,6 +35,7 @@ from .aio import (
 )
 from .loop_core import JOB_FAILURES, POLL_BURST, STRAGGLER_WAIT, TP, After, ConsumerKafka, Driver, Job, Round
 from .marks import load_marks_async
+from .parked_gauge import refresh_async
 from .partition import ParkUnkeyed
 from .settings import Settings
 
@@ -97,6 +98,7 @@ class AsyncConsumerLoop(Driver):
             loop.add_signal_handler(sig, self.stop)
         consumer = Consumer(self._config)
         core.attach(ConsumerKafka(consumer))
+        parked_gauge = asyncio.create_task(refresh_async(self._aconnect, self.group, self.metrics))
         try:
             core.subscribe(consumer, self._settle, self._defer_load)
             while not core.stopping():
@@ -119,6 +121,8 @@ class AsyncConsumerLoop(Driver):
             finally:
                 kafka.shutdown(wait=False)
                 core.detach()
+                parked_gauge.cancel()
+                await asyncio.wait([parked_gauge])
                 await self._aclose()
                 for sig in signals:
                     loop.remove_signal_handler(sig)

@@ -59,6 +59,7 @@ from .loop_core import (
     StoppedPartition,
 )
 from .marks import load_marks
+from .parked_gauge import ParkedGauge
 from .partition import ParkUnkeyed
 from .settings import Settings
 
@@ -138,6 +139,8 @@ class ConsumerLoop(Driver):
         core.attach(ConsumerKafka(consumer))
         if self.settings.pool_size > 1:
             self._workers = ThreadPoolExecutor(self.settings.pool_size, thread_name_prefix="walrelay-apply")
+        parked_gauge = ParkedGauge(self._connect, self.group, self.metrics)
+        parked_gauge.start()
         try:
             core.subscribe(consumer, self._settle, self._load_marks)
             while not core.stopping():
@@ -155,6 +158,7 @@ class ConsumerLoop(Driver):
                     consumer.close()
             finally:
                 core.detach()
+                parked_gauge.stop()
                 if self._workers is not None:
                     self._workers.shutdown(wait=True)
                     self._workers = None

@@ -75,6 +75,11 @@ class Metrics:
         self.partition_stopped = pc.Gauge(
             p + "partition_stopped", "1 while a partition is stopped by a poison record", ["topic", "partition"], registry=r
         )
+        self.parked_records = pc.Gauge(
+            p + "parked_records",
+            "Records of the group waiting in walrelay_consumer_parked (read from the table)",
+            registry=r,
+        )
 
     @classmethod
     def for_registry(cls, registry: Any = None) -> Metrics:
@@ -118,6 +123,11 @@ class Metrics:
     def stopped(self, topic: str, partition: int) -> None:
         if self.enabled:
             self.partition_stopped.labels(topic, str(partition)).set(1)
+
+    def parked_records_set(self, records: int) -> None:
+        """The group's rows in ``walrelay_consumer_parked``, as last read."""
+        if self.enabled:
+            self.parked_records.set(records)
 
     def statistics(self, stats_json: str) -> None:
         """librdkafka's statistics (``stats_cb``): the consumer lag."""

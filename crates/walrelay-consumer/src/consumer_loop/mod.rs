@@ -63,8 +63,11 @@ mod driver;
 mod failure;
 mod handler_call;
 mod job;
+mod parked_gauge;
 mod partition;
 mod phase_clock;
+
+pub use parked_gauge::PARKED_REFRESH;
 
 use std::sync::Arc;
 
@@ -442,7 +445,9 @@ impl ConsumerLoop {
                 source,
             }),
             Ok(()) => {
-                driver::Driver::new(
+                let parked =
+                    parked_gauge::refresh(database.clone(), group.clone(), metrics.clone());
+                let driver = driver::Driver::new(
                     &consumer,
                     &group,
                     &store,
@@ -451,8 +456,13 @@ impl ConsumerLoop {
                     metrics,
                     handler_timeout,
                 )
-                .run(&apply, shutdown)
-                .await
+                .run(&apply, shutdown);
+                // The gauge's reads never end: the loop's end drops them.
+                tokio::select! {
+                    biased;
+                    result = driver => result,
+                    never = parked => match never {},
+                }
             }
         };
         // Commit and leave the group off the runtime: both block.

@@ -1,0 +1,1 @@
+SELECT count(*) FROM walrelay_consumer_parked WHERE consumer_group = $1
