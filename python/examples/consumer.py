@@ -16,6 +16,11 @@ its partitions back at once instead of after the dead member's session
 timeout (45 s by default). The id must be unique per running instance
 (e.g. a StatefulSet pod's name): a second instance with the same id fences
 the first out of the group.
+
+``--metrics-addr HOST:PORT`` serves the loop's metrics
+(``walrelay_consumer_*``, docs/metrics.md) for Prometheus at
+``http://HOST:PORT/metrics``, from ``prometheus_client``'s default
+registry (``pip install './python[metrics]'``).
 """
 
 from __future__ import annotations
@@ -69,6 +74,11 @@ def main() -> None:
     )
     p.add_argument("--on-poison", choices=["stop", "park"], default="stop", help="what to do with a record that keeps failing")
     p.add_argument(
+        "--metrics-addr",
+        metavar="HOST:PORT",
+        help="serve the metrics at http://HOST:PORT/metrics (needs prometheus_client)",
+    )
+    p.add_argument(
         "--kafka", action="append", default=[], metavar="KEY=VALUE", help="another librdkafka setting (repeatable)"
     )
     args = p.parse_args()
@@ -78,6 +88,12 @@ def main() -> None:
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         migrate(conn)  # the same tables as the Rust crate; idempotent
         conn.execute(SCHEMA)
+
+    if args.metrics_addr:
+        import prometheus_client  # the metrics extra
+
+        host, _, port = args.metrics_addr.rpartition(":")
+        prometheus_client.start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
 
     loop = ConsumerLoop(
         {"bootstrap.servers": args.bootstrap, "group.id": args.group, **extra},

@@ -26,6 +26,10 @@
 //!   gets its partitions back at once instead of after the dead one's
 //!   session timeout. One id per running instance, stable across its
 //!   restarts (docs/consumer.md, Settings).
+//! * `--metrics-addr HOST:PORT`: serves the loop's metrics
+//!   (`walrelay_consumer_*`, docs/metrics.md) at `GET /metrics` for
+//!   Prometheus, in the OpenMetrics text format (a few lines of plain
+//!   HTTP/1.1 here; a service would add them to its own endpoint).
 //!
 //! SIGTERM or SIGINT stops it gracefully (finish the batches in flight,
 //! commit offsets, leave the group) and prints what it applied and where
@@ -33,8 +37,14 @@
 //! `walrelay_consumer::Phase`). A partition stopped by a poison record
 //! makes the process exit 1 at shutdown.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use anyhow::{bail, Context, Result};
+use prometheus_client::registry::Registry;
 use rdkafka::ClientConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_postgres::Transaction;
 use walrelay_consumer::{ConsumerLoop, Database, Delivery, OnPoison, PgHwmStore, Settings};
@@ -74,12 +84,13 @@ struct Args {
     settings: Settings,
     handler_timeout: Option<std::time::Duration>,
     instance_id: Option<String>,
+    metrics_addr: Option<std::net::SocketAddr>,
     redrive: bool,
 }
 
 const USAGE: &str = "usage: apply_events --bootstrap HOST:PORT --topic T [--topic T...] \
     --dsn CONNINFO --group G [--mode batch|record] [--on-poison stop|park] [--pool-size N] \
-    [--max-batch-records N] [--handler-timeout-ms N] [--instance-id ID] [--redrive] \
+    [--max-batch-records N] [--handler-timeout-ms N] [--instance-id ID] [--metrics-addr HOST:PORT] [--redrive] \
     [--kafka-property K=V...]";
 
 fn args() -> Result<Args> {
@@ -95,6 +106,7 @@ fn args() -> Result<Args> {
         instance_id: std::env::var("WALRELAY_CONSUMER_INSTANCE_ID")
             .ok()
             .filter(|id| !id.is_empty()),
+        metrics_addr: None,
         redrive: false,
     };
     let mut it = std::env::args().skip(1);
@@ -124,6 +136,7 @@ fn args() -> Result<Args> {
                 a.handler_timeout = Some(std::time::Duration::from_millis(ms));
             }
             "--instance-id" => a.instance_id = Some(value()?),
+            "--metrics-addr" => a.metrics_addr = Some(value()?.parse().context("--metrics-addr")?),
             "--redrive" => a.redrive = true,
             "--kafka-property" => {
                 let v = value()?;
@@ -180,6 +193,59 @@ async fn apply_batch(
     .map(|_| ())
 }
 
+/// Answers each connection's one request: the registry at `GET /metrics`,
+/// 404 for any other path; then closes it.
+async fn serve_metrics(listener: TcpListener, registry: Arc<Registry>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let registry = Arc::clone(&registry);
+        tokio::spawn(async move {
+            let answered = tokio::time::timeout(Duration::from_secs(10), answer(stream, &registry));
+            if let Ok(Err(e)) = answered.await {
+                tracing::debug!("metrics request failed: {e}");
+            }
+        });
+    }
+}
+
+async fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        request.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&request);
+    let mut words = line.split_whitespace();
+    let (status, content_type, body) = match (words.next(), words.next()) {
+        (Some("GET"), Some("/metrics")) => {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry)
+                .map_err(std::io::Error::other)?;
+            let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+            ("200 OK", content_type, text)
+        }
+        _ => (
+            "404 Not Found",
+            "text/plain",
+            "try GET /metrics\n".to_owned(),
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
@@ -228,6 +294,16 @@ async fn main() -> Result<()> {
     }
     let counters = consumer.counters();
     let metrics = consumer.metrics();
+    if let Some(addr) = args.metrics_addr {
+        let mut registry = Registry::default();
+        counters.register(&mut registry);
+        metrics.register(&mut registry);
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding --metrics-addr {addr}"))?;
+        tracing::info!(addr = %listener.local_addr()?, "serving /metrics");
+        tokio::spawn(serve_metrics(listener, Arc::new(registry)));
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
