@@ -80,15 +80,17 @@ cargo build --workspace --bins --examples --locked
 # from cargo's metadata, so a new suite runs without being named here.
 kafka_suites=(relay_e2e bad_input fence verify_cli exactly_once conformance short
     three_brokers kafka_security fence_secured debezium debezium_cutover)
+# And the one that needs PostgreSQL 17 (failover slots), in the last stage.
+pg17_suites=(pg_failover_chaos)
 targets="$(cargo metadata --no-deps --format-version 1 --locked |
     python3 -c 'import json, sys
-kafka = set(sys.argv[1:])
+later = set(sys.argv[1:])
 names = {t["name"] for p in json.load(sys.stdin)["packages"]
          for t in p["targets"] if "test" in t["kind"]}
-if kafka - names:
-    sys.exit(f"scripts/test.sh names Kafka suites that are no test target: {sorted(kafka - names)}")
-for name in sorted(names - kafka):
-    print(name)' "${kafka_suites[@]}")"
+if later - names:
+    sys.exit(f"scripts/test.sh names suites that are no test target: {sorted(later - names)}")
+for name in sorted(names - later):
+    print(name)' "${kafka_suites[@]}" "${pg17_suites[@]}")"
 tansu_tests=()
 for suite in ${targets}; do tansu_tests+=(--test "${suite}"); done
 kafka_tests=()
@@ -147,7 +149,10 @@ WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${pyt
     "${kafka_tests[@]}" \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 
-stage "PostgreSQL 17 failover" "PostgreSQL 17 and Apache Kafka: the primary killed under load, the standby promoted, the same relay on the new primary (and the old primary back as a split brain, refused)"
+stage "PostgreSQL 17 failover" "PostgreSQL 17 and Apache Kafka: the primary killed under load, the standby promoted, the same relay on the new primary (and the old primary back as a split brain, refused); the short chaos run with three failovers among the one-broker faults, with the Rust and the Python consumer"
 WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PG_BIN="${pg17_bin}" \
     cargo test --locked -p walrelay --test pg_failover -- --test-threads="${WALRELAY_TEST_THREADS:-2}" \
     a_primary_killed_under_load
+WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PG_BIN="${pg17_bin}" \
+    WALRELAY_PYTHON="${python_bin}" \
+    cargo test --locked -p walrelay-chaos "${pg17_suites[@]/#/--test=}"

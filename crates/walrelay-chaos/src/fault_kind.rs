@@ -45,6 +45,10 @@ pub enum FaultKind {
     /// stalls on them, and past `message.timeout.ms` its session fails);
     /// the broker returns after 5-40 s, then the setting goes back to 2.
     BelowMinIsr,
+    /// `--pg-failover`: `kill -9` of the primary's postmaster, the
+    /// failover standby promoted, the old primary rebuilt as its standby
+    /// ([`crate::source::Source::fail_over`]).
+    PgFailover,
 }
 
 impl FaultKind {
@@ -93,6 +97,7 @@ impl FaultKind {
             FaultKind::CoordinatorKill => "group coordinator kill -9",
             FaultKind::RelayKillInElection => "relay kill -9 in a leader election",
             FaultKind::BelowMinIsr => "a topic under min.insync.replicas",
+            FaultKind::PgFailover => "PostgreSQL failover: primary kill -9, standby promoted",
         }
     }
 }

@@ -62,6 +62,17 @@ impl Schedule {
         }
     }
 
+    /// Adds `kind`: `n` more times to a fixed schedule (reshuffled), or
+    /// with weight `n` to a weighted one.
+    pub fn add(&mut self, kind: FaultKind, n: u32) {
+        if self.weights.is_empty() {
+            self.queue.extend(std::iter::repeat_n(kind, n as usize));
+            self.queue.shuffle(&mut self.rng);
+        } else {
+            self.weights.push((kind, n));
+        }
+    }
+
     /// The pause before the next fault.
     pub fn next_gap(&mut self) -> Duration {
         let (lo, hi) = self.gap;
@@ -172,6 +183,15 @@ pub async fn inject(
             }
             relay.start()?;
         }
+        FaultKind::PgFailover => {
+            let done = services.source.fail_over().await?;
+            tracing::info!(
+                "fault: {kind}: the primary is now the server on port {} (timeline {}), {:.1} s",
+                done.primary_port,
+                done.timeline,
+                done.took.as_secs_f64()
+            );
+        }
         FaultKind::TerminateWalsender => {
             let client = connect(&services.source_url()).await?;
             let row = client
@@ -186,7 +206,7 @@ pub async fn inject(
             }
         }
         FaultKind::PgImmediateRestart => {
-            let source = std::sync::Arc::clone(&services.source);
+            let source = services.source.primary();
             let down = Duration::from_millis(rng.random_range(0..1500));
             tokio::task::spawn_blocking(move || -> Result<()> {
                 source.stop_immediate()?;

@@ -45,13 +45,18 @@ impl Auditor {
         }
     }
 
-    pub async fn create_slot(&mut self) -> Result<()> {
+    /// Creates the slot; a `failover` slot (PostgreSQL 17 or later) when
+    /// the source has a failover standby, so that the audit survives the
+    /// failovers the relay does.
+    pub async fn create_slot(&mut self, failover: bool) -> Result<()> {
+        let sql = if failover {
+            "SELECT pg_create_logical_replication_slot($1, 'test_decoding', failover => true)"
+        } else {
+            "SELECT pg_create_logical_replication_slot($1, 'test_decoding')"
+        };
         connect(&self.url)
             .await?
-            .execute(
-                "SELECT pg_create_logical_replication_slot($1, 'test_decoding')",
-                &[&AUDIT_SLOT],
-            )
+            .execute(sql, &[&AUDIT_SLOT])
             .await
             .context("creating the audit slot")?;
         Ok(())

@@ -24,6 +24,7 @@ pub mod history;
 pub mod proxy;
 mod run;
 pub mod services;
+pub mod source;
 pub mod workload;
 
 pub use run::run;
@@ -69,6 +70,10 @@ pub struct Options {
     /// A Python interpreter with the `walrelay_consumer` package: runs the
     /// Python consumer beside the Rust one, checked the same way.
     pub python: Option<PathBuf>,
+    /// The source is a primary and a failover standby (PostgreSQL 17 or
+    /// later), and the schedule fails over between them
+    /// ([`FaultKind::PgFailover`]).
+    pub pg_failover: bool,
 }
 
 /// The seed of a test run: `WALRELAY_CHAOS_SEED` (to replay one), else
@@ -106,6 +111,7 @@ impl Options {
             fence: true,
             brokers,
             python,
+            pg_failover: false,
         })
     }
 }
@@ -152,16 +158,36 @@ pub(crate) struct Plan {
     pub(crate) schedule: Schedule,
     pub(crate) workload: WorkloadConfig,
     /// The kinds of fault this run injects.
-    pub(crate) kinds: &'static [FaultKind],
+    pub(crate) kinds: Vec<FaultKind>,
     /// Each kind at least this often (short mode checks it).
     pub(crate) min_each: u32,
 }
 
 pub(crate) fn plan(o: &Options) -> Plan {
-    use FaultKind::*;
-    if o.brokers == 3 {
-        return three_broker_plan(o);
+    let mut plan = if o.brokers == 3 {
+        three_broker_plan(o)
+    } else {
+        one_broker_plan(o)
+    };
+    if o.pg_failover {
+        with_failovers(&mut plan, o);
     }
+    plan
+}
+
+/// `--pg-failover` adds failovers to the plan: three in short mode; in
+/// long mode a weight of 2 (each rebuilds a standby from a base backup,
+/// a few seconds).
+fn with_failovers(plan: &mut Plan, o: &Options) {
+    plan.kinds.push(FaultKind::PgFailover);
+    match o.mode {
+        Mode::Short => plan.schedule.add(FaultKind::PgFailover, 3),
+        Mode::Long => plan.schedule.add(FaultKind::PgFailover, 2),
+    }
+}
+
+fn one_broker_plan(o: &Options) -> Plan {
+    use FaultKind::*;
     match o.mode {
         Mode::Short => {
             let counts = [
@@ -186,7 +212,7 @@ pub(crate) fn plan(o: &Options) -> Plan {
                     max_tx_events: 10_000,
                     sizes: [0.7, 0.25, 0.04, 0.01],
                 },
-                kinds: &FaultKind::ONE_BROKER,
+                kinds: FaultKind::ONE_BROKER.to_vec(),
                 min_each: 2,
             }
         }
@@ -212,7 +238,7 @@ pub(crate) fn plan(o: &Options) -> Plan {
                 max_tx_events: 10_000,
                 sizes: [0.55, 0.27, 0.14, 0.04],
             },
-            kinds: &FaultKind::ONE_BROKER,
+            kinds: FaultKind::ONE_BROKER.to_vec(),
             min_each: 1,
         },
     }
@@ -250,7 +276,7 @@ fn three_broker_plan(o: &Options) -> Plan {
                 (Duration::from_millis(1000), Duration::from_millis(3000)),
             ),
             workload: workload(600.0, 8_000),
-            kinds: &FaultKind::THREE_BROKERS,
+            kinds: FaultKind::THREE_BROKERS.to_vec(),
             min_each: 1,
         },
         Mode::Long => Plan {
@@ -275,7 +301,7 @@ fn three_broker_plan(o: &Options) -> Plan {
                 (Duration::from_millis(1500), Duration::from_millis(5000)),
             ),
             workload: workload(1_500.0, 60_000),
-            kinds: &FaultKind::THREE_BROKERS,
+            kinds: FaultKind::THREE_BROKERS.to_vec(),
             min_each: 1,
         },
     }
@@ -303,6 +329,9 @@ pub(crate) fn relay_args(
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if s.source.is_pair() {
+        args.push("--slot-failover".to_owned());
+    }
     // One broker: its outages (through the proxy) must outlast the
     // producer's timeout, so it is short. Three brokers: the relay's
     // default (30 s), as in production, which a leader failover stays

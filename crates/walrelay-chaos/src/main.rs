@@ -49,6 +49,12 @@ struct Cli {
     /// scripts/install-python-venv.sh) [default: $WALRELAY_PYTHON].
     #[arg(long, env = "WALRELAY_PYTHON")]
     python: Option<PathBuf>,
+    /// The source is a primary and a failover standby, and the schedule
+    /// fails over between them (kill -9 of the primary, promotion, the old
+    /// primary rebuilt as the standby). Needs PostgreSQL 17 or later
+    /// (WALRELAY_PG_BIN).
+    #[arg(long)]
+    pg_failover: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -90,6 +96,7 @@ async fn main() -> Result<()> {
         fence: !cli.no_fence,
         brokers: cli.brokers,
         python: cli.python,
+        pg_failover: cli.pg_failover,
     })
     .await?;
     println!("\n{}", report.table);

@@ -74,7 +74,7 @@ pub async fn run(o: Options) -> Result<Report> {
             bin.display()
         );
     }
-    let s = Services::start(o.keep, o.brokers).await?;
+    let s = Services::start(o.keep, o.brokers, o.pg_failover).await?;
     println!("walrelay-chaos: working directory {}", s.dir.display());
     let (mut procs, mut auditor) = start(&o, &s).await?;
     let injected = inject(o.seed, &s, &mut plan, &mut procs, &mut auditor, started).await?;
@@ -101,7 +101,15 @@ pub async fn run(o: Options) -> Result<Report> {
         &mut failures,
     );
     let elapsed = started.elapsed();
-    let extra = extra_rows(&o, &procs, &injected, python_verdict.as_ref(), elapsed);
+    let failovers = s.source.is_pair().then(|| s.source.failovers());
+    let extra = extra_rows(
+        &o,
+        &procs,
+        &injected,
+        python_verdict.as_ref(),
+        failovers,
+        elapsed,
+    );
     let table = checker::table(&verdict, &trace_summary, &injected.log, &extra);
     Ok(Report {
         seed: o.seed,
@@ -135,7 +143,7 @@ async fn start(o: &Options, s: &Services) -> Result<(Procs, Auditor)> {
         String::from_utf8_lossy(&setup.stderr)
     );
     let mut auditor = Auditor::new(s.source_url());
-    auditor.create_slot().await?;
+    auditor.create_slot(s.source.is_pair()).await?;
 
     let relay = Supervised::new(
         "relay",
@@ -168,6 +176,7 @@ async fn start(o: &Options, s: &Services) -> Result<(Procs, Auditor)> {
     if let Some(p) = &mut procs.python {
         p.start()?;
     }
+    await_standby(s, &mut auditor).await?;
     Ok((procs, auditor))
 }
 
@@ -241,6 +250,9 @@ async fn inject(
             .await?;
         }
         let _ = auditor.drain().await;
+        if kind == Some(FaultKind::PgFailover) {
+            await_standby(s, auditor).await?;
+        }
         if last_report.elapsed() > Duration::from_secs(20) {
             last_report = Instant::now();
             println!(
@@ -261,6 +273,31 @@ async fn inject(
         log,
         progress,
     })
+}
+
+/// With `--pg-failover`, waits until the standby holds synchronized,
+/// persistent copies of the relay's and the audit slot, so that the next
+/// failover keeps both (the audit slot is drained meanwhile: its copy
+/// becomes persistent only once the primary's moves on). Without a
+/// standby, returns at once.
+async fn await_standby(s: &Services, auditor: &mut Auditor) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let _ = auditor.drain().await;
+        match s.source.standby_ready().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => tracing::debug!("standby not ready yet: {e:#}"),
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the standby held no synchronized, persistent copy of the slots {} and {} \
+             120 s after it started",
+            services::SLOT,
+            services::AUDIT_SLOT
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Keeps [`Progress::applied`] up to date from the consumer's table, twice
@@ -496,7 +533,7 @@ fn harness_failures(
             &auditor.malformed[..1]
         ));
     }
-    for &k in plan.kinds {
+    for &k in &plan.kinds {
         if log.count(k) < plan.min_each {
             failures.push(format!("only {} × {k}", log.count(k)));
         }
@@ -528,6 +565,7 @@ fn extra_rows(
     procs: &Procs,
     injected: &Injected,
     python_verdict: Option<&Verdict>,
+    failovers: Option<usize>,
     elapsed: Duration,
 ) -> Vec<(String, String)> {
     let log = &injected.log;
@@ -538,6 +576,15 @@ fn extra_rows(
             _ => "one, behind the fault proxy".to_string(),
         },
     )];
+    if let Some(failovers) = failovers {
+        extra.push((
+            "source PostgreSQL".to_string(),
+            format!(
+                "a primary and a failover standby (synchronous commit, \
+                 synchronized_standby_slots); {failovers} failovers"
+            ),
+        ));
+    }
     if let Some(v) = python_verdict {
         extra.push((
             "Python consumer: applications / lost / double-processed / order violations".into(),

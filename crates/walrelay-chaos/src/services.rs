@@ -1,5 +1,6 @@
 //! The system under test and its surroundings: a source PostgreSQL (the
-//! one faults hit), a service PostgreSQL for the consumers' side effects
+//! one faults hit; a primary and a failover standby with
+//! `--pg-failover`, [`Source`]), a service PostgreSQL for the consumers' side effects
 //! (never crashed: its `synchronous_commit=off` is safe only without
 //! crashes), the brokers ([`Brokers`]: one, Tansu or Apache Kafka with
 //! WALRELAY_BROKER=kafka, behind a [`Proxy`]; or three Apache Kafka
@@ -18,6 +19,7 @@ use walrelay_testkit::{
 };
 
 use crate::proxy::Proxy;
+use crate::source::Source;
 
 /// Topic of `walrelay.emit` events (keyed).
 pub const EMIT_TOPIC: &str = "chaos.emit";
@@ -71,7 +73,7 @@ pub const CLUSTER_TOPIC_CONFIG: [(&str, &str); 2] = [
 ];
 
 pub struct Services {
-    pub source: Arc<PgCluster>,
+    pub source: Source,
     pub service: PgCluster,
     pub brokers: Brokers,
     pub dir: PathBuf,
@@ -81,7 +83,7 @@ pub struct Services {
 impl Services {
     /// Starts everything; `brokers` is 1 (the proxied broker) or 3 (an
     /// Apache Kafka cluster).
-    pub async fn start(keep: bool, brokers: usize) -> Result<Services> {
+    pub async fn start(keep: bool, brokers: usize, pg_failover: bool) -> Result<Services> {
         let tmp = tempfile::Builder::new()
             .prefix("walrelay-chaos-")
             .tempdir()?;
@@ -92,10 +94,7 @@ impl Services {
         } else {
             Some(tmp)
         };
-        let source = tokio::task::spawn_blocking(|| {
-            PgCluster::start(ClusterOptions::default().conf("max_wal_size", "1GB"))
-        })
-        .await??;
+        let source = tokio::task::spawn_blocking(move || Source::start(pg_failover)).await??;
         let service = tokio::task::spawn_blocking(|| {
             PgCluster::start(
                 ClusterOptions::default()
@@ -146,25 +145,26 @@ impl Services {
             n => bail!("--brokers {n}: the harness runs one broker or three"),
         };
         let s = Services {
-            source: Arc::new(source),
+            source,
             service,
             brokers,
             dir,
             _tmp: tmp,
         };
         s.source
+            .primary()
             .client()
             .await?
             .batch_execute(&source_schema())
             .await?;
+        s.source.protect().await?;
         Ok(s)
     }
 
+    /// The source's connection string (a host list that follows the
+    /// primary with `--pg-failover`).
     pub fn source_url(&self) -> String {
-        format!(
-            "{}?sslmode=disable",
-            self.source.url("postgres", "postgres")
-        )
+        self.source.url()
     }
 
     pub fn service_dsn(&self) -> String {

@@ -127,6 +127,38 @@ impl PgCluster {
         standby.start_fresh()
     }
 
+    /// Makes this stopped cluster (an old primary after a failover) a
+    /// failover standby of `primary`, as an operator rebuilds one: its
+    /// data directory is replaced by a base backup of `primary` taken
+    /// through the new physical slot `slot` (as [`Self::failover_standby`]
+    /// takes it), its own settings (port, socket directory) are written
+    /// over the copied ones, and it starts on the same port, so a host
+    /// list naming both servers stays valid through any number of
+    /// failovers.
+    pub fn rebuild_as_failover_standby(
+        &self,
+        primary: &PgCluster,
+        slot: &str,
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.is_running(),
+            "the cluster in {} must be stopped before it is rebuilt as a standby",
+            self.dir.display()
+        );
+        std::fs::remove_dir_all(&self.data)
+            .with_context(|| format!("removing {}", self.data.display()))?;
+        primary.pg_basebackup_with(
+            &self.data,
+            true,
+            &["-S", slot, "-C", "-d", "dbname=postgres"],
+        )?;
+        self.set_conf(&[
+            ("sync_replication_slots", "on"),
+            ("hot_standby_feedback", "on"),
+        ])?;
+        self.start_stopped()
+    }
+
     /// `pg_ctl promote`, waiting until the server accepts writes.
     pub fn promote(&self) -> anyhow::Result<()> {
         let mut cmd = self.command("pg_ctl");
