@@ -506,7 +506,8 @@ async fn failover_under_load(kill: bool) -> Result<()> {
 /// own timeline 1) while it is still first in the host list. The relay,
 /// made to reconnect, lands on it (it is read-write) and must refuse it
 /// as a split brain: it exits with the error, and publishes nothing from
-/// it.
+/// it. So must a relay started afresh, which knows no timeline but finds
+/// the promoted server among the other hosts.
 async fn split_brain_is_refused(
     pair: &Pair,
     relay: &mut std::process::Child,
@@ -528,6 +529,20 @@ async fn split_brain_is_refused(
             && text.contains("is a primary on timeline 1")
             && text.contains("split brain"),
         "the relay must stop on the old primary: {exit:?}\n{text}"
+    );
+    // A relay started afresh remembers no timeline: it asks the other
+    // hosts, finds the promoted primary on a higher timeline and refuses
+    // the old one too.
+    let fresh_log = log.with_file_name("fresh-relay.log");
+    let mut fresh = pair.spawn_relay(&fresh_log)?;
+    let exit = await_exit(&mut fresh, &fresh_log).await?;
+    let text = std::fs::read_to_string(&fresh_log)?;
+    ensure!(
+        !exit.success()
+            && text.contains("is a primary on timeline 1")
+            && text.contains("is a primary of the same system on timeline 2")
+            && text.contains("split brain"),
+        "a fresh relay must refuse the old primary too: {exit:?}\n{text}"
     );
     let records = read_until_quiet(&pair.bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
     ensure!(

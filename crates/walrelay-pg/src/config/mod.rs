@@ -394,6 +394,19 @@ impl Config {
         self
     }
 
+    /// The same settings for one host of the list only, with
+    /// `target_session_attrs` `attrs`: to ask another member of a cluster
+    /// something (e.g. its timeline) after connecting to the first
+    /// suitable one.
+    pub fn for_host(&self, host: &str, port: u16, attrs: TargetSessionAttrs) -> Config {
+        Config {
+            hosts: vec![host.to_owned()],
+            ports: vec![port],
+            target_session_attrs: attrs,
+            ..self.clone()
+        }
+    }
+
     // ----- getters -----
 
     /// Configured hosts (empty means [`DEFAULT_HOST`]). An empty entry also

@@ -11,6 +11,7 @@ use walrelay_pg::{
 use walrelay_pgoutput::Lsn;
 
 use super::default_source_id;
+use super::peers;
 use super::seen::Seen;
 use crate::config::Config;
 use crate::error::RelayError;
@@ -52,6 +53,8 @@ pub(super) async fn connect(
     let mut conn = ReplicationConnection::connect(pg).await?;
     let system = conn.identify_system().await?;
     seen.check_timeline(&system.system_id, system.timeline, conn.peer())?;
+    let others = peers::other_primaries(pg, conn.peer()).await;
+    peers::check(&system.system_id, system.timeline, conn.peer(), &others)?;
     conn.check_wal_level().await?;
     // Refuse to start on a publication that would skip outbox rows
     // (pgoutput itself never says so). Reports of the periodic check

@@ -41,6 +41,7 @@
 
 mod connect;
 mod events;
+mod peers;
 mod placement;
 mod seen;
 mod session;
