@@ -87,7 +87,7 @@ cargo build --workspace --bins --examples --locked
 # target of the workspace runs in `cargo test` below: the list is read
 # from cargo's metadata, so a new suite runs without being named here.
 kafka_suites=(relay_e2e bad_input fence verify_cli exactly_once conformance short
-    three_brokers kafka_security fence_secured debezium debezium_cutover)
+    three_brokers kafka_security fence_secured debezium debezium_cutover ops_kit)
 # And the one that needs PostgreSQL 17 (failover slots), in the last stage.
 pg17_suites=(pg_failover_chaos)
 targets="$(cargo metadata --no-deps --format-version 1 --locked |
@@ -148,10 +148,11 @@ WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --te
     --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test restore --test pg_failover \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 
-stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite, short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust and the Python consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker) and the cut-over from it to walrelay"
-# kafka_security and three_brokers (a short chaos run on three nodes) run
+stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite, short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust and the Python consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
+# kafka_security, three_brokers (a short chaos run on three nodes) and
+# ops_kit (Prometheus scraping the relay and both example consumers) run
 # the Python consumer with the virtualenv above (they fail, not skip,
-# without one when CI=true).
+# without one when CI=true; ops_kit always).
 WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${python_bin}" \
     cargo test --workspace --locked \
     "${kafka_tests[@]}" \
