@@ -535,8 +535,9 @@ fn operations_lists_the_status_exit_codes() {
 /// The README's paths in backquotes (those under a top-level part of the
 /// repository) and its relative links.
 fn readme_paths(readme: &str) -> BTreeSet<String> {
-    const ROOTS: [&str; 10] = [
+    const ROOTS: [&str; 11] = [
         "crates/",
+        "deploy/",
         "python/",
         "conformance/",
         "bench/",
