@@ -14,7 +14,10 @@ rules`):
 4. deploy/grafana/walrelay.json is a dashboard of the current schema:
    unique panel ids, every panel and query on the datasource variable;
 5. every metric the rules and the dashboard query is documented in
-   docs/metrics.md (or is Prometheus's own `up`).
+   docs/metrics.md (or is Prometheus's own `up`);
+6. docker/compose.yaml runs them: its Prometheus loads the rules (its
+   configuration passes `promtool check config` with them), its Grafana
+   provisions the dashboard from deploy/.
 
 Usage: scripts/check-ops-kit.py [PROMTOOL]. Needs PyYAML (Debian's
 python3-yaml, installed by scripts/install-prometheus.sh).
@@ -37,6 +40,7 @@ RULES = REPO / "deploy" / "prometheus" / "walrelay.rules.yml"
 TESTS = REPO / "deploy" / "prometheus" / "walrelay.rules.test.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "walrelay.json"
 METRICS_DOC = REPO / "docs" / "metrics.md"
+DOCKER = REPO / "docker"
 #: Grafana 11's dashboard schema (what it writes on save).
 SCHEMA_VERSION = 39
 SEVERITIES = {"critical", "warning"}
@@ -260,6 +264,52 @@ def check_dashboard(docs: set[str]) -> int:
     return queries
 
 
+def mounts(service: dict) -> dict[str, Path]:
+    """A compose service's read-only bind mounts: container path -> host path."""
+    out = {}
+    for volume in service.get("volumes", []):
+        host, container, *_ = volume.split(":")
+        out[container] = (DOCKER / host).resolve()
+    return out
+
+
+def check_compose(promtool: str) -> None:
+    services = yaml.safe_load((DOCKER / "compose.yaml").read_text(encoding="utf-8"))["services"]
+    prometheus, grafana = services.get("prometheus"), services.get("grafana")
+    if not prometheus or not grafana:
+        fail("compose: no prometheus or no grafana service")
+        return
+    files = mounts(prometheus)
+    config_path = next((a.split("=", 1)[1] for a in prometheus.get("command", []) if a.startswith("--config.file=")), "")
+    config = files.get(config_path)
+    if config is None:
+        fail(f"compose: prometheus's --config.file {config_path!r} is not mounted")
+        return
+    rule_files = yaml.safe_load(config.read_text(encoding="utf-8")).get("rule_files", [])
+    rules_in_container = [str(Path(config_path).parent / r) for r in rule_files]
+    if [files.get(r) for r in rules_in_container] != [RULES]:
+        fail(f"compose: prometheus's rule_files {rules_in_container} are not {RULES.relative_to(REPO)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for container, host in files.items():
+            if Path(container).parent == Path(config_path).parent:
+                (Path(tmp) / Path(container).name).write_bytes(host.read_bytes())
+        run = subprocess.run([promtool, "check", "config", str(Path(tmp) / Path(config_path).name)], capture_output=True, text=True)
+        if run.returncode != 0:
+            fail(f"compose: promtool check config fails on {config.relative_to(REPO)}: {run.stdout}{run.stderr}")
+    provisioned = mounts(grafana)
+    providers = [
+        p
+        for c, h in provisioned.items()
+        if c.startswith("/etc/grafana/provisioning/dashboards/")
+        for p in yaml.safe_load(h.read_text(encoding="utf-8")).get("providers", [])
+    ]
+    paths = {p["options"]["path"] for p in providers}
+    if not any(provisioned.get(f"{path}/{DASHBOARD.name}") == DASHBOARD for path in paths):
+        fail(f"compose: grafana does not provision {DASHBOARD.relative_to(REPO)} from a provider's path {paths}")
+    if not any(c.startswith("/etc/grafana/provisioning/datasources/") for c in provisioned):
+        fail("compose: grafana has no provisioned data source")
+
+
 def main() -> None:
     promtool = sys.argv[1] if len(sys.argv) > 1 else "promtool"
     rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
@@ -273,6 +323,7 @@ def main() -> None:
             if not documented(name, docs):
                 fail(f"{a['alert']}: uses {name}, which docs/metrics.md does not document")
     queries = check_dashboard(docs)
+    check_compose(promtool)
     tried = check_mutants(promtool, rules, tests, alerts)
     if errors:
         print("\n".join(f"check-ops-kit: {e}" for e in errors), file=sys.stderr)

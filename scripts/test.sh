@@ -66,7 +66,7 @@ pg17_bin="$(scripts/install-postgres-wheels.sh 17)"
 # started) for the operations kit's stage and tests/ops_kit.rs.
 scripts/install-prometheus.sh
 
-stage "ops kit" "alert rules and dashboard (deploy/): promtool check rules, promtool test rules, every alert fired and every change of a threshold noticed, the dashboard's structure, documented metrics only"
+stage "ops kit" "alert rules and dashboard (deploy/): promtool check rules, promtool test rules, every alert fired and every change of a threshold noticed, the dashboard's structure, documented metrics only, the compose file's Prometheus and Grafana"
 promtool check rules deploy/prometheus/walrelay.rules.yml
 promtool test rules deploy/prometheus/walrelay.rules.test.yml
 /usr/bin/python3 scripts/check-ops-kit.py "$(command -v promtool)"
