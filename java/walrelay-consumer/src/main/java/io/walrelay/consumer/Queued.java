@@ -1,0 +1,35 @@
+package io.walrelay.consumer;
+
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.header.Header;
+
+/** A record waiting in its partition's queue, its headers parsed once (a meta, or why there is none). */
+final class Queued {
+    final ConsumerRecord<byte[], byte[]> record;
+    final RecordMeta meta;
+    final MetaException metaError;
+    final long bytes;
+
+    private Queued(ConsumerRecord<byte[], byte[]> record, RecordMeta meta, MetaException metaError, long bytes) {
+        this.record = record;
+        this.meta = meta;
+        this.metaError = metaError;
+        this.bytes = bytes;
+    }
+
+    static Queued of(ConsumerRecord<byte[], byte[]> record) {
+        long bytes = (record.key() == null ? 0 : record.key().length) + (record.value() == null ? 0 : record.value().length);
+        for (Header h : record.headers()) {
+            bytes += h.key().length() + (h.value() == null ? 0 : h.value().length);
+        }
+        try {
+            return new Queued(record, RecordMeta.fromHeaders(record.headers()), null, bytes);
+        } catch (MetaException e) {
+            return new Queued(record, null, e, bytes);
+        }
+    }
+
+    long offset() {
+        return record.offset();
+    }
+}

@@ -1,0 +1,82 @@
+package io.walrelay.consumer;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Map;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.junit.jupiter.api.Test;
+
+class PartitionStateTest {
+    static final Settings S = Settings.DEFAULT.withMaxBatchRecords(3)
+            .withRetry(new RetryPolicy(2, Duration.ofMillis(10), Duration.ofMillis(50)))
+            .withOnPoison(OnPoison.PARK);
+
+    static Queued q(long offset, long seq) {
+        ConsumerRecord<byte[], byte[]> r = new ConsumerRecord<>("t", 0, offset, null, new byte[] {1});
+        if (seq >= 0) {
+            r.headers().add(new RecordHeader("idempotency-key", BatchPlanTest.k(seq).getBytes(StandardCharsets.US_ASCII)));
+            r.headers().add(new RecordHeader("walrelay-source", "s".getBytes(StandardCharsets.US_ASCII)));
+        }
+        return Queued.of(r);
+    }
+
+    static PartitionState filled(long... seqs) {
+        PartitionState p = new PartitionState(new Position("g", "t", 0));
+        for (int i = 0; i < seqs.length; i++) {
+            p.push(q(i, seqs[i]));
+        }
+        return p;
+    }
+
+    @Test
+    void batchesAreBoundedAndCoveredOnesSkipped() {
+        PartitionState p = filled(1, 2, 3, 4);
+        assertEquals(new Step.Apply(3, null), p.nextStep(S, 0));
+        p.learn(Map.of("s", BatchPlanTest.k(3)));
+        assertEquals(new Step.Skip(3), p.nextStep(S, 0));
+    }
+
+    @Test
+    void anUnkeyedRecordIsParkedAlone() {
+        PartitionState p = filled(-1, 2);
+        assertInstanceOf(Step.ParkUnkeyed.class, p.nextStep(S, 0));
+        PartitionState q = filled(1, -1);
+        assertEquals(new Step.Apply(1, null), q.nextStep(S, 0));
+    }
+
+    @Test
+    void aBatchFailingWithoutIndexIsIsolatedThenTheRecordParked() {
+        PartitionState p = filled(1, 2, 3);
+        p.putBack(p.take(3));
+        p.handlerFailed("boom", null, 3, S, 0);
+        assertInstanceOf(Step.WaitUntil.class, p.nextStep(S, 0));
+        assertEquals(new Step.Apply(3, null), p.nextStep(S, Long.MAX_VALUE / 2));
+        p.handlerFailed("boom", null, 3, S, 0);
+        assertEquals(new Step.Apply(1, null), p.nextStep(S, 0));
+        p.handlerFailed("boom", 0, 1, S, 0);
+        p.handlerFailed("boom", 0, 1, S, 0);
+        Step s = p.nextStep(S, Long.MAX_VALUE / 2);
+        assertEquals(new Step.Apply(1, new BatchApplier.Park("boom", 2)), s);
+    }
+
+    @Test
+    void contentionHalvesWithoutCounting() {
+        PartitionState p = filled(1, 2, 3);
+        assertEquals(null, p.contended("40001", 3, S, 0));
+        assertEquals(new Step.Apply(1, null), p.nextStep(S, Long.MAX_VALUE / 2));
+        assertEquals(Integer.valueOf(1), p.contended("40001", 1, S, 0));
+    }
+
+    @Test
+    void backoffDoublesToTheCap() {
+        RetryPolicy r = new RetryPolicy(5, Duration.ofMillis(100), Duration.ofSeconds(10));
+        assertEquals(100_000_000L, r.backoffNanos(1));
+        assertEquals(200_000_000L, r.backoffNanos(2));
+        assertEquals(10_000_000_000L, r.backoffNanos(20));
+        assertEquals(10_000_000_000L, r.backoffNanos(1000));
+    }
+}
