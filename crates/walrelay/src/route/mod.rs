@@ -20,6 +20,7 @@
 //! | this one | [`Router`], its construction, [`TxInfo`] and the base headers every record starts with |
 //! | `message` | logical messages: classifying by prefix, raw routes and `walrelay.emit` envelopes |
 //! | `outbox` | outbox rows and the check of an outbox table's Relation |
+//! | `topic_template` | an outbox table's topic template, compiled once, and the topics it rendered |
 //! | `dead_letter` | [`RouteError`] and its kinds, and the dead-letter record that stands in for a bad event |
 
 use std::collections::{HashMap, HashSet};
@@ -37,11 +38,13 @@ mod message;
 mod outbox;
 #[cfg(test)]
 pub(crate) mod tests;
+mod topic_template;
 
 pub use dead_letter::{row_json, BadEvent, DeadLettered, RouteError, DEAD_LETTER_KINDS};
 pub use message::MessageRoute;
 
 use outbox::OutboxRoute;
+use topic_template::TopicTemplate;
 
 /// Per-transaction header values, formatted once per transaction.
 #[derive(Debug, Clone)]
@@ -136,9 +139,9 @@ impl Router {
                 .map(|o| {
                     let (schema, table) = o.qualified_name();
                     OutboxRoute {
+                        topic: TopicTemplate::new(&o.topic, &schema, &table),
                         schema,
                         table,
-                        topic_template: o.topic.clone(),
                         columns: o.columns.clone(),
                     }
                 })
@@ -177,9 +180,14 @@ impl Router {
         self.dead_letter.as_deref()
     }
 
+    /// The shared name of an envelope's topic. Bounded like the outbox
+    /// templates' topics: envelopes name any topic they like.
     fn intern(&mut self, topic: &str) -> Arc<str> {
         if let Some(t) = self.topics.get(topic) {
             return t.clone();
+        }
+        if self.topics.len() >= topic_template::CACHE_LIMIT {
+            self.topics.clear();
         }
         let t: Arc<str> = Arc::from(topic);
         self.topics.insert(topic.to_owned(), t.clone());

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use walrelay_pgoutput::{ColumnError, Lsn, Relation, Row};
 
+use super::topic_template::TopicTemplate;
 use super::{reserved_header, RouteError, Router, TxInfo};
 use crate::config::OutboxColumns;
-use crate::envelope::is_valid_topic;
 use crate::key::EventKey;
 use crate::record::Record;
 
@@ -17,7 +17,7 @@ use crate::record::Record;
 pub(super) struct OutboxRoute {
     pub(super) schema: String,
     pub(super) table: String,
-    pub(super) topic_template: String,
+    pub(super) topic: TopicTemplate,
     pub(super) columns: OutboxColumns,
 }
 
@@ -77,7 +77,7 @@ impl Router {
     /// The record for an INSERT into an outbox table (checked with
     /// [`Self::check_relation`] when its Relation arrived).
     pub fn outbox_record(
-        &mut self,
+        &self,
         tx: &TxInfo,
         key: EventKey,
         lsn: Lsn,
@@ -131,17 +131,13 @@ impl Router {
                 error: e.to_string(),
             })?;
         let topic = o
-            .topic_template
-            .replace("{aggregatetype}", aggregatetype)
-            .replace("{schema}", &o.schema)
-            .replace("{table}", &o.table);
-        if !is_valid_topic(&topic) {
-            return Err(RouteError::InvalidTopic {
+            .topic
+            .render(aggregatetype)
+            .map_err(|topic| RouteError::InvalidTopic {
                 table: table(),
                 topic,
                 lsn,
-            });
-        }
+            })?;
         let record_key = required(
             &o.columns.aggregateid,
             "aggregateid",
@@ -181,7 +177,7 @@ impl Router {
             headers.push((Arc::from(k.as_str()), Bytes::from(v)));
         }
         Ok(Record {
-            topic: self.intern(&topic),
+            topic,
             key: Some(record_key),
             value,
             headers,

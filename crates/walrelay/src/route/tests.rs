@@ -457,7 +457,7 @@ fn dead_letters_carry_the_original_bytes_key_and_reason() {
 fn with_a_dead_letter_topic_a_missing_column_fails_rows_not_the_relation() {
     let mut c = config();
     c.dead_letter.topic = Some("dlq".into());
-    let mut router = Router::new(&c, "src");
+    let router = Router::new(&c, "src");
     let rel = outbox_relation(&["id", "aggregatetype", "type", "payload"]);
     router.check_relation(&rel, Lsn(1)).unwrap();
     let mut cache = RelationCache::new();
@@ -478,7 +478,7 @@ fn with_a_dead_letter_topic_a_missing_column_fails_rows_not_the_relation() {
 
 #[test]
 fn outbox_errors_name_the_problem() {
-    let mut router = Router::new(&config(), "src");
+    let router = Router::new(&config(), "src");
     let err = router
         .check_relation(
             &outbox_relation(&["id", "aggregatetype", "type", "payload"]),
