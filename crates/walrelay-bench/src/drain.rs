@@ -1,6 +1,8 @@
 //! Draining a committed backlog from a slot: the `walrelay` binary as a
-//! subprocess (so its CPU and RSS are its own), and `pg_recvlogical`
-//! streaming the same pgoutput stream to a file (the decode limit).
+//! subprocess (so its CPU and RSS are its own), `pg_recvlogical`
+//! streaming the same pgoutput stream to a file (the decode limit), and
+//! the plain Python relay (`python_relay.py`, the reference for what a
+//! relay costs per event).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -204,6 +206,64 @@ pub async fn pg_recvlogical(
             "pg_recvlogical failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(DrainRun {
+        seconds,
+        cpu_seconds,
+        db_cpu_seconds,
+        ..Default::default()
+    })
+}
+
+/// The plain Python relay's program, run with `python -c`.
+const PYTHON_RELAY: &str = include_str!("python_relay.py");
+
+/// Drains the slot with the plain Python relay (`python_relay.py`) into
+/// `topic`, with walrelay's producer properties, until the slot's
+/// confirmed position reaches `end`, where it exits by itself (0).
+pub async fn python_relay(
+    env: &BenchEnv,
+    python: &Path,
+    slot: &str,
+    end: u64,
+    topic: &str,
+    log: &Path,
+    timeout: Duration,
+) -> Result<DrainRun> {
+    let mut cmd = Command::new(python);
+    cmd.arg("-c")
+        .arg(PYTHON_RELAY)
+        .args(["--dsn", &env.url()])
+        .args(["--slot", slot, "--publication", PUBLICATION])
+        .args(["--bootstrap", &env.bootstrap(), "--topic", topic])
+        .args(["--prefix", PREFIX, "--outbox", OUTBOX_TABLE])
+        .args(["--end-lsn", &end.to_string()]);
+    let props = crate::kafka::walrelay_producer_properties(&env.bootstrap())?;
+    for (k, v) in props
+        .iter()
+        .filter(|(k, _)| k.as_str() != "bootstrap.servers")
+    {
+        cmd.arg("--property").arg(format!("{k}={v}"));
+    }
+    let logf = std::fs::File::create(log)?;
+    cmd.stdin(Stdio::null())
+        .stdout(logf.try_clone()?)
+        .stderr(logf);
+    let db = env.db_cpu_window()?;
+    let children0 = procstat::reaped_children_cpu_seconds()?;
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().context("starting the Python relay")?;
+    let status = tokio::time::timeout(timeout, tokio::task::spawn_blocking(move || child.wait()))
+        .await
+        .context("the Python relay did not drain the slot in time")???;
+    let seconds = t0.elapsed().as_secs_f64();
+    let db_cpu_seconds = db.finish().await?;
+    let cpu_seconds = procstat::reaped_children_cpu_seconds()? - children0;
+    if !status.success() || env.confirmed_flush(slot).await? < end {
+        bail!(
+            "the Python relay failed ({status}): {}",
+            std::fs::read_to_string(log).unwrap_or_default()
         );
     }
     Ok(DrainRun {

@@ -99,7 +99,9 @@ impl Prerequisite {
             Prerequisite::Debezium => {
                 Some("Debezium (its drains, restarts and latency mode dbz; crash: its tools)")
             }
-            Prerequisite::PythonVenv => Some("the Python consumer rows (py_*)"),
+            Prerequisite::PythonVenv => {
+                Some("the Python consumer rows (py_*) and the Python relay's drains")
+            }
             Prerequisite::Postgres | Prerequisite::Kafka | Prerequisite::Tansu => None,
         }
     }
@@ -111,8 +113,10 @@ pub struct Wants {
     pub broker: BrokerKind,
     /// Debezium unless `--no-debezium` (it runs on Kafka only).
     pub debezium: bool,
-    /// The consumer section with a Python consumer among `--consumers`.
-    pub python_consumers: bool,
+    /// The project's Python virtualenv: for a Python consumer among
+    /// `--consumers`, or for the Python relay among the drains'
+    /// references.
+    pub python: bool,
 }
 
 impl Wants {
@@ -121,8 +125,10 @@ impl Wants {
         Wants {
             broker: cli.broker,
             debezium: !cli.no_debezium,
-            python_consumers: !cli.no_consumer
-                && (cli.consumers.is_empty() || cli.consumers.iter().any(|c| c.starts_with("py_"))),
+            python: (!cli.no_consumer
+                && (cli.consumers.is_empty()
+                    || cli.consumers.iter().any(|c| c.starts_with("py_"))))
+                || (!cli.no_drain && !cli.no_references),
         }
     }
 }
@@ -137,7 +143,7 @@ pub fn needs(wants: Wants) -> Vec<Prerequisite> {
     if wants.debezium && wants.broker == BrokerKind::Kafka {
         out.push(Prerequisite::Debezium);
     }
-    if wants.python_consumers {
+    if wants.python {
         out.push(Prerequisite::PythonVenv);
     }
     out
@@ -325,18 +331,24 @@ mod tests {
         assert_eq!(wants(&["--quick"]), [Postgres, Kafka, Debezium, PythonVenv]);
         // The user's choices: no Debezium, no consumers, only Rust ones.
         assert_eq!(wants(&["--no-debezium"]), [Postgres, Kafka, PythonVenv]);
-        assert_eq!(wants(&["--no-consumer"]), [Postgres, Kafka, Debezium]);
+        // The drains' Python relay needs the virtualenv too.
         assert_eq!(
-            wants(&["--consumers", "wr_batch,inbox_1"]),
+            wants(&["--no-consumer"]),
+            [Postgres, Kafka, Debezium, PythonVenv]
+        );
+        let rust_only = ["--no-references", "--consumers", "wr_batch,inbox_1"];
+        assert_eq!(wants(&rust_only), [Postgres, Kafka, Debezium]);
+        assert_eq!(
+            wants(&["--no-drain", "--consumers", "wr_batch,inbox_1"]),
             [Postgres, Kafka, Debezium]
         );
         assert_eq!(
-            wants(&["--consumers", "wr_batch,py_record"]),
+            wants(&["--no-references", "--consumers", "wr_batch,py_record"]),
             [Postgres, Kafka, Debezium, PythonVenv]
         );
         // Debezium runs on Kafka only.
         assert_eq!(
-            wants(&["--broker", "tansu", "--no-consumer"]),
+            wants(&["--broker", "tansu", "--no-consumer", "--no-references"]),
             [Postgres, Tansu]
         );
     }

@@ -21,15 +21,22 @@ use crate::workload::{seq_of_payload, Kind, Workload};
 /// (idempotence, `acks=all`, gapless, `linger.ms`, batching, compression):
 /// the other producers in the bench must not get an easier deal.
 pub fn walrelay_producer_config(bootstrap: &str) -> Result<ClientConfig> {
-    let props = SinkConfig::new(bootstrap, Default::default())
-        .effective_properties()
-        .context("walrelay's producer properties")?;
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap);
-    for (k, v) in props {
+    for (k, v) in walrelay_producer_properties(bootstrap)? {
         c.set(k, v);
     }
     Ok(c)
+}
+
+/// The producer properties walrelay runs with by default (its
+/// throughput defaults and enforced guarantees).
+pub fn walrelay_producer_properties(
+    bootstrap: &str,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    SinkConfig::new(bootstrap, Default::default())
+        .effective_properties()
+        .context("walrelay's producer properties")
 }
 
 fn consumer_config(bootstrap: &str) -> ClientConfig {
@@ -222,13 +229,28 @@ pub struct ProduceRun {
     pub cpu_seconds: f64,
 }
 
+/// Whose records the produce limit sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordShape {
+    /// walrelay's: the lean header set with values of the same lengths,
+    /// the partition walrelay picks.
+    Walrelay,
+    /// The Python relay's (`python_relay.py`): the `idempotency-key`
+    /// header only, keyed outbox records and keyless messages placed by
+    /// the producer's default partitioner.
+    OneHeader,
+}
+
 /// The produce limit: a plain rdkafka producer with walrelay's settings
-/// sends `w.events` records shaped like walrelay's (same value size, the
-/// same headers as walrelay's default, lean set, with values of the same
-/// lengths, keyed by `aggregateid` for outbox workloads and keyless with
-/// one partition per transaction for messages) and waits for every ack.
-/// Blocking.
-pub fn produce_limit(bootstrap: &str, topic: &str, w: &Workload) -> Result<ProduceRun> {
+/// sends `w.events` records shaped like walrelay's or the Python relay's
+/// ([`RecordShape`]; same value size, keyed by `aggregateid` for outbox
+/// workloads, keyless for messages) and waits for every ack. Blocking.
+pub fn produce_limit(
+    bootstrap: &str,
+    topic: &str,
+    w: &Workload,
+    shape: RecordShape,
+) -> Result<ProduceRun> {
     let producer: BaseProducer<Counting> =
         walrelay_producer_config(bootstrap)?.create_with_context(Counting::default())?;
     let value = crate::workload::payload(0, w.payload);
@@ -250,32 +272,34 @@ pub fn produce_limit(bootstrap: &str, topic: &str, w: &Workload) -> Result<Produ
                 walrelay::partition::partition_for_key(agg.as_bytes(), PARTITIONS as u32) as i32
             }
         };
-        let layout = format!("{partition}/{PARTITIONS}/9f86d081884c7d65");
-        let key = walrelay::key::EventKey::new(lsn, i % w.per_tx);
-        let prev_key = std::mem::replace(&mut prev[partition as usize], key.to_compact());
-        let mut headers = OwnedHeaders::new_with_capacity(6)
-            .insert(Header {
-                key: "idempotency-key",
-                value: Some(&key_hex),
-            })
-            .insert(Header {
-                key: "walrelay-source",
-                value: Some(source),
-            })
-            .insert(Header {
-                key: "walrelay-layout",
-                value: Some(&layout),
-            })
-            .insert(Header {
-                key: "walrelay-prev",
-                value: Some(&prev_key),
-            });
+        let mut headers = OwnedHeaders::new_with_capacity(6).insert(Header {
+            key: "idempotency-key",
+            value: Some(&key_hex),
+        });
+        let mut record: BaseRecord<'_, str, str> = BaseRecord::to(topic).payload(value.as_str());
+        if shape == RecordShape::Walrelay {
+            let layout = format!("{partition}/{PARTITIONS}/9f86d081884c7d65");
+            let key = walrelay::key::EventKey::new(lsn, i % w.per_tx);
+            let prev_key = std::mem::replace(&mut prev[partition as usize], key.to_compact());
+            headers = headers
+                .insert(Header {
+                    key: "walrelay-source",
+                    value: Some(source),
+                })
+                .insert(Header {
+                    key: "walrelay-layout",
+                    value: Some(&layout),
+                })
+                .insert(Header {
+                    key: "walrelay-prev",
+                    value: Some(&prev_key),
+                });
+            record = record.partition(partition);
+        }
         let id;
-        let mut record: BaseRecord<'_, str, str> = BaseRecord::to(topic)
-            .payload(value.as_str())
-            .partition(partition);
         match w.kind {
             Kind::Messages => {}
+            Kind::Outbox if shape == RecordShape::OneHeader => record = record.key(&agg),
             Kind::Outbox => {
                 id = i.to_string();
                 headers = headers

@@ -67,9 +67,11 @@ struct Run {
     polling: PollingOptions,
     debezium_variants: Vec<Variant>,
     debezium_note: Option<String>,
-    /// The Python consumer rows are skipped: their virtualenv could not be
-    /// installed.
+    /// The Python consumer rows and the Python relay are skipped: their
+    /// virtualenv could not be installed.
     no_python_consumers: bool,
+    /// Whether the Python relay drains (with the references).
+    python_relay: bool,
     /// The sections skipped for an install that failed.
     install_notes: Vec<String>,
 }
@@ -153,7 +155,7 @@ fn crash_installed(mut args: crash::CrashArgs) -> Result<crash::CrashArgs> {
     let installed = install::prepare(install::Wants {
         broker: BrokerKind::Kafka,
         debezium,
-        python_consumers: false,
+        python: false,
     })?;
     if installed.skips(install::Prerequisite::Debezium) {
         args.tools.retain(|t| *t == crash::CrashTool::Walrelay);
@@ -234,6 +236,7 @@ fn settings(cli: &Cli, installed: &install::Prepared) -> Result<Run> {
         debezium_variants,
         debezium_note,
         no_python_consumers: installed.skips(install::Prerequisite::PythonVenv),
+        python_relay: !cli.no_references && !installed.skips(install::Prerequisite::PythonVenv),
         install_notes: installed.notes(),
     })
 }
@@ -340,6 +343,11 @@ async fn drains(
     results: &mut Results,
 ) -> Result<u64> {
     let mut first_seq = 1u64;
+    // The virtualenv brought up to date (psycopg2 for the Python relay).
+    let python = match run.python_relay {
+        true => Some(consumer::python::venv_python().await?),
+        false => None,
+    };
     for w in &run.workloads {
         let options = DrainOptions {
             repeats: run.repeats,
@@ -348,6 +356,7 @@ async fn drains(
                 walrelay: &run.walrelay_bin,
                 baseline: cli.baseline_bin.as_deref(),
                 references: !cli.no_references,
+                python: python.as_deref(),
                 // Every Debezium drain and restart is a JVM start (5-30
                 // s): quick mode, a path check in CI, drains one
                 // workload of each kind and restarts on the first.

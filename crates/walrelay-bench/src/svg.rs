@@ -13,8 +13,8 @@ const TOP: f64 = 50.0;
 const BOTTOM: f64 = 90.0;
 /// One colour per [`Tool::ALL`] entry, in its order.
 const COLORS: [&str; Tool::ALL.len()] = [
-    "#2b6cb0", "#90cdf4", "#38a169", "#805ad5", "#718096", "#a0aec0", "#dd6b20", "#c53030",
-    "#feb2b2",
+    "#2b6cb0", "#90cdf4", "#38a169", "#805ad5", "#718096", "#a0aec0", "#cbd5e0", "#d69e2e",
+    "#dd6b20", "#c53030", "#feb2b2",
 ];
 
 fn escape(s: &str) -> String {

@@ -12,7 +12,7 @@ use walrelay_testkit::Variant;
 use crate::debezium;
 use crate::drain::{self, DrainRun, ScratchFile};
 use crate::env::BenchEnv;
-use crate::kafka;
+use crate::kafka::{self, RecordShape};
 use crate::polling::{PollingOptions, PollingRelay};
 use crate::procstat;
 use crate::runs::{Results, Tool, ToolRun};
@@ -48,6 +48,9 @@ pub(crate) struct Binaries<'a> {
     /// Whether the reference tools (decode and produce limits, the
     /// polling relay) drain too.
     pub references: bool,
+    /// The Python relay's interpreter (the project's virtualenv, with
+    /// psycopg2 and confluent-kafka): it drains with the references.
+    pub python: Option<&'a Path>,
     /// Debezium's variants drained (none: `--no-debezium`).
     pub debezium: &'a [Variant],
     /// Whether Debezium's workers are restarted after their drains.
@@ -116,6 +119,9 @@ pub(crate) async fn drain_workload(
         }
         if o.bins.references {
             env.drop_slot(&backlog.slot("rl", r)).await?;
+        }
+        if o.bins.python.is_some() {
+            env.drop_slot(&backlog.slot("py", r)).await?;
         }
     }
     // Debezium after every other drain of the backlog: its restart commits
@@ -187,6 +193,9 @@ async fn write_backlog<'a>(
         }
         if o.bins.references {
             env.create_slot(&backlog.slot("rl", r)).await?;
+        }
+        if o.bins.python.is_some() {
+            env.create_slot(&backlog.slot("py", r)).await?;
         }
         for v in o.bins.debezium {
             env.create_slot(&debezium::slot(*v, &w.id, r)).await?;
@@ -299,8 +308,9 @@ async fn walrelay_drains(
     Ok(())
 }
 
-/// Repeat `r` of the decode limit (`pg_recvlogical`) and the produce
-/// limit (the plain rdkafka producer).
+/// Repeat `r` of the decode limit (`pg_recvlogical`), the Python relay
+/// (when its virtualenv is there) and the produce limit with each
+/// relay's records (the plain rdkafka producer).
 async fn reference_drains(
     env: &BenchEnv,
     b: &Backlog<'_>,
@@ -314,22 +324,44 @@ async fn reference_drains(
     drop(file);
     record(results, w, Tool::PgRecvlogical, r, d, None);
 
-    let topic = format!("bench.{}.producer{r}", w.id);
-    env.create_topic(&topic)?;
-    let (bootstrap, t, wl) = (b.bootstrap.clone(), topic.clone(), w.clone());
-    let db = env.db_cpu_window()?;
-    let broker_cpu = env.broker_cpu_window();
-    let p =
-        tokio::task::spawn_blocking(move || kafka::produce_limit(&bootstrap, &t, &wl)).await??;
-    let d = DrainRun {
-        seconds: p.seconds,
-        cpu_seconds: p.cpu_seconds,
-        db_cpu_seconds: db.finish().await?,
-        broker_cpu_seconds: broker_cpu.finish(env, b.broker_idle),
-        kafka_bytes: env.topic_log_bytes(&topic),
-        ..Default::default()
-    };
-    record(results, w, Tool::Producer, r, d, None);
+    if let Some(python) = o.bins.python {
+        let topic = format!("bench.{}.py{r}", w.id);
+        env.create_topic(&topic)?;
+        let log = o.scratch.join(format!("python-relay-{}-{r}.log", w.id));
+        let broker_cpu = env.broker_cpu_window();
+        let mut d =
+            drain::python_relay(env, python, &b.slot("py", r), b.end, &topic, &log, TIMEOUT)
+                .await?;
+        d.broker_cpu_seconds = broker_cpu.finish(env, b.broker_idle);
+        d.kafka_bytes = env.topic_log_bytes(&topic);
+        record(results, w, Tool::PythonRelay, r, d, None);
+    }
+    for (tool, shape, tag) in [
+        (Tool::Producer, RecordShape::Walrelay, "producer"),
+        (
+            Tool::ProducerOneHeader,
+            RecordShape::OneHeader,
+            "producer1h",
+        ),
+    ] {
+        let topic = format!("bench.{}.{tag}{r}", w.id);
+        env.create_topic(&topic)?;
+        let (bootstrap, t, wl) = (b.bootstrap.clone(), topic.clone(), w.clone());
+        let db = env.db_cpu_window()?;
+        let broker_cpu = env.broker_cpu_window();
+        let p =
+            tokio::task::spawn_blocking(move || kafka::produce_limit(&bootstrap, &t, &wl, shape))
+                .await??;
+        let d = DrainRun {
+            seconds: p.seconds,
+            cpu_seconds: p.cpu_seconds,
+            db_cpu_seconds: db.finish().await?,
+            broker_cpu_seconds: broker_cpu.finish(env, b.broker_idle),
+            kafka_bytes: env.topic_log_bytes(&topic),
+            ..Default::default()
+        };
+        record(results, w, tool, r, d, None);
+    }
     Ok(())
 }
 
@@ -426,7 +458,10 @@ pub(crate) async fn warm_up_broker(env: &BenchEnv, w: &Workload) -> Result<()> {
         ..w.clone()
     };
     let b = env.bootstrap();
-    tokio::task::spawn_blocking(move || kafka::produce_limit(&b, topic, &warm)).await??;
+    tokio::task::spawn_blocking(move || {
+        kafka::produce_limit(&b, topic, &warm, RecordShape::Walrelay)
+    })
+    .await??;
     Ok(())
 }
 
@@ -482,6 +517,8 @@ fn tool_name(t: Tool) -> &'static str {
         Tool::WalrelayBaseline => "walrelay (baseline binary)",
         Tool::PgRecvlogical => "pg_recvlogical",
         Tool::Producer => "rdkafka producer",
+        Tool::ProducerOneHeader => "rdkafka producer, one header",
+        Tool::PythonRelay => "Python relay",
         Tool::Polling => "polling relay",
         Tool::Debezium => "Debezium (defaults)",
         Tool::DebeziumTuned => "Debezium (tuned)",

@@ -31,6 +31,10 @@ fn quick_mode_writes_a_report_with_every_tool() {
 
     let latest = std::fs::read_to_string(out.path().join("latest.md")).unwrap();
     assert!(latest.contains("## Targets"), "{latest}");
+    assert!(
+        latest.contains("## Against a plain Python relay"),
+        "{latest}"
+    );
     let run = std::fs::read_dir(out.path())
         .unwrap()
         .flatten()
@@ -52,6 +56,8 @@ fn quick_mode_writes_a_report_with_every_tool() {
         "walrelay_baseline",
         "pg_recvlogical",
         "producer",
+        "producer_one_header",
+        "python_relay",
         "polling",
     ] {
         let runs: Vec<_> = drain.iter().filter(|r| r["tool"] == tool).collect();

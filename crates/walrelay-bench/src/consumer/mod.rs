@@ -35,7 +35,7 @@
 mod drain;
 mod inbox;
 mod live;
-mod python;
+pub(crate) mod python;
 mod start;
 
 use std::path::{Path, PathBuf};

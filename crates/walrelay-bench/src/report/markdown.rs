@@ -77,6 +77,7 @@ impl Results {
         self.fence_markdown(&mut s);
         self.baseline_markdown(&mut s);
         self.cost_markdown(&mut s);
+        self.python_relay_markdown(&mut s);
         self.cores_markdown(&mut s);
         self.bytes_markdown(&mut s);
         self.debezium_markdown(&mut s);

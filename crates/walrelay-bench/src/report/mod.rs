@@ -14,6 +14,7 @@ use crate::runs::{LatencyRun, Mode, Percentiles, Results, Tool, ToolRun};
 mod consumer;
 mod debezium;
 mod markdown;
+mod python_relay;
 mod targets;
 
 pub use targets::TargetCheck;

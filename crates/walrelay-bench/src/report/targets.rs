@@ -280,6 +280,7 @@ impl Results {
         out.push(self.fence_target());
         out.extend(self.header_bytes_target());
         out.extend(self.baseline_target());
+        out.extend(self.python_relay_targets());
         out.extend(self.debezium_targets());
         out.extend(super::consumer::targets(&self.consumer));
         out

@@ -46,8 +46,16 @@ pub enum Tool {
     WalrelayBaseline,
     /// `pg_recvlogical` to a file: the decode limit.
     PgRecvlogical,
-    /// A plain rdkafka producer: the produce limit.
+    /// A plain rdkafka producer: the produce limit, with walrelay's
+    /// records (its headers included).
     Producer,
+    /// The same producer with the Python relay's records (one header):
+    /// the floor the Python relay stands on.
+    ProducerOneHeader,
+    /// A plain Python relay (psycopg2, pgoutput decoded in Python,
+    /// confluent-kafka's idempotent producer, one header, the slot
+    /// confirmed after delivery): `python_relay.py`.
+    PythonRelay,
     /// The polling outbox relay.
     Polling,
     /// Debezium's PostgreSQL connector with the Outbox Event Router on a
@@ -60,13 +68,15 @@ pub enum Tool {
 }
 
 impl Tool {
-    pub const ALL: [Tool; 9] = [
+    pub const ALL: [Tool; 11] = [
         Tool::Walrelay,
         Tool::WalrelayNoFence,
         Tool::WalrelayFullHeaders,
         Tool::WalrelayBaseline,
         Tool::PgRecvlogical,
         Tool::Producer,
+        Tool::ProducerOneHeader,
+        Tool::PythonRelay,
         Tool::Polling,
         Tool::DebeziumTuned,
         Tool::Debezium,
@@ -80,6 +90,8 @@ impl Tool {
             Tool::WalrelayBaseline => "walrelay, baseline binary",
             Tool::PgRecvlogical => "decode limit (pg_recvlogical)",
             Tool::Producer => "produce limit (rdkafka)",
+            Tool::ProducerOneHeader => "produce limit, the Python relay's records",
+            Tool::PythonRelay => "Python relay (psycopg2, confluent-kafka)",
             Tool::Polling => "polling relay",
             Tool::Debezium => "Debezium, defaults",
             Tool::DebeziumTuned => "Debezium, tuned",
@@ -187,6 +199,31 @@ pub struct Results {
     /// Debezium's workers stopped and started again after their drains.
     pub restarts: Vec<RestartRun>,
     pub notes: Vec<String>,
+}
+
+#[cfg(test)]
+impl Results {
+    /// Empty results over `workloads`, for the report's tests.
+    pub fn for_tests(workloads: Vec<Workload>, repeats: u32) -> Results {
+        Results {
+            command: String::new(),
+            mode: "quick".into(),
+            started: String::new(),
+            finished: None,
+            machine: Machine::detect("15", "Kafka".into()),
+            repeats,
+            latency_seconds: 1.0,
+            polling_batch: 1,
+            polling_interval_ms: 1,
+            workloads,
+            drain: Vec::new(),
+            latency: Vec::new(),
+            consumer: Vec::new(),
+            consumer_latency: Vec::new(),
+            restarts: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
 }
 
 /// What the tail fence's read of a topic's partition tails cost, as the
