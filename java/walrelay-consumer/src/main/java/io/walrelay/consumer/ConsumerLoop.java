@@ -289,6 +289,13 @@ public final class ConsumerLoop implements AutoCloseable {
         }
     }
 
+    /** Forgets a partition no longer assigned: its stored offset must never be committed by this member again. */
+    void forget(TopicPartition tp) {
+        parts.remove(tp);
+        stored.remove(tp);
+        dirty.remove(tp);
+    }
+
     void storeOffset(TopicPartition tp, long offset) {
         stored.put(tp, offset + 1);
         dirty.add(tp);

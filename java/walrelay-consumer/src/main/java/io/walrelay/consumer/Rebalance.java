@@ -50,7 +50,7 @@ final class Rebalance implements ConsumerRebalanceListener {
 
     private void drop(Set<TopicPartition> which) {
         for (TopicPartition tp : which) {
-            loop.parts.remove(tp);
+            loop.forget(tp);
         }
         if (!which.isEmpty()) {
             LOG.info("partitions revoked: {}", which);
