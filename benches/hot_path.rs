@@ -451,7 +451,7 @@ fn records(bench: &mut Bench) {
 
     let cache = outbox_cache();
     let insert = decode_insert(&mut Decoder::new(), &outbox_insert_bytes());
-    let mut router_outbox = router();
+    let router_outbox = router();
     bench.case("route", "outbox_record", 1, || {
         let row = cache.row(OUTBOX_REL, &insert.new).expect("known relation");
         router_outbox
