@@ -152,7 +152,11 @@ stage java "JVM consumer (java/): mvn verify (the library's unit tests, and the 
 # The Java library runs the same sql/ statements (its build copies them
 # into the jar; the check above refuses tracked copies). Maven resolves
 # the pinned versions into target/tools/m2 once, then works offline. It
-# needs a JDK (javac), not only the JRE Kafka runs on.
+# needs a JDK (javac), not only the JRE Kafka runs on. `verify` also
+# writes java/examples/plain-consumer/target/classpath.txt (and java/bench's),
+# which tests/exactly_once.rs starts the Java example consumer with
+# (`java -cp`) in the Apache Kafka stage below: it fails there, under CI=true,
+# when that file is missing.
 if ! command -v javac >/dev/null 2>&1; then
     sudo_cmd=()
     [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
@@ -162,7 +166,7 @@ fi
 (cd java && WALRELAY_KAFKA_HOME="${kafka_home}" \
     mvn -q -B -T 1 -Dmaven.repo.local="$(pwd)/../target/tools/m2" verify)
 
-stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9, the Rust consumer's conformance suite, short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust and the Python consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
+stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite, short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust and the Python consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
 # kafka_security, three_brokers (a short chaos run on three nodes) and
 # ops_kit (Prometheus scraping the relay and both example consumers) run
 # the Python consumer with the virtualenv above (they fail, not skip,

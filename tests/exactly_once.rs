@@ -8,6 +8,11 @@
 //! Uses the real binaries: `target/<profile>/walrelay` and
 //! `target/<profile>/examples/apply_events`, which `scripts/test.sh` builds
 //! (`cargo build --workspace --bins --examples`) before running tests.
+//!
+//! The Java example consumer (java/examples/plain-consumer's `ApplyEvents`,
+//! started with `java -cp`, built by scripts/test.sh's `java` stage) goes
+//! through the same: killed -9 while it applies a relayed topic, restarted,
+//! every event applied exactly once (Apache Kafka only).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -17,7 +22,10 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use walrelay::config::Config;
 use walrelay::key::EventKey;
-use walrelay_testkit::{await_condition, read_until_quiet, ClusterOptions, PgCluster, TestBroker};
+use walrelay_testkit::{
+    await_condition, java_classpath, read_until_quiet, BrokerKind, ClusterOptions, PgCluster,
+    TestBroker,
+};
 
 const WAIT: Duration = Duration::from_secs(120);
 const TOPIC: &str = "events";
@@ -107,6 +115,38 @@ impl Services {
             .args(["--kafka-property", "session.timeout.ms=6000"])
             .args(["--kafka-property", "heartbeat.interval.ms=1000"])
             .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?)
+    }
+}
+
+impl Services {
+    /// The Java example consumer, as `group`'s static member `java-1` (a
+    /// restarted process gets its partitions back at once), committing
+    /// offsets every 2 s: a wide window between its database commits and
+    /// its offset commits for the kills to land in.
+    fn spawn_java_consumer(&self, classpath: &str, topic: &str, db: &str) -> Result<Child> {
+        let log = self.log("java-consumer.log")?;
+        let url = format!(
+            "jdbc:postgresql://127.0.0.1:{}/{db}?user=postgres",
+            self.cluster.port()
+        );
+        Ok(Command::new("java")
+            .args(["-cp", classpath, "io.walrelay.example.ApplyEvents"])
+            .args(["--bootstrap", &self.broker.bootstrap_servers()])
+            .args([
+                "--jdbc-url",
+                &url,
+                "--group",
+                "java-apply",
+                "--topic",
+                topic,
+            ])
+            .args(["--instance-id", "java-1", "--commit-interval-ms", "2000"])
+            .args(["--kafka-property", "session.timeout.ms=6000"])
+            .args(["--kafka-property", "heartbeat.interval.ms=1000"])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -408,5 +448,148 @@ async fn two_sources_in_one_topic_keep_separate_high_water_marks() -> Result<()>
         .get(0);
     assert_eq!(hwm_sources, 2, "one high-water mark per source");
     assert_eq!(counters.snapshot().processed, 1000);
+    Ok(())
+}
+
+/// Records the Java consumer's marks dropped, summed over its lives (each
+/// life prints its counters when they change, checked every 50 ms; a
+/// killed life's last 50 ms are not counted).
+fn java_duplicates(log: &str) -> u64 {
+    let values = log.lines().filter_map(|l| {
+        l.split_once("duplicates=")
+            .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<u64>().ok())
+    });
+    let (mut total, mut last) = (0, 0);
+    for v in values {
+        if v < last {
+            total += last;
+        }
+        last = v;
+    }
+    total + last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_java_consumer_applies_every_event_exactly_once_through_kill_9() -> Result<()> {
+    if BrokerKind::from_env()? != BrokerKind::Kafka {
+        eprintln!("skipped: the Java consumer runs on Apache Kafka only (WALRELAY_BROKER=kafka, scripts/test.sh)");
+        return Ok(());
+    }
+    let Some(classpath) = java_classpath("examples/plain-consumer")? else {
+        return Ok(());
+    };
+    let topic = "java-events";
+    let cluster =
+        tokio::task::spawn_blocking(|| PgCluster::start(ClusterOptions::default())).await??;
+    let broker = tokio::task::spawn_blocking(TestBroker::start).await??;
+    broker.create_topic(topic, 3)?;
+    let s = Services {
+        cluster,
+        broker,
+        dir: tempfile::tempdir()?,
+    };
+    let source = s.cluster.client().await?;
+    source.batch_execute("CREATE DATABASE java_service").await?;
+    let service = s
+        .cluster
+        .client_as("postgres", None, "java_service")
+        .await?;
+    let mut config = Config::default();
+    config.postgres.url = s.source_url();
+    walrelay::setup::setup(&config).await?;
+    let mut relay = s.spawn_relay()?;
+    let mut consumer = s.spawn_java_consumer(&classpath, topic, "java_service")?;
+    let count = || async {
+        Ok::<i64, anyhow::Error>(
+            service
+                .query_one("SELECT count(*) FROM java_applied_events", &[])
+                .await
+                .map_or(0, |r| r.get::<_, i64>(0)),
+        )
+    };
+    let logs = || {
+        format!(
+            "relay:\n{}\njava consumer:\n{}",
+            s.read_log("relay.log"),
+            s.read_log("java-consumer.log")
+        )
+    };
+
+    // Each round commits 4 transactions of 200 events (and rolls one back),
+    // waits until most of it is applied, and kills -9 the consumer (and, in
+    // the first round, the relay too: replays on the wire, fence off).
+    let mut expected = Vec::new();
+    for round in 0..4 {
+        for t in round * 5..round * 5 + 5 {
+            let commit = t % 5 != 4;
+            source
+                .batch_execute(&format!(
+                    "BEGIN;
+                     SELECT count(walrelay.emit('{topic}', 'agg-' || (g % 13), jsonb_build_object('id', 'j-{t}-' || g))) FROM generate_series(1, 200) g;
+                     {};",
+                    if commit { "COMMIT" } else { "ROLLBACK" }
+                ))
+                .await?;
+            if commit {
+                expected.extend((1..=200).map(|g| format!("j-{t}-{g}")));
+            }
+        }
+        let target = expected.len() as i64 - 200;
+        await_condition(WAIT, Duration::from_millis(20), || async {
+            Ok(count().await? >= target)
+        })
+        .await
+        .with_context(|| format!("round {round}: no progress\n{}", logs()))?;
+        kill9(&mut consumer)?;
+        if round == 0 {
+            kill9(&mut relay)?;
+            relay = s.spawn_relay()?;
+        }
+        consumer = s.spawn_java_consumer(&classpath, topic, "java_service")?;
+    }
+    await_condition(WAIT, Duration::from_millis(100), || async {
+        Ok(count().await? >= expected.len() as i64)
+    })
+    .await
+    .with_context(logs)?;
+    // SIGTERM before the JVM handles it would kill it: wait for the last
+    // life's `started` (five lives).
+    await_condition(WAIT, Duration::from_millis(50), || async {
+        Ok(s.read_log("java-consumer.log").matches("started\n").count() >= 5)
+    })
+    .await
+    .with_context(logs)?;
+    let exit = sigterm(&mut consumer)?;
+    assert!(
+        exit.success(),
+        "Java consumer's graceful stop: {exit:?}\n{}",
+        logs()
+    );
+    let exit = sigterm(&mut relay)?;
+    assert!(exit.success(), "relay graceful stop: {exit:?}\n{}", logs());
+
+    let rows = service
+        .query(
+            "SELECT payload::jsonb ->> 'id', count(*) FROM java_applied_events GROUP BY 1",
+            &[],
+        )
+        .await?;
+    let counts: HashMap<String, i64> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(twice.is_empty(), "applied more than once: {twice:?}");
+    let missing: Vec<_> = expected
+        .iter()
+        .filter(|id| !counts.contains_key(*id))
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "never applied: {missing:?}");
+    assert_eq!(counts.len(), expected.len(), "nothing rolled back applied");
+    println!(
+        "Java consumer, exactly once: {} events applied once each after 4 consumer kill -9 and 1 relay kill -9; \
+         {} redelivered records dropped by the marks",
+        expected.len(),
+        java_duplicates(&s.read_log("java-consumer.log"))
+    );
     Ok(())
 }

@@ -52,6 +52,7 @@ pub mod broker;
 mod cluster;
 pub mod db;
 pub mod debezium;
+mod java;
 pub mod kafka;
 pub mod procstat;
 mod python;
@@ -77,6 +78,7 @@ pub use db::{outbox_table, OutboxKeys, TestDb, BUSY_TABLE};
 pub use debezium::{
     ConnectDelivery, DebeziumHome, DebeziumOptions, DebeziumWorker, Delivery, StartTimings, Variant,
 };
+pub use java::java_classpath;
 pub use kafka::{
     partition_count, read_topics, read_until_quiet, relay_headers, ConsumedRecord, EXTRA_READ_GRACE,
 };
