@@ -78,9 +78,11 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) consumer_records: Option<u64>,
     /// Only these consumers: wr_batch, wr_record, apply_limit,
-    /// inbox_careful, inbox_500, inbox_1, read, py_batch, py_record (default all; the Python ones run the
-    /// Python package from the pinned virtualenv of
-    /// scripts/install-python-venv.sh, which the bench runs).
+    /// inbox_careful, inbox_500, inbox_1, read, py_batch, py_record, py_apply_limit,
+    /// py_inbox_careful, java_batch, java_apply_limit, java_inbox_careful (default all; the Python
+    /// ones run the Python package from the pinned virtualenv of
+    /// scripts/install-python-venv.sh, which the bench runs; the Java ones `java/bench`, which the
+    /// bench builds with Maven, skipped with a note without a JDK or Maven).
     #[arg(long, value_delimiter = ',')]
     pub(crate) consumers: Vec<String>,
     /// Rates of the consumers' latency runs, events/s (0: none).

@@ -445,6 +445,7 @@ async fn consumers(
     let options = consumer::ConsumerOptions {
         only: cli.consumers.clone(),
         no_python: run.no_python_consumers,
+        no_java: false,
         records: cli
             .consumer_records
             .unwrap_or(if run.quick { 3_000 } else { 300_000 }),
@@ -457,9 +458,10 @@ async fn consumers(
             .collect(),
         latency_duration: Duration::from_secs_f64(run.latency_secs),
     };
-    let (runs, latency) = consumer::run(env, &options, first_seq)
+    let (runs, latency, notes) = consumer::run(env, &options, first_seq)
         .await
         .context("consumer runs")?;
+    results.notes.extend(notes);
     results.consumer = runs;
     results.consumer_latency = latency;
     Ok(())

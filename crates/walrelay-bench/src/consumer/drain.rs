@@ -21,6 +21,7 @@ pub(super) struct DrainTarget<'a> {
     /// The database (and consumer group) name.
     pub(super) db: &'a str,
     pub(super) python: Option<&'a Path>,
+    pub(super) java: Option<&'a str>,
 }
 
 /// One consumer applies the whole `topic` into a fresh database.
@@ -36,6 +37,7 @@ pub(super) async fn drain(
         partitions,
         db,
         python,
+        java,
     } = target;
     let dsn = fresh_database(env, db).await?;
     let applied = Applied::default();
@@ -51,6 +53,7 @@ pub(super) async fn drain(
             group: db,
             dsn: &dsn,
             python,
+            java,
         },
         applied.clone(),
         stop_rx,
@@ -91,7 +94,8 @@ pub(super) async fn drain(
         Consumer::WalrelayBatch
         | Consumer::WalrelayRecord
         | Consumer::PythonBatch
-        | Consumer::PythonRecord => {
+        | Consumer::PythonRecord
+        | Consumer::JavaBatch => {
             let row = client
                 .query_one(
                     "SELECT count(*), pg_total_relation_size('walrelay_consumer_hwm') FROM walrelay_consumer_hwm",
@@ -103,8 +107,12 @@ pub(super) async fn drain(
         Consumer::Inbox1
         | Consumer::Inbox500
         | Consumer::InboxCareful
-        | Consumer::PythonInboxCareful => inbox::state(&client).await?,
-        Consumer::ReadLimit | Consumer::ApplyLimit | Consumer::PythonApplyLimit => (0, 0),
+        | Consumer::PythonInboxCareful
+        | Consumer::JavaInboxCareful => inbox::state(&client).await?,
+        Consumer::ReadLimit
+        | Consumer::ApplyLimit
+        | Consumer::PythonApplyLimit
+        | Consumer::JavaApplyLimit => (0, 0),
     };
     let per = |s: f64| s * 1e6 / records as f64;
     Ok(ConsumerRun {

@@ -50,6 +50,7 @@ pub(super) async fn live(
             group: &db,
             dsn: &dsn,
             python: None,
+            java: None,
         },
         applied.clone(),
         stop_rx,

@@ -30,10 +30,12 @@
 //! 4 and 1 partitions; the inbox consumer ([`inbox`]) with one transaction
 //! per record and one per up to 500 records; the Python package's
 //! `ConsumerLoop` ([`python`]) with its batch and per-record handlers, as a
-//! child process from the pinned virtualenv.
+//! child process from the pinned virtualenv; the Java library's batch
+//! handler and the Java references ([`java`]), as a `java` child process.
 
 mod drain;
 mod inbox;
+mod java;
 mod live;
 pub(crate) mod python;
 mod start;
@@ -72,7 +74,7 @@ pub(crate) const EFFECT_INSERT_BATCH: &str = "INSERT INTO applied_events (event_
 const RUN_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// The order in which each repeat runs the consumers.
-const CONSUMER_ORDER: [Consumer; 11] = [
+const CONSUMER_ORDER: [Consumer; 14] = [
     Consumer::WalrelayBatch,
     Consumer::WalrelayRecord,
     Consumer::ApplyLimit,
@@ -84,6 +86,9 @@ const CONSUMER_ORDER: [Consumer; 11] = [
     Consumer::PythonRecord,
     Consumer::PythonApplyLimit,
     Consumer::PythonInboxCareful,
+    Consumer::JavaBatch,
+    Consumer::JavaApplyLimit,
+    Consumer::JavaInboxCareful,
 ];
 
 /// Which Python process runs a consumer (none: it runs in this process).
@@ -97,6 +102,16 @@ fn python_mode(consumer: Consumer) -> Option<python::Mode> {
     }
 }
 
+/// Which Java process runs a consumer.
+fn java_mode(consumer: Consumer) -> Option<java::Mode> {
+    match consumer {
+        Consumer::JavaBatch => Some(java::Mode::Batch),
+        Consumer::JavaInboxCareful => Some(java::Mode::InboxCareful),
+        Consumer::JavaApplyLimit => Some(java::Mode::ApplyLimit),
+        _ => None,
+    }
+}
+
 /// What the consumer bench is asked to do.
 #[derive(Debug, Clone)]
 pub struct ConsumerOptions {
@@ -105,6 +120,9 @@ pub struct ConsumerOptions {
     /// Without the Python consumers (their virtualenv could not be
     /// installed).
     pub no_python: bool,
+    /// Without the Java consumers (no JDK or Maven, or `java/bench` did
+    /// not build).
+    pub no_java: bool,
     pub records: u64,
     pub repeats: u32,
     pub rates: Vec<u64>,
@@ -118,6 +136,7 @@ impl ConsumerOptions {
     fn wants(&self, consumer: Consumer) -> bool {
         (self.only.is_empty() || self.only.iter().any(|t| t == consumer.tag()))
             && !(self.no_python && consumer.is_python())
+            && !(self.no_java && consumer.is_java())
     }
 }
 
@@ -163,28 +182,35 @@ impl Applied {
 }
 
 /// Runs the whole consumer bench: throughput on 4 and 1 partitions, then
-/// latency at `options.rates`.
+/// latency at `options.rates`; and notes for the report (the Java rows
+/// skipped, and why).
 pub async fn run(
     env: &mut BenchEnv,
     options: &ConsumerOptions,
     first_seq: u64,
-) -> Result<(Vec<ConsumerRun>, Vec<ConsumerLatencyRun>)> {
+) -> Result<(Vec<ConsumerRun>, Vec<ConsumerLatencyRun>, Vec<String>)> {
     env.fresh_broker().await?;
     let env = &*env;
     let w = Workload::new(Kind::Messages, 100, 200, options.records);
-    let topics = relay_topics(env, &w, first_seq).await?;
     let python = python_interpreter(options).await?;
+    let (java, notes) = java_classpath(options).await;
+    let options = &ConsumerOptions {
+        no_java: options.no_java || java.is_none(),
+        ..options.clone()
+    };
+    let topics = relay_topics(env, &w, first_seq).await?;
     let backlog = Backlog {
         topics: &topics,
         events: w.events,
         python: python.as_deref(),
+        java: java.as_deref(),
     };
     // Each run's database is named with the next number of this count.
     let mut n = 0;
     warm_up(env, options, &backlog).await?;
     let runs = drains(env, options, &backlog, &mut n).await?;
     let lat = latencies(env, options, &mut n).await?;
-    Ok((runs, lat))
+    Ok((runs, lat, notes))
 }
 
 /// The relayed topics of the throughput runs: (topic, its slot while it
@@ -197,6 +223,8 @@ struct Backlog<'a> {
     topics: &'a Topics,
     events: u64,
     python: Option<&'a Path>,
+    /// The Java consumers' classpath.
+    java: Option<&'a str>,
 }
 
 /// One backlog of `w`, committed from `first_seq`, relayed by walrelay
@@ -244,6 +272,26 @@ async fn python_interpreter(options: &ConsumerOptions) -> Result<Option<PathBuf>
     Ok(Some(python::venv_python().await?))
 }
 
+/// The Java consumers' classpath (`java/bench` built with Maven), when a
+/// Java consumer is wanted; without a JDK or Maven, or when the build
+/// fails, none, and a note saying the Java rows were skipped and why.
+async fn java_classpath(options: &ConsumerOptions) -> (Option<String>, Vec<String>) {
+    let wanted = CONSUMER_ORDER
+        .into_iter()
+        .any(|c| c.is_java() && options.wants(c));
+    if !wanted {
+        return (None, Vec::new());
+    }
+    match java::classpath().await {
+        Ok(cp) => (Some(cp), Vec::new()),
+        Err(why) => {
+            let note = format!("skipped the Java consumer rows (java_*): {why}");
+            tracing::warn!("{note}");
+            (None, vec![note])
+        }
+    }
+}
+
 /// One unreported run before the repeats: the broker's JIT and the
 /// fresh database warm up on it, not on whichever consumer the first
 /// repeat measures first (that run was 20-30 % slower than the same
@@ -263,6 +311,7 @@ async fn warm_up(env: &BenchEnv, options: &ConsumerOptions, backlog: &Backlog<'_
         partitions: *partitions,
         db: &format!("cons_warmup_{}", consumer.tag()),
         python: backlog.python,
+        java: backlog.java,
     };
     let run = drain(env, consumer, target, backlog.events, 0).await?;
     tracing::info!(
@@ -300,6 +349,7 @@ async fn drains(
                     partitions: *partitions,
                     db: &db,
                     python: backlog.python,
+                    java: backlog.java,
                 };
                 let run = drain(env, consumer, target, backlog.events, repeat).await?;
                 log_drain(&run);

@@ -112,25 +112,38 @@ pub(crate) struct Target<'a> {
 pub(crate) fn start(
     target: Target<'_>,
     applied: Applied,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<Result<()>>> {
     let (script, mode) = target.mode.script_and_arg();
-    let mut child = Command::new(target.python)
-        .arg("-c")
-        .arg(script)
-        .args([
-            target.bootstrap.as_str(),
-            target.topic,
-            target.dsn,
-            target.group,
-            mode,
-        ])
+    let mut cmd = Command::new(target.python);
+    cmd.arg("-c").arg(script).args([
+        target.bootstrap.as_str(),
+        target.topic,
+        target.dsn,
+        target.group,
+        mode,
+    ]);
+    follow(cmd, "the Python consumer", applied, stop)
+}
+
+/// Starts a child consumer (`cmd`) that speaks the protocol above on its
+/// stdout; the task follows its progress into `applied` and, once `stop` is
+/// set, stops it with SIGTERM and checks that it stopped cleanly.
+pub(crate) fn follow(
+    mut cmd: Command,
+    name: &'static str,
+    applied: Applied,
+    mut stop: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<Result<()>>> {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("starting {}", target.python.display()))?;
-    let pid = child.id().context("the Python consumer exited at once")?;
+        .with_context(|| format!("starting {name}"))?;
+    let pid = child
+        .id()
+        .with_context(|| format!("{name} exited at once"))?;
     let _ = applied.pid.set(pid);
     let stdout = child.stdout.take().context("no stdout of the child")?;
     Ok(tokio::spawn(async move {
@@ -151,16 +164,16 @@ pub(crate) fn start(
                         Some(Line::Processed(n)) | Some(Line::Stopped(n)) => {
                             applied.count.store(n, Ordering::Relaxed);
                         }
-                        None => tracing::info!("python consumer: {line}"),
+                        None => tracing::info!("{name}: {line}"),
                     }
                 }
             }
         }
         let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
             .await
-            .context("the Python consumer did not exit within 60 s of closing its stdout")??;
+            .with_context(|| format!("{name} did not exit within 60 s of closing its stdout"))??;
         if !stopping || !status.success() {
-            bail!("the Python consumer ended with {status} (stopped by the bench: {stopping})");
+            bail!("{name} ended with {status} (stopped by the bench: {stopping})");
         }
         Ok(())
     }))

@@ -1,5 +1,5 @@
 //! Starting one consumer (walrelay's loop, the inbox consumers, the read
-//! limit or a Python child), waiting for what it applied, and stopping it.
+//! limit, a Python or a Java child), waiting for what it applied, and stopping it.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -15,7 +15,8 @@ use tokio_postgres::Transaction;
 use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore};
 
 use super::{
-    connect, inbox, python, Applied, Consumer, EFFECT_INSERT_BATCH, EFFECT_INSERT_ONE, RUN_TIMEOUT,
+    connect, inbox, java, python, Applied, Consumer, EFFECT_INSERT_BATCH, EFFECT_INSERT_ONE,
+    RUN_TIMEOUT,
 };
 use crate::env::BenchEnv;
 
@@ -26,6 +27,8 @@ pub(super) struct Target<'a> {
     pub group: &'a str,
     pub dsn: &'a str,
     pub python: Option<&'a Path>,
+    /// The Java consumers' classpath.
+    pub java: Option<&'a str>,
 }
 
 fn kafka_config(env: &BenchEnv, group: &str) -> ClientConfig {
@@ -63,6 +66,17 @@ pub(super) async fn start(
         };
         return python::start(target, applied, stop);
     }
+    if let Some(mode) = super::java_mode(consumer) {
+        let target = java::Target {
+            classpath: target.java.context("no classpath for the Java consumer")?,
+            bootstrap: env.bootstrap(),
+            topic: target.topic,
+            jdbc_url: java::jdbc_url(target.dsn)?,
+            group: target.group,
+            mode,
+        };
+        return java::start(target, applied, stop);
+    }
     let topic = target.topic.to_owned();
     Ok(match consumer {
         Consumer::WalrelayBatch | Consumer::WalrelayRecord => {
@@ -78,7 +92,10 @@ pub(super) async fn start(
         Consumer::PythonBatch
         | Consumer::PythonRecord
         | Consumer::PythonInboxCareful
-        | Consumer::PythonApplyLimit => unreachable!("started above"),
+        | Consumer::PythonApplyLimit
+        | Consumer::JavaBatch
+        | Consumer::JavaInboxCareful
+        | Consumer::JavaApplyLimit => unreachable!("started above"),
     })
 }
 

@@ -48,7 +48,7 @@ pub fn summary(runs: &[ConsumerRun], consumer: Consumer, partitions: i32) -> Opt
     })
 }
 
-const ROWS: [(Consumer, i32); 20] = [
+const ROWS: [(Consumer, i32); 26] = [
     (Consumer::WalrelayBatch, 4),
     (Consumer::WalrelayBatch, 1),
     (Consumer::WalrelayRecord, 4),
@@ -61,6 +61,12 @@ const ROWS: [(Consumer, i32); 20] = [
     (Consumer::PythonApplyLimit, 1),
     (Consumer::PythonInboxCareful, 4),
     (Consumer::PythonInboxCareful, 1),
+    (Consumer::JavaBatch, 4),
+    (Consumer::JavaBatch, 1),
+    (Consumer::JavaApplyLimit, 4),
+    (Consumer::JavaApplyLimit, 1),
+    (Consumer::JavaInboxCareful, 4),
+    (Consumer::JavaInboxCareful, 1),
     (Consumer::ApplyLimit, 4),
     (Consumer::ApplyLimit, 1),
     (Consumer::InboxCareful, 4),
@@ -75,6 +81,8 @@ const ROWS: [(Consumer, i32); 20] = [
 fn limit_of(consumer: Consumer) -> Consumer {
     if consumer.is_python() {
         Consumer::PythonApplyLimit
+    } else if consumer.is_java() {
+        Consumer::JavaApplyLimit
     } else {
         Consumer::ApplyLimit
     }
@@ -100,7 +108,7 @@ pub fn targets(runs: &[ConsumerRun]) -> Vec<TargetCheck> {
     let inbox = summary(runs, Consumer::Inbox500, 4).or(summary(runs, Consumer::Inbox1, 4));
     let python = summary(runs, Consumer::PythonBatch, 4);
     if batch(4).is_none() && record.is_none() && python.is_none() {
-        return out;
+        return java_targets(runs);
     }
     for p in [4, 1] {
         let r = ratio(batch(p), limit(p));
@@ -189,6 +197,53 @@ pub fn targets(runs: &[ConsumerRun]) -> Vec<TargetCheck> {
         ),
         met: constant.zip(grows).map(|(c, g)| c && g),
     });
+    out.extend(java_targets(runs));
+    out
+}
+
+/// Issue 40's Java targets: the library's batch handler against the Java
+/// references of the same run, with one mark row per partition.
+fn java_targets(runs: &[ConsumerRun]) -> Vec<TargetCheck> {
+    let mut out = Vec::new();
+    let batch = |p| summary(runs, Consumer::JavaBatch, p);
+    if batch(4).is_none() && batch(1).is_none() {
+        return out;
+    }
+    let plural = |p: i32| if p == 1 { "" } else { "s" };
+    for p in [4, 1] {
+        let r = ratio(batch(p), summary(runs, Consumer::JavaApplyLimit, p));
+        out.push(TargetCheck {
+            target: format!(
+                "Java library, batch handler: >= 0.9x the Java apply limit ({p} partition{})",
+                plural(p)
+            ),
+            measured: shown(r),
+            met: r.map(|r| r >= 0.9),
+        });
+    }
+    for p in [4, 1] {
+        let r = ratio(batch(p), summary(runs, Consumer::JavaInboxCareful, p));
+        out.push(TargetCheck {
+            target: format!(
+                "Java library, batch handler: >= 1.2x the careful Java inbox ({p} partition{})",
+                plural(p)
+            ),
+            measured: shown(r),
+            met: r.map(|r| r >= 1.2),
+        });
+    }
+    for p in [4, 1] {
+        out.push(TargetCheck {
+            target: format!(
+                "Java library, batch handler: one row of state per partition ({p} partition{})",
+                plural(p)
+            ),
+            measured: batch(p).map_or("not measured".into(), |b| {
+                format!("{} rows, {} B", b.state_rows, b.state_bytes)
+            }),
+            met: batch(p).map(|b| b.state_rows == i64::from(p)),
+        });
+    }
     out
 }
 

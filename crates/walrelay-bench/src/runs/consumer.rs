@@ -35,6 +35,12 @@ pub enum Consumer {
     PythonInboxCareful,
     #[serde(rename = "Python apply limit (multi-row effects, no dedupe)")]
     PythonApplyLimit,
+    #[serde(rename = "Java library, batch handler")]
+    JavaBatch,
+    #[serde(rename = "Java inbox table, careful (multi-row, 500/tx)")]
+    JavaInboxCareful,
+    #[serde(rename = "Java apply limit (multi-row effects, no dedupe)")]
+    JavaApplyLimit,
 }
 
 impl Consumer {
@@ -51,6 +57,9 @@ impl Consumer {
             Consumer::PythonRecord => "Python package, per-record handler",
             Consumer::PythonInboxCareful => "Python inbox table, careful (multi-row, 500/tx)",
             Consumer::PythonApplyLimit => "Python apply limit (multi-row effects, no dedupe)",
+            Consumer::JavaBatch => "Java library, batch handler",
+            Consumer::JavaInboxCareful => "Java inbox table, careful (multi-row, 500/tx)",
+            Consumer::JavaApplyLimit => "Java apply limit (multi-row effects, no dedupe)",
         }
     }
 
@@ -68,6 +77,9 @@ impl Consumer {
             Consumer::PythonRecord => "py_record",
             Consumer::PythonInboxCareful => "py_inbox_careful",
             Consumer::PythonApplyLimit => "py_apply_limit",
+            Consumer::JavaBatch => "java_batch",
+            Consumer::JavaInboxCareful => "java_inbox_careful",
+            Consumer::JavaApplyLimit => "java_apply_limit",
         }
     }
 
@@ -80,6 +92,15 @@ impl Consumer {
                 | Consumer::PythonRecord
                 | Consumer::PythonInboxCareful
                 | Consumer::PythonApplyLimit
+        )
+    }
+
+    /// Whether it is the Java library's or a Java reference: held against
+    /// the Java apply limit.
+    pub fn is_java(self) -> bool {
+        matches!(
+            self,
+            Consumer::JavaBatch | Consumer::JavaInboxCareful | Consumer::JavaApplyLimit
         )
     }
 }
