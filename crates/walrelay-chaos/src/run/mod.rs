@@ -1,7 +1,9 @@
 //! One run of the harness, phase by phase: start the services and the
 //! processes ([`start`]), run the workload while the schedule injects
 //! faults ([`inject`]), let everything catch up and stop ([`drain`],
-//! [`stop`]), then check the history ([`check`]) and write the report.
+//! [`stop`]), then check the history ([`check`]) and write the report
+//! (`summary`: whether the run did what it planned, and the report's
+//! rows besides the verdict's).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
