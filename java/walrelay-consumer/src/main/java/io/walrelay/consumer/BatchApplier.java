@@ -218,6 +218,14 @@ public final class BatchApplier {
         }
     }
 
+    /** Runs a statement whose rows, if any, are not wanted (e.g. {@code SELECT set_config(...)}). */
+    static void run(Connection conn, Statements.Sql sql, Object... params) throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement(sql.jdbc())) {
+            sql.bind(ps, params);
+            ps.execute();
+        }
+    }
+
     static void rollbackQuietly(Connection conn) {
         try {
             if (!conn.isClosed()) {

@@ -83,7 +83,7 @@ final class Rebalance implements ConsumerRebalanceListener {
             Connection conn = lease.conn();
             long millis = Math.max(loop.settings.rebalanceDbTimeout().toMillis(), 1);
             conn.setNetworkTimeout(Runnable::run, (int) Math.min(millis + 1000, Integer.MAX_VALUE));
-            BatchApplier.execute(conn, Statements.STATEMENT_TIMEOUT, Long.toString(millis));
+            BatchApplier.run(conn, Statements.STATEMENT_TIMEOUT, Long.toString(millis));
             String[] topics = fresh.stream().map(TopicPartition::topic).toArray(String[]::new);
             Integer[] partitions = fresh.stream().map(TopicPartition::partition).toArray(Integer[]::new);
             try (PreparedStatement ps = conn.prepareStatement(Statements.HWM_LOAD.jdbc())) {
