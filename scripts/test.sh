@@ -155,8 +155,9 @@ stage java "JVM consumer (java/): mvn verify (the library's unit tests, and the 
 # needs a JDK (javac), not only the JRE Kafka runs on. `verify` also
 # writes java/examples/plain-consumer/target/classpath.txt (and java/bench's),
 # which tests/exactly_once.rs starts the Java example consumer with
-# (`java -cp`) in the Apache Kafka stage below: it fails there, under CI=true,
-# when that file is missing.
+# (`java -cp`) in the Apache Kafka stage below, and the chaos runs
+# (three_brokers, pg_failover_chaos) their Java consumer: they fail there,
+# under CI=true, when that file is missing.
 if ! command -v javac >/dev/null 2>&1; then
     sudo_cmd=()
     [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
@@ -166,7 +167,7 @@ fi
 (cd java && WALRELAY_KAFKA_HOME="${kafka_home}" \
     mvn -q -B -T 1 -Dmaven.repo.local="$(pwd)/../target/tools/m2" verify)
 
-stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite, short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust and the Python consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
+stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite, short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust, the Python and the Java consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
 # kafka_security, three_brokers (a short chaos run on three nodes) and
 # ops_kit (Prometheus scraping the relay and both example consumers) run
 # the Python consumer with the virtualenv above (they fail, not skip,
@@ -176,7 +177,7 @@ WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${pyt
     "${kafka_tests[@]}" \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 
-stage "PostgreSQL 17 failover" "PostgreSQL 17 and Apache Kafka: the primary killed under load, the standby promoted, the same relay on the new primary (and the old primary back as a split brain, refused); the short chaos run with three failovers among the one-broker faults, with the Rust and the Python consumer"
+stage "PostgreSQL 17 failover" "PostgreSQL 17 and Apache Kafka: the primary killed under load, the standby promoted, the same relay on the new primary (and the old primary back as a split brain, refused); the short chaos run with three failovers among the one-broker faults, with the Rust, the Python and the Java consumer"
 WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PG_BIN="${pg17_bin}" \
     cargo test --locked -p walrelay --test pg_failover -- --test-threads="${WALRELAY_TEST_THREADS:-2}" \
     a_primary_killed_under_load

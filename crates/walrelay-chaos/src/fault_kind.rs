@@ -20,8 +20,8 @@ pub enum FaultKind {
     /// The proxy stalls every connection for longer than the timeout.
     BrokerStall,
     /// The consumer kills itself right after a database commit, before
-    /// the offset commit (and the Python consumer, if any, gets a plain
-    /// `kill -9`).
+    /// the offset commit (and the Python and the Java consumer, if any,
+    /// get a plain `kill -9`).
     ConsumerKill,
     /// Three brokers: `kill -9` of the leader of a partition the relay
     /// writes to, restarted after up to 3 s.

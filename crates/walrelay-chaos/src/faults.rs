@@ -149,7 +149,7 @@ pub async fn inject(
     services: &Services,
     relay: &mut Supervised,
     consumer: &mut Supervised,
-    python: Option<&mut Supervised>,
+    others: impl Iterator<Item = &mut Supervised>,
     rng: &mut StdRng,
     log: &mut FaultLog,
 ) -> Result<()> {
@@ -254,9 +254,10 @@ pub async fn inject(
                 }
             }
             consumer.start()?;
-            if let Some(python) = python {
-                python.kill9().await?;
-                python.start()?;
+            // The other consumers (Python, Java): a plain kill -9 each.
+            for other in others {
+                other.kill9().await?;
+                other.start()?;
             }
         }
     }

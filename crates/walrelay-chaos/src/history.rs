@@ -122,8 +122,9 @@ pub struct Applied {
     pub key: u128,
 }
 
-/// Every row of `table` (`chaos_applied`, or the Python consumer's
-/// `chaos_applied_py`), in application order.
+/// Every row of `table` (`chaos_applied`, or the Python or the Java
+/// consumer's `chaos_applied_py`, `chaos_applied_java`), in application
+/// order.
 pub async fn applied(dsn: &str, table: &str) -> Result<Vec<Applied>> {
     let client = connect(dsn).await?;
     let rows = client

@@ -70,6 +70,10 @@ pub struct Options {
     /// A Python interpreter with the `walrelay_consumer` package: runs the
     /// Python consumer beside the Rust one, checked the same way.
     pub python: Option<PathBuf>,
+    /// The Java consumer's classpath (java/examples/plain-consumer, as
+    /// `walrelay_testkit::java_classpath` finds it): runs its
+    /// `ChaosConsumer` beside the Rust one, checked the same way.
+    pub java: Option<String>,
     /// The source is a primary and a failover standby (PostgreSQL 17 or
     /// later), and the schedule fails over between them
     /// ([`FaultKind::PgFailover`]).
@@ -111,6 +115,7 @@ impl Options {
             fence: true,
             brokers,
             python,
+            java: None,
             pg_failover: false,
         })
     }
@@ -138,6 +143,11 @@ pub fn relay_binary_for_tests() -> Result<PathBuf> {
 pub const PYTHON_GROUP: &str = "chaos-py";
 pub(crate) const PYTHON_CONSUMER: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/python/chaos_consumer.py");
+
+/// The Java consumer's group, and its main class (in
+/// java/examples/plain-consumer).
+pub const JAVA_GROUP: &str = "chaos-java";
+pub(crate) const JAVA_CONSUMER: &str = "io.walrelay.example.ChaosConsumer";
 
 /// The result of a run.
 pub struct Report {

@@ -49,6 +49,12 @@ struct Cli {
     /// scripts/install-python-venv.sh) [default: $WALRELAY_PYTHON].
     #[arg(long, env = "WALRELAY_PYTHON")]
     python: Option<PathBuf>,
+    /// Also run the Java consumer with this classpath (java/examples/
+    /// plain-consumer's `target/classes` and the jars its
+    /// `target/classpath.txt` lists, as `mvn package` writes them)
+    /// [default: $WALRELAY_JAVA_CLASSPATH].
+    #[arg(long, env = "WALRELAY_JAVA_CLASSPATH")]
+    java: Option<String>,
     /// The source is a primary and a failover standby, and the schedule
     /// fails over between them (kill -9 of the primary, promotion, the old
     /// primary rebuilt as the standby). Needs PostgreSQL 17 or later
@@ -96,6 +102,7 @@ async fn main() -> Result<()> {
         fence: !cli.no_fence,
         brokers: cli.brokers,
         python: cli.python,
+        java: cli.java,
         pg_failover: cli.pg_failover,
     })
     .await?;

@@ -3,22 +3,24 @@
 //! the one-broker faults the schedule fails over three times (`kill -9`
 //! of the primary's postmaster, the standby promoted, the old primary
 //! rebuilt as the new standby), while the same relay process follows the
-//! primary and the Rust and the Python consumer apply every event; then
-//! the full history check (nothing lost, nothing applied twice, no
-//! phantom: an event on the wire whose transaction the new primary lacks
-//! counts as a rolled-back event published).
+//! primary and the Rust, the Python and the Java consumer apply every
+//! event; then the full history check (nothing lost, nothing applied
+//! twice, no phantom: an event on the wire whose transaction the new
+//! primary lacks counts as a rolled-back event published).
 //!
 //! Failover slots came with PostgreSQL 17: `scripts/test.sh` runs this in
 //! its PostgreSQL 17 stage on Apache Kafka (WALRELAY_PG_BIN,
-//! WALRELAY_BROKER=kafka, WALRELAY_PYTHON). On an older server it is
-//! skipped, saying so, except under CI=true, where it fails.
+//! WALRELAY_BROKER=kafka, WALRELAY_PYTHON, java/examples/plain-consumer
+//! built by its `java` stage). On an older server it is skipped, saying
+//! so, except under CI=true, where it fails. The Java consumer is skipped,
+//! saying so, when its build or `java` is missing, except under CI=true.
 //! `WALRELAY_CHAOS_SEED` replays a seed.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use walrelay_chaos::Options;
-use walrelay_testkit::{python_interpreter, PgBin};
+use walrelay_testkit::{java_classpath, python_interpreter, PgBin};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_run_with_postgresql_failovers_loses_nothing_and_publishes_no_phantom() -> Result<()>
@@ -40,6 +42,7 @@ async fn chaos_run_with_postgresql_failovers_loses_nothing_and_publishes_no_phan
         1,
         python_interpreter()?,
     )?;
+    options.java = java_classpath("examples/plain-consumer")?;
     options.pg_failover = true;
     let seed = options.seed;
     let report = walrelay_chaos::run(options).await?;

@@ -17,22 +17,22 @@ use walrelay_testkit::await_condition;
 
 use crate::checker::{self, Verdict};
 
+mod others;
 mod summary;
 use crate::faults::{self, FaultKind, FaultLog};
 use crate::history::{self, Auditor, TraceSummary};
 use crate::services::{self, Services, Supervised, GROUP, TOPICS};
 use crate::workload::{self, Progress, Unit, Workload};
-use crate::{
-    applied_count, current_lsn, plan, relay_args, slot_confirmed, Options, Plan, Report,
-    PYTHON_CONSUMER, PYTHON_GROUP,
-};
+use crate::{applied_count, current_lsn, plan, relay_args, slot_confirmed, Options, Plan, Report};
+use others::Other;
 use summary::{extra_rows, harness_failures};
 
 /// The supervised processes: the relay and the consumers.
 struct Procs {
     relay: Supervised,
     consumer: Supervised,
-    python: Option<Supervised>,
+    /// The Python and the Java consumer, as asked for.
+    others: Vec<Other>,
     /// The relay's trace of acknowledgements and confirmations.
     trace: PathBuf,
 }
@@ -42,10 +42,9 @@ impl Procs {
     fn ensure_running(&mut self) -> Result<()> {
         self.relay.ensure_running()?;
         self.consumer.ensure_running()?;
-        if let Some(p) = &mut self.python {
-            p.ensure_running()?;
-        }
-        Ok(())
+        self.others
+            .iter_mut()
+            .try_for_each(|o| o.proc.ensure_running())
     }
 }
 
@@ -95,7 +94,7 @@ pub async fn run(o: Options) -> Result<Report> {
         "walrelay-chaos: {:.0}s: reading back the wire and the history",
         started.elapsed().as_secs_f64()
     );
-    let (verdict, python_verdict, trace_summary) =
+    let (verdict, other_verdicts, trace_summary) =
         check(&o, &s, &procs, &auditor, &injected, &drained, &mut failures).await?;
     harness_failures(
         &plan,
@@ -107,14 +106,7 @@ pub async fn run(o: Options) -> Result<Report> {
     );
     let elapsed = started.elapsed();
     let failovers = s.source.is_pair().then(|| s.source.failovers());
-    let extra = extra_rows(
-        &o,
-        &procs,
-        &injected,
-        python_verdict.as_ref(),
-        failovers,
-        elapsed,
-    );
+    let extra = extra_rows(&o, &procs, &injected, &other_verdicts, failovers, elapsed);
     let table = checker::table(&verdict, &trace_summary, &injected.log, &extra);
     Ok(Report {
         seed: o.seed,
@@ -162,31 +154,23 @@ async fn start(o: &Options, s: &Services) -> Result<(Procs, Auditor)> {
         consumer_args("consumer", s, GROUP),
         s.path("consumer.log"),
     );
-    let python = o.python.as_ref().map(|interpreter| {
-        Supervised::new(
-            "Python consumer",
-            interpreter.clone(),
-            consumer_args(PYTHON_CONSUMER, s, PYTHON_GROUP),
-            s.path("consumer-py.log"),
-        )
-    });
     let mut procs = Procs {
         relay,
         consumer,
-        python,
+        others: others::others(o, s),
         trace,
     };
     procs.relay.start()?;
     procs.consumer.start()?;
-    if let Some(p) = &mut procs.python {
-        p.start()?;
+    for other in &mut procs.others {
+        other.proc.start()?;
     }
     await_standby(s, &mut auditor).await?;
     Ok((procs, auditor))
 }
 
-/// A consumer's arguments: `first` (the subcommand, or the Python
-/// script), the broker, the database, the group and every topic.
+/// A consumer's arguments: `first` (the subcommand, the Python script or
+/// the Java main class), the broker, the database, the group and every topic.
 fn consumer_args(first: &str, s: &Services, group: &str) -> Vec<String> {
     let mut args = vec![
         first.to_string(),
@@ -248,7 +232,7 @@ async fn inject(
                 s,
                 &mut procs.relay,
                 &mut procs.consumer,
-                procs.python.as_mut(),
+                procs.others.iter_mut().map(|o| &mut o.proc),
                 &mut rng,
                 &mut log,
             )
@@ -368,13 +352,12 @@ async fn drain(
     let mut caught_up = false;
     while Instant::now() < deadline {
         procs.consumer.ensure_running()?;
-        if let Some(p) = &mut procs.python {
-            p.ensure_running()?;
+        let mut behind = applied_count(&dsn, "chaos_applied").await.unwrap_or(0) < expected;
+        for other in &mut procs.others {
+            other.proc.ensure_running()?;
+            behind |= applied_count(&dsn, other.table).await.unwrap_or(0) < expected;
         }
-        if applied_count(&dsn, "chaos_applied").await.unwrap_or(0) >= expected
-            && (procs.python.is_none()
-                || applied_count(&dsn, "chaos_applied_py").await.unwrap_or(0) >= expected)
-        {
+        if !behind {
             caught_up = true;
             break;
         }
@@ -385,10 +368,11 @@ async fn drain(
             "the consumers did not apply {expected} events in time:\n{}\n{}",
             services::tail(procs.consumer.log_path(), 20),
             procs
-                .python
-                .as_ref()
-                .map(|p| services::tail(p.log_path(), 20))
-                .unwrap_or_default()
+                .others
+                .iter()
+                .map(|o| services::tail(o.proc.log_path(), 20))
+                .collect::<Vec<_>>()
+                .join("\n")
         ));
     }
     Ok(Drained { ledger, expected })
@@ -406,12 +390,17 @@ async fn stop(procs: &mut Procs, failures: &mut Vec<String>) {
         Ok(st) if st.success() => {}
         other => failures.push(format!("consumer graceful stop: {other:?}")),
     }
-    if let Some(p) = &mut procs.python {
-        match p.signal_and_wait("TERM", Duration::from_secs(30)).await {
+    for o in &mut procs.others {
+        match o
+            .proc
+            .signal_and_wait("TERM", Duration::from_secs(30))
+            .await
+        {
             Ok(st) if st.success() => {}
             other => failures.push(format!(
-                "Python consumer graceful stop: {other:?}\n{}",
-                services::tail(p.log_path(), 20)
+                "{} consumer graceful stop: {other:?}\n{}",
+                o.label,
+                services::tail(o.proc.log_path(), 20)
             )),
         }
     }
@@ -428,7 +417,7 @@ async fn stop(procs: &mut Procs, failures: &mut Vec<String>) {
     }
 }
 
-/// The history checks: the wire, the Rust and the Python consumer's
+/// The history checks: the wire, the Rust and the other consumers'
 /// applications, the relay's trace of acknowledgements and confirmations.
 async fn check(
     o: &Options,
@@ -438,7 +427,7 @@ async fn check(
     injected: &Injected,
     drained: &Drained,
     failures: &mut Vec<String>,
-) -> Result<(Verdict, Option<Verdict>, TraceSummary)> {
+) -> Result<(Verdict, Vec<(&'static str, Verdict)>, TraceSummary)> {
     let (units, ledger, expected) = (&injected.units, &drained.ledger, drained.expected);
     let bootstrap = s.bootstrap();
     let wire = tokio::task::spawn_blocking(move || {
@@ -454,30 +443,14 @@ async fn check(
     let trace_summary = history::check_trace(&procs.trace)?;
     let mut verdict = checker::check(units, ledger, &auditor.non_tx, &applied, &wire);
     verdict.duplicates_allowed = !o.fence;
-    // The Python consumer's applications, checked like the Rust one's.
-    let python_verdict = match &procs.python {
-        Some(_) => {
-            let applied = history::applied(&s.service_dsn(), "chaos_applied_py").await?;
-            let mut v = checker::check(units, ledger, &auditor.non_tx, &applied, &wire);
-            v.duplicates_allowed = !o.fence;
-            Some(v)
-        }
-        None => None,
-    };
-    // Its own applications only: the wire is the Rust check's.
-    if let Some(v) = python_verdict.as_ref().filter(|v| {
-        v.lost
-            + v.double_processed
-            + v.rolled_back_applied
-            + v.unexpected_applied
-            + v.order_violations
-            > 0
-    }) {
-        failures.push(format!(
-            "history check of the Python consumer failed; examples:\n  {}",
-            v.examples.join("\n  ")
-        ));
-    }
+    let other_verdicts = others::check(
+        &procs.others,
+        &s.service_dsn(),
+        o.fence,
+        |applied| checker::check(units, ledger, &auditor.non_tx, applied, &wire),
+        failures,
+    )
+    .await?;
     if o.fence && verdict.wire_duplicates > 0 {
         failures.push(format!(
             "{} replayed duplicates on the wire with the tail fence on (see the relay log's \"tail fence\" lines)",
@@ -507,5 +480,5 @@ async fn check(
             trace_summary.malformed, procs.relay.starts
         ));
     }
-    Ok((verdict, python_verdict, trace_summary))
+    Ok((verdict, other_verdicts, trace_summary))
 }

@@ -29,7 +29,7 @@ pub(super) fn harness_failures(
         .unexpected_exits
         .iter()
         .chain(&procs.consumer.unexpected_exits)
-        .chain(procs.python.iter().flat_map(|p| &p.unexpected_exits))
+        .chain(procs.others.iter().flat_map(|o| &o.proc.unexpected_exits))
     {
         failures.push(format!("unexpected exit: {e}"));
     }
@@ -70,7 +70,7 @@ pub(super) fn extra_rows(
     o: &Options,
     procs: &Procs,
     injected: &Injected,
-    python_verdict: Option<&Verdict>,
+    other_verdicts: &[(&'static str, Verdict)],
     failovers: Option<usize>,
     elapsed: Duration,
 ) -> Vec<(String, String)> {
@@ -91,15 +91,7 @@ pub(super) fn extra_rows(
             ),
         ));
     }
-    if let Some(v) = python_verdict {
-        extra.push((
-            "Python consumer: applications / lost / double-processed / order violations".into(),
-            format!(
-                "{} / {} / {} / {}",
-                v.applications, v.lost, v.double_processed, v.order_violations
-            ),
-        ));
-    }
+    extra.extend(super::others::rows(&procs.others, other_verdicts));
     extra.extend([
         (
             "consumer kills without a new record (plain kill -9)".to_string(),
