@@ -168,6 +168,32 @@ fn sigterm(child: &mut Child) -> Result<std::process::ExitStatus> {
     Ok(child.wait()?)
 }
 
+/// Transactions `ts` of 200 `walrelay.emit` events each on `topic`, with
+/// the ids `{tag}-{t}-{g}`; every fifth is rolled back. The committed ids.
+async fn write_round(
+    source: &tokio_postgres::Client,
+    topic: &str,
+    tag: &str,
+    ts: std::ops::Range<u32>,
+) -> Result<Vec<String>> {
+    let mut committed = Vec::new();
+    for t in ts {
+        let commit = t % 5 != 4;
+        source
+            .batch_execute(&format!(
+                "BEGIN;
+                 SELECT count(walrelay.emit('{topic}', 'agg-' || (g % 13), jsonb_build_object('id', '{tag}-{t}-' || g))) FROM generate_series(1, 200) g;
+                 {};",
+                if commit { "COMMIT" } else { "ROLLBACK" }
+            ))
+            .await?;
+        if commit {
+            committed.extend((1..=200).map(|g| format!("{tag}-{t}-{g}")));
+        }
+    }
+    Ok(committed)
+}
+
 async fn applied(service: &tokio_postgres::Client) -> Result<i64> {
     Ok(service
         .query_one("SELECT count(*) FROM applied_events", &[])
@@ -208,20 +234,7 @@ async fn every_committed_event_is_applied_exactly_once_through_relay_and_consume
     // up to 1 s of offset commits, so Kafka redelivers records it applied.
     let mut expected = Vec::new();
     for round in 0..6 {
-        for t in round * 10..round * 10 + 10 {
-            let commit = t % 5 != 4;
-            source
-                .batch_execute(&format!(
-                    "BEGIN;
-                     SELECT count(walrelay.emit('{TOPIC}', 'agg-' || (g % 13), jsonb_build_object('id', 'e-{t}-' || g))) FROM generate_series(1, 200) g;
-                     {};",
-                    if commit { "COMMIT" } else { "ROLLBACK" }
-                ))
-                .await?;
-            if commit {
-                expected.extend((1..=200).map(|g| format!("e-{t}-{g}")));
-            }
-        }
+        expected.extend(write_round(&source, TOPIC, "e", round * 10..round * 10 + 10).await?);
         let target = expected.len() as i64 - 200;
         await_condition(WAIT, Duration::from_millis(20), || async {
             Ok(applied(&service).await? >= target)
@@ -521,20 +534,7 @@ async fn the_java_consumer_applies_every_event_exactly_once_through_kill_9() -> 
     // the first round, the relay too: replays on the wire, fence off).
     let mut expected = Vec::new();
     for round in 0..4 {
-        for t in round * 5..round * 5 + 5 {
-            let commit = t % 5 != 4;
-            source
-                .batch_execute(&format!(
-                    "BEGIN;
-                     SELECT count(walrelay.emit('{topic}', 'agg-' || (g % 13), jsonb_build_object('id', 'j-{t}-' || g))) FROM generate_series(1, 200) g;
-                     {};",
-                    if commit { "COMMIT" } else { "ROLLBACK" }
-                ))
-                .await?;
-            if commit {
-                expected.extend((1..=200).map(|g| format!("j-{t}-{g}")));
-            }
-        }
+        expected.extend(write_round(&source, &topic, "j", round * 5..round * 5 + 5).await?);
         let target = expected.len() as i64 - 200;
         await_condition(WAIT, Duration::from_millis(20), || async {
             Ok(count().await? >= target)
