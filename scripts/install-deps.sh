@@ -9,16 +9,8 @@
 # when everything is there. Needs root or sudo for apt-get.
 set -euo pipefail
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "install-deps.sh: need root (or sudo) to run: $*" >&2
-        exit 1
-    fi
-}
+# shellcheck source=scripts/lib/as-root.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/as-root.sh"
 
 missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
@@ -30,8 +22,7 @@ command -v make >/dev/null 2>&1 || missing+=(make)
 
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "Installing build dependencies: ${missing[*]}..."
-    as_root apt-get update
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+    apt_install "${missing[@]}"
 fi
 
 if ! pkg-config --exists openssl; then

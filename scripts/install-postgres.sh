@@ -13,16 +13,8 @@ set -euo pipefail
 PG_MAJOR=15
 PG_BIN="/usr/lib/postgresql/${PG_MAJOR}/bin"
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "install-postgres.sh: need root (or sudo) to run: $*" >&2
-        exit 1
-    fi
-}
+# shellcheck source=scripts/lib/as-root.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/as-root.sh"
 
 if [ ! -x "${PG_BIN}/initdb" ]; then
     echo "Installing PostgreSQL ${PG_MAJOR} from Debian packages..."
@@ -44,9 +36,7 @@ if [ ! -x "${PG_BIN}/initdb" ]; then
         fi
     }
     trap cleanup EXIT
-    as_root apt-get update
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        "postgresql-${PG_MAJOR}" "postgresql-client-${PG_MAJOR}"
+    apt_install "postgresql-${PG_MAJOR}" "postgresql-client-${PG_MAJOR}"
 fi
 
 # The testkit runs the server as "postgres" when the tests run as root

