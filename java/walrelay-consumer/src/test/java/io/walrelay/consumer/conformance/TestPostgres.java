@@ -16,14 +16,15 @@ import org.postgresql.ds.PGSimpleDataSource;
  * A throwaway PostgreSQL cluster (trust authentication, fsync off), from
  * {@code $WALRELAY_PG_BIN} or /usr/lib/postgresql/15/bin (else the newest
  * installed), as the Python tests' conftest.py makes it; each scenario gets
- * a database of its own.
+ * a database of its own. Public for walrelay-consumer-spring's tests (this
+ * module's test-jar).
  */
-final class TestPostgres implements AutoCloseable {
+public final class TestPostgres implements AutoCloseable {
     final int port;
     private final Path dir;
     private final Path bin;
 
-    TestPostgres() throws IOException {
+    public TestPostgres() throws IOException {
         bin = pgBin();
         dir = Files.createTempDirectory("walrelay-java-pg-");
         Files.setPosixFilePermissions(dir, PosixFilePermissions.fromString("rwx------"));
@@ -77,12 +78,12 @@ final class TestPostgres implements AutoCloseable {
         }
     }
 
-    String url(String database) {
+    public String url(String database) {
         return "jdbc:postgresql://" + Servers.HOST + ":" + port + "/" + database + "?user=postgres";
     }
 
     /** A fresh database; returns its JDBC URL. */
-    String createDatabase() {
+    public String createDatabase() {
         String name = "j" + UUID.randomUUID().toString().replace("-", "").substring(0, 12);
         try (Connection c = DriverManager.getConnection(url("postgres")); Statement st = c.createStatement()) {
             st.execute("CREATE DATABASE " + name);
@@ -92,7 +93,7 @@ final class TestPostgres implements AutoCloseable {
         return url(name);
     }
 
-    static PGSimpleDataSource dataSource(String url) {
+    public static PGSimpleDataSource dataSource(String url) {
         PGSimpleDataSource ds = new PGSimpleDataSource();
         ds.setUrl(url);
         return ds;
