@@ -534,7 +534,7 @@ async fn the_java_consumer_applies_every_event_exactly_once_through_kill_9() -> 
     // the first round, the relay too: replays on the wire, fence off).
     let mut expected = Vec::new();
     for round in 0..4 {
-        expected.extend(write_round(&source, &topic, "j", round * 5..round * 5 + 5).await?);
+        expected.extend(write_round(&source, topic, "j", round * 5..round * 5 + 5).await?);
         let target = expected.len() as i64 - 200;
         await_condition(WAIT, Duration::from_millis(20), || async {
             Ok(count().await? >= target)
