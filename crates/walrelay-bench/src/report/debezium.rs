@@ -314,7 +314,7 @@ impl Results {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::{LatencyRun, Machine, Percentiles, ToolRun};
+    use crate::runs::{LatencyRun, Percentiles, ToolRun};
     use crate::workload::{Kind, Workload};
 
     fn run(tool: Tool, workload: &str, events_per_s: f64, cpu: f64, rss: u64) -> ToolRun {
@@ -359,26 +359,14 @@ mod tests {
     }
 
     fn results(drain: Vec<ToolRun>, latency: Vec<LatencyRun>) -> Results {
+        let workloads = vec![
+            Workload::new(Kind::Messages, 100, 200, 1000),
+            Workload::new(Kind::Outbox, 100, 200, 1000),
+        ];
         Results {
-            command: String::new(),
-            mode: "quick".into(),
-            started: String::new(),
-            finished: None,
-            machine: Machine::detect("15", "Kafka".into()),
-            repeats: 1,
-            latency_seconds: 1.0,
-            polling_batch: 1,
-            polling_interval_ms: 1,
-            workloads: vec![
-                Workload::new(Kind::Messages, 100, 200, 1000),
-                Workload::new(Kind::Outbox, 100, 200, 1000),
-            ],
             drain,
             latency,
-            consumer: Vec::new(),
-            consumer_latency: Vec::new(),
-            restarts: Vec::new(),
-            notes: Vec::new(),
+            ..Results::for_tests(workloads, 1)
         }
     }
 
