@@ -161,7 +161,7 @@ async fn below_min_isr_the_relay_confirms_nothing_and_resumes_by_itself() -> Res
 
     // The relay reports why Kafka does not acknowledge (after
     // message.timeout.ms, 30 s: librdkafka retries NOT_ENOUGH_REPLICAS
-    // until then and reports the timeout, whose text names this cause) and
+    // until the session's delivery deadline, whose text names this cause) and
     // confirms nothing of the new events.
     let reported = await_condition(
         Duration::from_secs(90),

@@ -215,6 +215,19 @@ async fn broker_outage_longer_than_the_message_timeout_and_produce_errors_lose_n
         matches!(e, Trace::SessionEnded { error: Some(_) })
     });
     assert!(failures >= 1);
+    // The relay's own deadline ended it (librdkafka never times a record
+    // out: it would send later records after the timed-out ones).
+    assert!(
+        trace
+            .iter()
+            .any(|e| matches!(e, Trace::SessionEnded { error: Some(e) }
+            if e.contains("not acknowledged within message.timeout.ms"))),
+        "no session ended on the delivery deadline: {:?}",
+        trace
+            .iter()
+            .filter(|e| matches!(e, Trace::SessionEnded { .. }))
+            .collect::<Vec<_>>()
+    );
     let confirmations = check_confirmations_follow_acks(&trace)?;
     println!("mock cluster: {} records, {duplicates} duplicates, {failures} failed sessions, {confirmations} confirmations", records.len());
     Ok(())

@@ -232,6 +232,13 @@ impl CheckpointTracker {
         self.candidates.len()
     }
 
+    /// The oldest event not yet acknowledged, if any (for the delivery
+    /// deadline).
+    #[must_use]
+    pub fn oldest_unacked(&self) -> Option<u64> {
+        (!self.ring.is_empty()).then_some(self.base)
+    }
+
     /// The sequence number the next registered event will get.
     #[must_use]
     pub fn next_seq(&self) -> u64 {

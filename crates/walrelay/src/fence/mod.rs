@@ -27,7 +27,9 @@
 //! position, which never moves back, so `e` was in `S`'s replay range too.
 //! `S` routed `e` exactly as this session does (same WAL, same layout: same
 //! topic and partition) and produced it before `f` (keys are produced in
-//! stream order). `S`'s producer is idempotent with the gapless guarantee,
+//! stream order). `S`'s producer is idempotent with the gapless guarantee
+//! and never times a record out itself (the session's deadline stops it
+//! sending first: [`producer_properties`](crate::sink::producer_properties)),
 //! so the broker never appends a later record of it to `p` after one that
 //! failed: `f` being in `p` means `e` is too. (If `S` itself skipped `e`
 //! under its own fence, the same argument applied to `S`.)

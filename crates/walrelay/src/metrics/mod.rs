@@ -482,7 +482,7 @@ fn kafka_error_labels(error: &SinkError) -> (String, String) {
         SinkError::Create(_) => "create",
         SinkError::QueueFull => "queue_full",
         SinkError::Produce { .. } => "produce",
-        SinkError::Delivery { .. } => "delivery",
+        SinkError::Delivery { .. } | SinkError::NotAcknowledged { .. } => "delivery",
         SinkError::RecordTooLarge { .. } => "record_too_large",
         SinkError::Metadata { .. } => "metadata",
         SinkError::TopicMissing { .. } => "topic_missing",

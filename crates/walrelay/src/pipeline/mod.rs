@@ -40,6 +40,8 @@
 //! walsender, while the stream's own task keeps sending status updates.
 
 mod connect;
+mod dead_letters;
+mod deadline;
 mod events;
 mod peers;
 mod placement;
@@ -61,7 +63,7 @@ use seen::Seen;
 use session::Session;
 
 pub use crate::error::{RelayError, DEAD_LETTER_HINT};
-pub use session::DEAD_LETTER_LOG_INTERVAL;
+pub use dead_letters::DEAD_LETTER_LOG_INTERVAL;
 
 /// What the relay did, for tests and audits: every produced record, every
 /// acknowledgement and every position confirmed to PostgreSQL, in order.

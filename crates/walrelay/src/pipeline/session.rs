@@ -17,13 +17,14 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::{error, info, info_span, warn, Instrument};
-use walrelay_pg::log_limit::KeyedLogLimit;
 use walrelay_pg::xlog::ReplicationMessage;
 use walrelay_pg::{Config as PgConfig, ReplicationStream, StatusHandle};
 use walrelay_pgoutput::{Lsn, PgTimestamp};
 
 use super::connect::connect;
-use super::events::{DeadLetter, EventStep, Step};
+use super::dead_letters::DeadLetters;
+use super::deadline::DeliveryDeadline;
+use super::events::{EventStep, Step};
 use super::placement::{Placed, Placement};
 use super::seen::Seen;
 use super::{Trace, TraceSender};
@@ -48,6 +49,8 @@ pub(super) struct Session<'a> {
     /// Records → partitions, fence, placement headers.
     placement: Placement,
     tracker: CheckpointTracker,
+    /// `message.timeout.ms`, enforced here rather than by librdkafka.
+    deadline: DeliveryDeadline,
     trace: Option<&'a TraceSender>,
     /// seq → key, kept only while tracing (for [`Trace::Acked`]).
     trace_keys: HashMap<u64, EventKey>,
@@ -56,10 +59,8 @@ pub(super) struct Session<'a> {
     /// seq → what to count when Kafka acknowledges it, kept only with
     /// metrics.
     metric_events: HashMap<u64, SentEvent>,
-    /// One WARN per dead-letter kind and [`DEAD_LETTER_LOG_INTERVAL`]: a
-    /// stream of bad events must not flood the log (the metric counts
-    /// each one).
-    dead_letter_logs: KeyedLogLimit,
+    /// Dead-letter records counted and logged (rate-limited).
+    dead_letters: DeadLetters,
     /// Reports of the periodic publication check.
     checks: Reports,
     /// When this session's own start-up check began: earlier reports are
@@ -73,10 +74,6 @@ pub(super) struct Session<'a> {
     /// The last check could not run (logged once per streak).
     check_unavailable: bool,
 }
-
-/// At most one "event diverted to the dead-letter topic" line per kind in
-/// this interval; the next says how many were not logged.
-pub const DEAD_LETTER_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
 /// How long a send that found the producer's queue full waits for a
 /// delivery report before it tries again (see `Session::send`).
@@ -94,6 +91,8 @@ enum Action {
     /// A publication check reported (`false`: the check task is gone).
     Checked(bool),
     Delivery(Delivery),
+    /// Time to check the delivery deadline.
+    Tick,
     Message(Option<Result<ReplicationMessage, walrelay_pg::Error>>),
 }
 
@@ -124,7 +123,7 @@ impl<'a> Session<'a> {
                 }
             };
             let result = session.relay(shutdown).await;
-            session.log_dead_letter_summary();
+            session.dead_letters.log_summary();
             session.placement.log_summary();
             seen.confirmed(session.confirmed);
             result
@@ -168,6 +167,7 @@ impl<'a> Session<'a> {
             config,
             status: c.stream.status_handle(),
             stream: c.stream,
+            deadline: DeliveryDeadline::new(c.sink.delivery_timeout()),
             sink: c.sink,
             events: EventStep::new(config, &c.source),
             placement: Placement::new(
@@ -181,7 +181,7 @@ impl<'a> Session<'a> {
             confirmed,
             metrics,
             metric_events: HashMap::new(),
-            dead_letter_logs: KeyedLogLimit::new(DEAD_LETTER_LOG_INTERVAL, 64),
+            dead_letters: DeadLetters::new(slot),
             checks: c.checks,
             checked_since: c.checked_since,
             vouched: c.vouched,
@@ -212,6 +212,8 @@ impl<'a> Session<'a> {
         tokio::pin!(stop);
         // Likewise one future per publication check, not per turn.
         let mut next_check = wait_for_check(self.checks.clone());
+        let mut ticks = tokio::time::interval(self.deadline.period());
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let room = self.has_room();
             let action = tokio::select! {
@@ -219,6 +221,7 @@ impl<'a> Session<'a> {
                 _ = &mut stop => Action::Shutdown,
                 c = &mut next_check => Action::Checked(c),
                 d = self.sink.next_delivery() => Action::Delivery(d),
+                _ = ticks.tick() => Action::Tick,
                 m = self.stream.recv(), if room => Action::Message(m),
             };
             match action {
@@ -241,6 +244,7 @@ impl<'a> Session<'a> {
                         self.on_delivery(d)?;
                     }
                 }
+                Action::Tick => self.check_deadline()?,
                 Action::Message(None) => return Err(walrelay_pg::Error::StreamStopped.into()),
                 Action::Message(Some(m)) => self.on_message(m?).await?,
             }
@@ -330,8 +334,32 @@ impl<'a> Session<'a> {
             }
             // Any delivery failure ends the session: what follows in the
             // partition must not be published after a gap.
-            Err(e) => Err(e.into()),
+            Err(e) => {
+                self.sink.stop_sending();
+                Err(e.into())
+            }
         }
+    }
+
+    /// The oldest record in flight waited `message.timeout.ms`: nothing
+    /// more is sent (so no later record lands after it), then the
+    /// session fails and the next one replays from the slot.
+    fn check_deadline(&mut self) -> Result<(), RelayError> {
+        let now = std::time::Instant::now();
+        let (next, oldest) = (self.tracker.next_seq(), self.tracker.oldest_unacked());
+        let (Some(waited), Some(timeout)) = (
+            self.deadline.tick(now, next, oldest),
+            self.deadline.timeout(),
+        ) else {
+            return Ok(());
+        };
+        self.sink.stop_sending();
+        Err(SinkError::NotAcknowledged {
+            in_flight: self.tracker.in_flight_events(),
+            waited,
+            timeout,
+        }
+        .into())
     }
 
     fn confirm(&mut self) {
@@ -427,7 +455,7 @@ impl<'a> Session<'a> {
             }
             Step::Send(event) => {
                 if let Some(d) = &event.dead_letter {
-                    self.dead_lettered(d, &event.record);
+                    self.dead_letters.sent(d, &event.record, self.metrics);
                 }
                 let standalone = event.standalone;
                 self.send(event.record, event.commit_time).await?;
@@ -491,6 +519,7 @@ impl<'a> Session<'a> {
                 // last record in flight was just reported would wait for
                 // one that never comes. (`next_delivery` is cancel-safe.)
                 Err(SinkError::QueueFull) => {
+                    self.check_deadline()?;
                     if let Ok(d) =
                         tokio::time::timeout(QUEUE_FULL_RETRY, self.sink.next_delivery()).await
                     {
@@ -500,41 +529,6 @@ impl<'a> Session<'a> {
                 }
                 Err(e) => return Err(e.into()),
             }
-        }
-    }
-}
-
-impl Session<'_> {
-    /// Log and count a dead-letter record as it is sent: the operator must
-    /// learn about it without reading the dead-letter topic.
-    fn dead_lettered(&self, d: &DeadLetter, record: &Record) {
-        if let Some(m) = self.metrics {
-            m.dead_letter_record(d.kind);
-        }
-        let Some(suppressed) = self.dead_letter_logs.check(d.kind) else {
-            return;
-        };
-        warn!(
-            slot = %self.config.postgres.slot,
-            lsn = %d.lsn,
-            key = %record.event_key,
-            kind = d.kind,
-            topic = %record.topic,
-            reason = %String::from_utf8_lossy(&d.reason),
-            suppressed,
-            "event diverted to the dead-letter topic"
-        );
-    }
-
-    /// The dead letters of this session not logged one by one, per kind.
-    fn log_dead_letter_summary(&self) {
-        for (kind, suppressed) in self.dead_letter_logs.take_suppressed() {
-            warn!(
-                slot = %self.config.postgres.slot,
-                %kind,
-                suppressed,
-                "more events diverted to the dead-letter topic than were logged one by one"
-            );
         }
     }
 }

@@ -23,10 +23,11 @@ pub const DEFAULT_METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// flow control.
 pub const DEFAULT_QUEUE_MAX_MESSAGES: u32 = 1_000_000;
 
-/// Default `message.timeout.ms`: a record not acknowledged within 30 s fails
-/// its delivery, which restarts the pipeline from the slot. librdkafka's own
+/// Default `message.timeout.ms`: a record not acknowledged within 30 s ends
+/// the session, which restarts the pipeline from the slot. librdkafka's own
 /// default (300 s) would hold every confirmed-LSN advance for five minutes
-/// before anyone notices that Kafka is gone.
+/// before anyone notices that Kafka is gone. The relay enforces it itself,
+/// not librdkafka (see [`producer_properties`]).
 pub const DEFAULT_MESSAGE_TIMEOUT_MS: u32 = 30_000;
 
 /// Throughput defaults, each overridable by the user (under any alias).
@@ -274,6 +275,47 @@ impl fmt::Debug for SinkConfig {
     }
 }
 
+/// The properties of walrelay's own producer, and the delivery timeout
+/// the relay enforces itself: librdkafka gets `message.timeout.ms=0`
+/// (never time a record out), and the user's `message.timeout.ms` (or
+/// `delivery.timeout.ms`; 30 s by default) becomes the relay's own
+/// deadline, `None` for `0` (wait forever, as in librdkafka).
+///
+/// Why: `enable.gapless.guarantee` does not cover records failed by
+/// `message.timeout.ms`. librdkafka times out a queued record, bumps the
+/// producer's epoch and sends the records queued after it: the partition
+/// gets a gap (measured in the chaos run with PostgreSQL failovers: a
+/// broker stalled past the timeout, 828 events of one session missing
+/// from the wire while later ones of the same session were written, and
+/// the next session's tail fence then skipped them as already in Kafka).
+/// The relay's deadline instead purges everything not yet sent before it
+/// fails the session, so what reaches the broker is a prefix of each
+/// partition's records.
+pub fn producer_properties(
+    props: &BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, Option<Duration>) {
+    let mut props = props.clone();
+    let configured = ["message.timeout.ms", "delivery.timeout.ms"]
+        .iter()
+        .find_map(|name| props.remove(*name))
+        .unwrap_or_else(|| DEFAULT_MESSAGE_TIMEOUT_MS.to_string());
+    // librdkafka accepts 0 to 900000 ms (checked when the configuration
+    // is validated, before this); anything unparsable is left to it.
+    let timeout = match configured.trim().parse::<u64>() {
+        Ok(0) => None,
+        Ok(ms) => Some(Duration::from_millis(ms)),
+        Err(_) => {
+            props.insert("message.timeout.ms".to_owned(), configured);
+            return (
+                props,
+                Some(Duration::from_millis(DEFAULT_MESSAGE_TIMEOUT_MS.into())),
+            );
+        }
+    };
+    props.insert("message.timeout.ms".to_owned(), "0".to_owned());
+    (props, timeout)
+}
+
 /// A property map as a librdkafka client configuration (for every Kafka
 /// client walrelay creates; `kafka_client` builds each one with it).
 pub fn to_client_config(props: &BTreeMap<String, String>) -> ClientConfig {
@@ -282,4 +324,40 @@ pub fn to_client_config(props: &BTreeMap<String, String>) -> ClientConfig {
         c.set(name, value);
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn librdkafka_never_times_a_record_out_and_the_relay_keeps_the_timeout() {
+        let (lib, timeout) = producer_properties(&props(&[("message.timeout.ms", "30000")]));
+        assert_eq!(lib["message.timeout.ms"], "0");
+        assert_eq!(timeout, Some(Duration::from_secs(30)));
+
+        // The alias, replaced by the one name librdkafka gets.
+        let (lib, timeout) = producer_properties(&props(&[("delivery.timeout.ms", "5000")]));
+        assert_eq!(lib["message.timeout.ms"], "0");
+        assert!(!lib.contains_key("delivery.timeout.ms"));
+        assert_eq!(timeout, Some(Duration::from_secs(5)));
+
+        // 0 is librdkafka's "forever": the relay waits forever too.
+        let (lib, timeout) = producer_properties(&props(&[("message.timeout.ms", "0")]));
+        assert_eq!(lib["message.timeout.ms"], "0");
+        assert_eq!(timeout, None);
+
+        // None set (the defaults always set it): walrelay's default.
+        let (lib, timeout) = producer_properties(&props(&[("linger.ms", "5")]));
+        assert_eq!(lib["message.timeout.ms"], "0");
+        assert_eq!(lib["linger.ms"], "5");
+        assert_eq!(timeout, Some(Duration::from_secs(30)));
+    }
 }

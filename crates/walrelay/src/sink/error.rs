@@ -87,6 +87,27 @@ pub enum SinkError {
         /// librdkafka's description, with context.
         message: String,
     },
+    /// A record waited longer than `message.timeout.ms` for its
+    /// acknowledgement: the relay's own deadline, enforced after
+    /// [`KafkaSink::stop_sending`](super::KafkaSink::stop_sending)
+    /// (librdkafka's would leave a gap, see
+    /// [`producer_properties`](super::producer_properties)).
+    #[error(
+        "{in_flight} records not acknowledged, the oldest after {waited:.1?}: MessageTimedOut: \
+         not acknowledged within message.timeout.ms (brokers unreachable or too slow, or a \
+         partition with fewer in-sync replicas than min.insync.replicas: kafka-topics \
+         --describe --under-min-isr-partitions lists them); nothing was sent after them and \
+         nothing from the oldest on was confirmed to PostgreSQL, so the next session replays \
+         it (message.timeout.ms is {timeout:?})"
+    )]
+    NotAcknowledged {
+        /// Records still waiting.
+        in_flight: usize,
+        /// How long the oldest has waited, at least.
+        waited: std::time::Duration,
+        /// `message.timeout.ms`.
+        timeout: std::time::Duration,
+    },
     /// Topic metadata could not be fetched.
     #[error("cannot fetch metadata for topic `{topic}`: {message}")]
     Metadata {
@@ -151,6 +172,7 @@ impl SinkError {
             } => Recovery::Fatal,
             // The contract: any delivery failure restarts from the slot.
             SinkError::Delivery { .. }
+            | SinkError::NotAcknowledged { .. }
             | SinkError::Produce { .. }
             | SinkError::Metadata { .. }
             | SinkError::TopicMissing { .. }
@@ -175,6 +197,7 @@ impl SinkError {
             SinkError::Metadata { code, .. } => *code,
             SinkError::Flush(code) => Some(*code),
             SinkError::QueueFull => Some(RDKafkaErrorCode::QueueFull),
+            SinkError::NotAcknowledged { .. } => Some(RDKafkaErrorCode::MessageTimedOut),
             _ => None,
         }
     }

@@ -44,8 +44,8 @@ mod error;
 mod policy;
 
 pub use config::{
-    to_client_config, SinkConfig, DEFAULT_MESSAGE_TIMEOUT_MS, DEFAULT_METADATA_TIMEOUT,
-    DEFAULT_QUEUE_MAX_MESSAGES,
+    producer_properties, to_client_config, SinkConfig, DEFAULT_MESSAGE_TIMEOUT_MS,
+    DEFAULT_METADATA_TIMEOUT, DEFAULT_QUEUE_MAX_MESSAGES,
 };
 pub use context::{DeliveryReport, LIBRDKAFKA_LOG_INTERVAL};
 
@@ -71,6 +71,9 @@ pub struct KafkaSink {
     /// Reports taken from `deliveries` and not yet returned.
     taken: std::vec::IntoIter<DeliveryReport>,
     metadata_timeout: Duration,
+    /// The user's `message.timeout.ms`, which the relay enforces itself
+    /// ([`producer_properties`]); `None`: wait forever.
+    delivery_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for KafkaSink {
@@ -85,7 +88,7 @@ impl fmt::Debug for KafkaSink {
 impl KafkaSink {
     /// Creates the producer (it connects in the background).
     pub fn new(config: &SinkConfig) -> Result<KafkaSink, SinkError> {
-        let props = config.effective_properties()?;
+        let (props, delivery_timeout) = producer_properties(&config.effective_properties()?);
         let mut client_config = to_client_config(&props);
         // librdkafka's log level gates what reaches `ClientContext::log`.
         client_config.set_log_level(
@@ -114,7 +117,27 @@ impl KafkaSink {
             deliveries,
             taken: Vec::new().into_iter(),
             metadata_timeout: config.metadata_timeout,
+            delivery_timeout,
         })
+    }
+
+    /// How long a record may wait for its acknowledgement before the
+    /// session gives up on it (`message.timeout.ms`); `None`: forever.
+    /// librdkafka never times a record out itself: the caller does, with
+    /// [`stop_sending`](Self::stop_sending) first.
+    pub fn delivery_timeout(&self) -> Option<Duration> {
+        self.delivery_timeout
+    }
+
+    /// Sends nothing more: every record not yet in a produce request is
+    /// purged (and reported failed), and acknowledgements of those in
+    /// flight are no longer awaited. What the broker appends from this
+    /// producer is then a prefix of each partition's records, never a run
+    /// with a hole, so a session that gives up calls this before anything
+    /// else. Does not block.
+    pub fn stop_sending(&self) {
+        self.producer
+            .purge(PurgeConfig::default().queue().inflight().non_blocking());
     }
 
     /// The topic's partition count, from metadata: one round trip, so the
@@ -315,8 +338,7 @@ impl Drop for KafkaSink {
         // more); a flush running on a blocking thread returns promptly. The
         // producer's own drop then purges again, flushes for at most 500 ms
         // and destroys the client.
-        self.producer
-            .purge(PurgeConfig::default().queue().inflight().non_blocking());
+        self.stop_sending();
     }
 }
 
