@@ -7,6 +7,7 @@ import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.OptionalLong;
 import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -60,6 +61,11 @@ public final class ConsumerLoop implements AutoCloseable {
     private volatile boolean stopping;
     private volatile KafkaConsumer<byte[], byte[]> consumer;
     private long lastCommit = System.nanoTime();
+    /** With metrics: where the partitions' time goes. */
+    private PhaseClock clock;
+    private long lastLag = System.nanoTime();
+    /** How often the lag gauges are read from the consumer (librdkafka's statistics interval in the Rust crate). */
+    private static final long LAG_INTERVAL_NANOS = TimeUnit.SECONDS.toNanos(5);
 
     /**
      * @param kafka the Kafka consumer's configuration ({@code bootstrap.servers}, {@code group.id}, ...);
@@ -146,8 +152,18 @@ public final class ConsumerLoop implements AutoCloseable {
         ParkedGauge gauge = metrics == LoopMetrics.NONE ? null : ParkedGauge.start(pool, group, metrics);
         try {
             c.subscribe(topics, new Rebalance(this, c));
+            clock = metrics == LoopMetrics.NONE ? null : new PhaseClock(metrics, System.nanoTime());
             while (!stopping) {
-                queue(poll(c));
+                if (clock != null) {
+                    clock.snapshot(parts.values(), System.nanoTime());
+                }
+                ConsumerRecords<byte[], byte[]> records = poll(c);
+                if (clock != null) {
+                    long now = System.nanoTime();
+                    clock.tick(now);
+                    reportLag(c, now);
+                }
+                queue(records);
                 drain();
                 dispatch(workers, calls);
                 flowControl(c);
@@ -193,6 +209,20 @@ public final class ConsumerLoop implements AutoCloseable {
         }
     }
 
+    /** The lag gauges, every {@link #LAG_INTERVAL_NANOS}: the consumer's own view, no request. */
+    private void reportLag(KafkaConsumer<byte[], byte[]> c, long now) {
+        if (now - lastLag < LAG_INTERVAL_NANOS) {
+            return;
+        }
+        lastLag = now;
+        for (TopicPartition tp : parts.keySet()) {
+            OptionalLong lag = c.currentLag(tp);
+            if (lag.isPresent()) {
+                metrics.lag(tp.topic(), tp.partition(), lag.getAsLong());
+            }
+        }
+    }
+
     private void queue(ConsumerRecords<byte[], byte[]> records) {
         for (TopicPartition tp : records.partitions()) {
             PartitionState p = parts.get(tp);
@@ -214,6 +244,9 @@ public final class ConsumerLoop implements AutoCloseable {
     }
 
     void finished(Job job) {
+        if (clock != null) {
+            clock.job(job.connectingNanos, job.handlerNanos, job.totalNanos);
+        }
         if (job.abandoned || inFlight.get(job.tp) != job) {
             if (job.result instanceof BatchOutcome o) {
                 counters.processed.addAndGet(o.applied());

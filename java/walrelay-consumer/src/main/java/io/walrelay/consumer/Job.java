@@ -23,6 +23,10 @@ final class Job {
     boolean connGone;
     /** The revocation gave up waiting for it: only its counts matter. */
     volatile boolean abandoned;
+    /** Where its run's time went (nanoseconds), for {@link PhaseClock#job}. */
+    long connectingNanos;
+    long handlerNanos;
+    long totalNanos;
 
     Job(TopicPartition tp, PartitionState p, Step step) {
         this.tp = tp;
@@ -52,24 +56,42 @@ final class Job {
     /** Runs the job's transaction on a connection of {@code pool} (a worker thread). */
     void run(ConnectionPool pool, HandlerCalls calls) {
         ConnectionPool.Lease lease = null;
+        long start = System.nanoTime();
         try {
             lease = pool.take();
+            connectingNanos = System.nanoTime() - start;
             if (step instanceof Step.ParkUnkeyed u) {
                 result = Parked.insertUnkeyed(lease.conn(), p.position, records.get(0).record, u.error());
             } else {
                 Step.Apply a = (Step.Apply) step;
-                result = BatchApplier.apply(lease.conn(), p.position, deliveries(), calls, a.park(), known);
+                result = BatchApplier.apply(lease.conn(), p.position, deliveries(), timed(calls), a.park(), known);
             }
         } catch (Exception e) {
             result = e;
         } catch (AssertionError e) {
             result = new RuntimeException(e);
         } finally {
+            totalNanos = System.nanoTime() - start;
             connGone = lease == null || gone(lease);
             if (lease != null) {
                 pool.give(lease, !connGone && !timedOut(result));
             }
         }
+    }
+
+    /** {@code calls}, adding the time spent in them to {@link #handlerNanos}. */
+    private HandlerCalls timed(HandlerCalls calls) {
+        return new HandlerCalls() {
+            @Override
+            void run(java.sql.Connection conn, List<Delivery> fresh) throws Failed {
+                long t = System.nanoTime();
+                try {
+                    calls.run(conn, fresh);
+                } finally {
+                    handlerNanos += System.nanoTime() - t;
+                }
+            }
+        };
     }
 
     private boolean gone(ConnectionPool.Lease lease) {

@@ -24,6 +24,12 @@ interface LoopMetrics {
     /** The group's rows in walrelay_consumer_parked. */
     void parkedRecords(long rows);
 
+    /** {@code seconds} partition-seconds spent in {@code phase}. */
+    void phaseSeconds(Phase phase, double seconds);
+
+    /** Records after the consumer's position in a partition (from the consumer's fetch metadata). */
+    void lag(String topic, int partition, long records);
+
     /** Nothing. */
     LoopMetrics NONE = new LoopMetrics() {
         @Override
@@ -43,5 +49,11 @@ interface LoopMetrics {
 
         @Override
         public void parkedRecords(long rows) {}
+
+        @Override
+        public void phaseSeconds(Phase phase, double seconds) {}
+
+        @Override
+        public void lag(String topic, int partition, long records) {}
     };
 }

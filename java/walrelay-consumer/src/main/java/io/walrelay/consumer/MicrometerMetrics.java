@@ -20,7 +20,8 @@ import java.util.function.ToDoubleFunction;
  * {@code ..._gaps_total}, {@code ..._failed_attempts_total}, {@code ..._parked_total},
  * {@code ..._batch_records}, {@code ..._apply_seconds}, {@code ..._retries_total},
  * {@code ..._batches_total}, {@code ..._pauses_total}, {@code ..._hwm_commit_lsn},
- * {@code ..._partition_stopped} and {@code ..._parked_records}. Only loaded
+ * {@code ..._partition_stopped}, {@code ..._parked_records}, {@code ..._lag_records} and
+ * {@code ..._partition_seconds_total}. Only loaded
  * when {@link ConsumerLoop#withMeterRegistry} is called, so Micrometer is an
  * optional dependency.
  */
@@ -33,6 +34,8 @@ final class MicrometerMetrics implements LoopMetrics {
     private final Counter batches;
     private final Counter pauses;
     private final AtomicLong parkedRecords = new AtomicLong();
+    /** One counter per {@link Phase}, by ordinal. */
+    private final Counter[] phases = new Counter[Phase.values().length];
     private final Map<String, AtomicLong> gauges = new ConcurrentHashMap<>();
 
     MicrometerMetrics(MeterRegistry registry, String group, ConsumerLoop loop) {
@@ -56,6 +59,11 @@ final class MicrometerMetrics implements LoopMetrics {
         Gauge.builder(P + "parked_records", parkedRecords, AtomicLong::get)
                 .description("Records of the group waiting in walrelay_consumer_parked (read from the table)")
                 .register(registry);
+        for (Phase phase : Phase.values()) {
+            phases[phase.ordinal()] = Counter.builder(P + "partition_seconds")
+                    .description("Where the assigned partitions' time went, in partition-seconds")
+                    .tag("phase", phase.label).register(registry);
+        }
     }
 
     private void counter(String name, String help, Counters c, ToDoubleFunction<Counters> f) {
@@ -104,5 +112,16 @@ final class MicrometerMetrics implements LoopMetrics {
     @Override
     public void parkedRecords(long rows) {
         parkedRecords.set(rows);
+    }
+
+    @Override
+    public void phaseSeconds(Phase phase, double seconds) {
+        phases[phase.ordinal()].increment(seconds);
+    }
+
+    @Override
+    public void lag(String topic, int partition, long records) {
+        gauge("lag_records", "Records after the consumer's position", Tags.of("topic", topic, "partition",
+                Integer.toString(partition))).set(records);
     }
 }

@@ -85,6 +85,27 @@ final class PartitionState {
         return paused && stopped == null && queue.size() <= s.maxBatchRecords() && queuedBytes <= s.maxBatchBytes();
     }
 
+    /**
+     * What the partition waits for once the loop started what it could
+     * (the Rust crate's {@code Partition::phase}): a ready batch that did not
+     * start is waiting for a connection.
+     */
+    Phase phase(long now) {
+        if (stopped != null) {
+            return Phase.STOPPED;
+        }
+        if (inFlight) {
+            return Phase.IN_FLIGHT;
+        }
+        if (queue.isEmpty()) {
+            return paused ? Phase.PAUSED : Phase.POLLING;
+        }
+        if (retryAt != null && retryAt - now > 0) {
+            return Phase.BACKOFF;
+        }
+        return Phase.POOL;
+    }
+
     /** Raises the cached marks. */
     void learn(Map<String, String> committed) {
         for (Map.Entry<String, String> e : committed.entrySet()) {

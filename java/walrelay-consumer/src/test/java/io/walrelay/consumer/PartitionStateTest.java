@@ -79,4 +79,25 @@ class PartitionStateTest {
         assertEquals(10_000_000_000L, r.backoffNanos(20));
         assertEquals(10_000_000_000L, r.backoffNanos(1000));
     }
+
+    @Test
+    void eachPartitionIsInOnePhase() {
+        assertEquals(Phase.POLLING, filled().phase(0));
+        PartitionState paused = filled();
+        paused.paused = true;
+        assertEquals(Phase.PAUSED, paused.phase(0));
+        // Records ready and no batch started: only a connection is missing.
+        assertEquals(Phase.POOL, filled(1).phase(0));
+        PartitionState busy = filled(1);
+        busy.inFlight = true;
+        assertEquals(Phase.IN_FLIGHT, busy.phase(0));
+        PartitionState retrying = filled(1);
+        retrying.retryAt = 100L;
+        assertEquals(Phase.BACKOFF, retrying.phase(50));
+        assertEquals(Phase.POOL, retrying.phase(100));
+        PartitionState stopped = filled(1);
+        stopped.inFlight = true;
+        stopped.stopped = "poison";
+        assertEquals(Phase.STOPPED, stopped.phase(0));
+    }
 }
