@@ -150,7 +150,7 @@ WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --te
     --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test restore --test pg_failover \
     -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 
-stage java "JVM consumer (java/): mvn verify (the library's unit tests, and the conformance suite on its own PostgreSQL 15 cluster and Apache Kafka node)"
+stage java "JVM consumer (java/): mvn verify (the library's unit tests, the conformance suite on its own PostgreSQL 15 cluster and Apache Kafka node, and the Spring Boot example service applying a topic with replays and a restart on another pair)"
 # The Java library runs the same sql/ statements (its build copies them
 # into the jar; the check above refuses tracked copies). Maven resolves
 # the pinned versions into target/tools/m2 once, then works offline. It

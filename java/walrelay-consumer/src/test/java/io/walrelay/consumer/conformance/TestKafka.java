@@ -21,13 +21,13 @@ import org.apache.kafka.clients.admin.TopicDescription;
  * (scripts/install-kafka.sh), configured as the Python tests' brokers.py
  * and the Rust test kit configure theirs.
  */
-final class TestKafka implements AutoCloseable {
+public final class TestKafka implements AutoCloseable {
     static final String VERSION = "4.1.1";
     final int port;
     private final Path dir;
     private final Servers.Watched process;
 
-    TestKafka() throws IOException {
+    public TestKafka() throws IOException {
         Path home = home();
         String java = System.getenv("JAVA_HOME") != null ? Path.of(System.getenv("JAVA_HOME"), "bin", "java").toString() : "java";
         List<String> jvm = List.of("-XX:+UseSerialGC", "-Djava.awt.headless=true",
@@ -104,7 +104,7 @@ final class TestKafka implements AutoCloseable {
         return Servers.HOST + ":" + port;
     }
 
-    String bootstrap() {
+    public String bootstrap() {
         return bootstrap(port);
     }
 
@@ -133,7 +133,7 @@ final class TestKafka implements AutoCloseable {
         return false;
     }
 
-    void createTopic(String name, int partitions) throws Exception {
+    public void createTopic(String name, int partitions) throws Exception {
         Properties props = new Properties();
         props.put("bootstrap.servers", bootstrap());
         try (Admin admin = Admin.create(props)) {
