@@ -450,11 +450,17 @@ async fn tls_verifies_the_broker_certificate_against_ssl_ca_location() -> Result
     drop(sink);
     let failed_before = endpoint.failed.load(Ordering::SeqCst);
 
-    // The wrong CA: librdkafka refuses the certificate, and the record's
-    // delivery fails.
+    // The wrong CA: librdkafka refuses the certificate, and the record is
+    // never delivered (it waits until the session's delivery deadline
+    // stops the producer, here at once).
     let config = SinkConfig::new(&bootstrap, props(&other_ca_path).into_iter().collect());
     let mut sink = KafkaSink::new(&config)?;
     sink.send(0, &record, 0)?;
+    wait_for("a refused TLS handshake", || {
+        endpoint.failed.load(Ordering::SeqCst) > failed_before
+    })
+    .await?;
+    sink.stop_sending();
     let delivery = tokio::time::timeout(Duration::from_secs(30), sink.next_delivery())
         .await
         .context("no delivery report")?;
@@ -462,10 +468,6 @@ async fn tls_verifies_the_broker_certificate_against_ssl_ca_location() -> Result
         .result
         .expect_err("delivered through a TLS endpoint with the wrong CA");
     assert!(matches!(err, SinkError::Delivery { .. }), "{err}");
-    wait_for("a refused TLS handshake", || {
-        endpoint.failed.load(Ordering::SeqCst) > failed_before
-    })
-    .await?;
     drop(sink);
     let logs = logs_text();
     assert!(
