@@ -17,27 +17,6 @@ class PhaseClockTest {
         public void phaseSeconds(Phase phase, double s) {
             seconds.merge(phase, s, Double::sum);
         }
-
-        @Override
-        public void committed(String t, int p, int r, double s, BatchOutcome o, Counters c) {}
-
-        @Override
-        public void failed(Counters c) {}
-
-        @Override
-        public void parked(Counters c) {}
-
-        @Override
-        public void stopped(String t, int p, boolean s) {}
-
-        @Override
-        public void paused() {}
-
-        @Override
-        public void parkedRecords(long rows) {}
-
-        @Override
-        public void lag(String topic, int partition, long records) {}
     }
 
     static final long S = 1_000_000_000L;
