@@ -80,10 +80,7 @@ public final class BatchApplier {
 
     private static BatchOutcome transaction(Connection conn, Position position, List<Delivery> records,
             HandlerCalls calls, Park park, boolean known) throws BatchException, SQLException {
-        List<RecordMeta> metas = new ArrayList<>(records.size());
-        for (Delivery d : records) {
-            metas.add(d.meta());
-        }
+        List<RecordMeta> metas = metasOf(records);
         String[] sources = BatchPlan.sources(metas).toArray(new String[0]);
         Locked locked = lockMarks(conn, position, sources, known);
         BatchPlan plan = BatchPlan.of(locked.marks, metas);
@@ -91,16 +88,8 @@ public final class BatchApplier {
         int parkedIndex = park != null ? records.size() - 1 : -1;
         boolean parkedIsNew = park != null && !plan.apply().isEmpty()
                 && plan.apply().get(plan.apply().size() - 1) == parkedIndex;
-        List<Integer> take = new ArrayList<>(plan.apply().size());
-        for (int i : plan.apply()) {
-            if (i != parkedIndex) {
-                take.add(i);
-            }
-        }
-        List<Delivery> fresh = new ArrayList<>(take.size());
-        for (int i : take) {
-            fresh.add(records.get(i));
-        }
+        List<Integer> take = without(plan.apply(), parkedIndex);
+        List<Delivery> fresh = pick(records, take);
         if (!fresh.isEmpty()) {
             runHandler(conn, position, calls, take, fresh);
         }
@@ -120,6 +109,39 @@ public final class BatchApplier {
         Map<String, String> committed = new HashMap<>(locked.marks);
         committed.putAll(plan.raised());
         return new BatchOutcome(take.size(), plan.duplicates(), plan.gaps().size(), parkedIsNew, committed);
+    }
+
+    // The batch's per-record loops live in these small methods, not in
+    // transaction(): a loop makes its method hot after a few batches, and the
+    // JIT then compiles the whole method with the JDBC calls it inlines (about
+    // 0.4 s of compiler time on 2 cores in a 300,000-record run, when it was
+    // one method). transaction() itself runs once per batch.
+
+    private static List<RecordMeta> metasOf(List<Delivery> records) {
+        List<RecordMeta> metas = new ArrayList<>(records.size());
+        for (Delivery d : records) {
+            metas.add(d.meta());
+        }
+        return metas;
+    }
+
+    /** {@code indexes} without {@code skip} (the parked record, or -1). */
+    private static List<Integer> without(List<Integer> indexes, int skip) {
+        List<Integer> out = new ArrayList<>(indexes.size());
+        for (int i : indexes) {
+            if (i != skip) {
+                out.add(i);
+            }
+        }
+        return out;
+    }
+
+    private static List<Delivery> pick(List<Delivery> records, List<Integer> indexes) {
+        List<Delivery> out = new ArrayList<>(indexes.size());
+        for (int i : indexes) {
+            out.add(records.get(i));
+        }
+        return out;
     }
 
     private static void runHandler(Connection conn, Position position, HandlerCalls calls, List<Integer> take,

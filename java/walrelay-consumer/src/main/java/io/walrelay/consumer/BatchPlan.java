@@ -34,20 +34,38 @@ public record BatchPlan(List<Integer> apply, int duplicates, List<Gap> gaps, Map
      */
     public record Gap(int index, String source, String hwm, String prev) {}
 
-    /** Decides every record against {@code marks} (a missing source is at {@link Keys#INITIAL}). */
+    /**
+     * Decides every record against {@code marks} (a missing source is at {@link Keys#INITIAL}).
+     *
+     * <p>A batch is nearly always one source, so the running mark is kept in a
+     * local while the source stays the same and written to {@code raised} when
+     * it changes and at the end (the map's order is still the order in which
+     * sources were first raised).
+     */
     public static BatchPlan of(Map<String, String> marks, List<RecordMeta> records) {
         List<Integer> apply = new ArrayList<>(records.size());
         List<Gap> gaps = new ArrayList<>(0);
         Map<String, String> raised = new LinkedHashMap<>(2);
         int duplicates = 0;
+        String current = null;
+        String running = null;
+        boolean dirty = false;
         for (int i = 0; i < records.size(); i++) {
             RecordMeta meta = records.get(i);
             String source = meta.source();
-            String running = raised.get(source);
-            if (running == null) {
-                running = marks.getOrDefault(source, Keys.INITIAL);
+            if (!source.equals(current)) {
+                if (dirty) {
+                    raised.put(current, running);
+                }
+                current = source;
+                dirty = false;
+                running = raised.get(source);
+                if (running == null) {
+                    running = marks.getOrDefault(source, Keys.INITIAL);
+                }
             }
-            if (meta.key().compareTo(running) <= 0) {
+            String key = meta.key();
+            if (key.compareTo(running) <= 0) {
                 duplicates++;
                 continue;
             }
@@ -56,7 +74,14 @@ public record BatchPlan(List<Integer> apply, int duplicates, List<Gap> gaps, Map
                 gaps.add(new Gap(i, source, running, prev));
             }
             apply.add(i);
-            raised.put(source, meta.key());
+            if (!dirty) {
+                raised.put(source, key);
+            }
+            running = key;
+            dirty = true;
+        }
+        if (dirty) {
+            raised.put(current, running);
         }
         return new BatchPlan(apply, duplicates, gaps, raised);
     }
@@ -71,9 +96,21 @@ public record BatchPlan(List<Integer> apply, int duplicates, List<Gap> gaps, Map
      * (the lock statement itself orders them on the server).
      */
     public static List<String> sources(List<RecordMeta> records) {
+        if (records.isEmpty()) {
+            return List.of();
+        }
+        String first = records.get(0).source();
+        int i = 1;
+        while (i < records.size() && records.get(i).source().equals(first)) {
+            i++;
+        }
+        if (i == records.size()) {
+            return List.of(first);
+        }
         TreeSet<String> set = new TreeSet<>();
-        for (RecordMeta m : records) {
-            set.add(m.source());
+        set.add(first);
+        for (; i < records.size(); i++) {
+            set.add(records.get(i).source());
         }
         return new ArrayList<>(set);
     }

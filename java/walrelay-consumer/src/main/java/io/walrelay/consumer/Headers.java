@@ -17,6 +17,12 @@ public final class Headers {
     public static final String PREV_KEY = "walrelay-prev-key";
     /** The previous key in the compact form {@code HIGH/LOW} (lean header set). */
     public static final String PREV = "walrelay-prev";
+    /** The transaction id (full header set). */
+    public static final String XID = "walrelay-xid";
+    /** The commit time (full header set). */
+    public static final String COMMIT_TIME = "walrelay-commit-time";
+    /** The header set's layout version. */
+    public static final String LAYOUT = "walrelay-layout";
     /** Every header starting with this is walrelay's. */
     public static final String RESERVED_PREFIX = "walrelay-";
 

@@ -1,5 +1,6 @@
 package io.walrelay.consumer;
 
+import java.util.Arrays;
 import java.util.Locale;
 
 /**
@@ -12,42 +13,63 @@ public final class Keys {
 
     private Keys() {}
 
-    /** Parses 32 hex digits (either case) into the canonical lowercase form. */
+    /**
+     * Parses 32 hex digits (either case) into the canonical lowercase form. A
+     * key already in that form is returned as it is: this runs once per
+     * consumed record, so it allocates nothing in the common case.
+     */
     public static String parseHex(String text) throws KeyFormatException {
         if (text.length() != 32) {
             throw new KeyFormatException("expected 32 hex digits, got " + text.length() + " characters");
         }
+        boolean lower = true;
         for (int i = 0; i < 32; i++) {
-            if (Character.digit(text.charAt(i), 16) < 0 || text.charAt(i) > 'f') {
-                throw new KeyFormatException("invalid hex digit '" + text.charAt(i) + "' at " + i);
+            char c = text.charAt(i);
+            if (!isHex(c)) {
+                throw new KeyFormatException("invalid hex digit '" + c + "' at " + i);
             }
+            lower &= c < 'A' || c > 'F';
         }
-        return text.toLowerCase(Locale.ROOT);
+        return lower ? text : text.toLowerCase(Locale.ROOT);
     }
 
     /**
      * Parses the compact form {@code HIGH/LOW} (each half 1-16 hex digits, no
      * leading zeros needed), as the lean header set's {@code walrelay-prev}.
+     * The 32 digits are written into one buffer (no substrings or
+     * concatenations: this runs once per consumed record).
      */
     public static String fromCompact(String text) throws KeyFormatException {
         int slash = text.indexOf('/');
         if (slash < 0) {
             throw new KeyFormatException("not HIGH/LOW");
         }
-        return half(text.substring(0, slash)) + half(text.substring(slash + 1));
+        char[] digits = new char[32];
+        half(text, 0, slash, digits, 0);
+        half(text, slash + 1, text.length(), digits, 16);
+        return new String(digits);
     }
 
-    private static String half(String t) throws KeyFormatException {
-        if (t.isEmpty() || t.length() > 16) {
+    /** Writes {@code text[from, to)} lowercased and left-padded with zeros into {@code out[at, at + 16)}. */
+    private static void half(String text, int from, int to, char[] out, int at) throws KeyFormatException {
+        int len = to - from;
+        if (len < 1 || len > 16) {
             throw new KeyFormatException("a half of HIGH/LOW must have 1 to 16 hex digits");
         }
-        for (int i = 0; i < t.length(); i++) {
-            char c = t.charAt(i);
-            if (Character.digit(c, 16) < 0 || c > 'f') {
+        int pad = 16 - len;
+        Arrays.fill(out, at, at + pad, '0');
+        for (int i = 0; i < len; i++) {
+            char c = text.charAt(from + i);
+            if (!isHex(c)) {
                 throw new KeyFormatException("invalid hex digit '" + c + "' in HIGH/LOW");
             }
+            out[at + pad + i] = c >= 'A' && c <= 'F' ? (char) (c + ('a' - 'A')) : c;
         }
-        return "0".repeat(16 - t.length()) + t.toLowerCase(Locale.ROOT);
+    }
+
+    /** An ASCII hex digit, either case (what {@code Character.digit(c, 16)} accepts below {@code 'g'}). */
+    private static boolean isHex(char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
     }
 
     /** The key of two 64-bit halves, 32 lowercase hex digits. */

@@ -4,6 +4,8 @@ import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import org.apache.kafka.common.header.Header;
 
 /**
@@ -27,31 +29,35 @@ public record RecordMeta(String key, String source, Long lsn, Long commitLsn, St
      */
     public static RecordMeta fromHeaders(Iterable<Header> headers) throws MetaException {
         byte[] key = null, source = null, lsn = null, commitLsn = null, prevKey = null, prev = null;
-        boolean hasKey = false, hasSource = false, hasLsn = false, hasCommit = false, hasPrevKey = false, hasPrev = false;
-        java.util.ArrayList<String> reserved = null;
+        int seen = 0;
+        List<String> others = null;
         for (Header h : headers) {
             String name = h.key();
-            if (!Headers.isReserved(name)) {
+            int bit = knownBit(name);
+            if (bit == 0) {
+                if (Headers.isReserved(name)) {
+                    others = noteOther(others, name);
+                }
                 continue;
             }
-            if (reserved == null) {
-                reserved = new java.util.ArrayList<>(8);
-            }
-            if (reserved.contains(name)) {
+            if ((seen & bit) != 0) {
                 throw MetaException.duplicate(name);
             }
-            reserved.add(name);
+            seen |= bit;
             byte[] v = h.value();
-            switch (name) {
-                case Headers.IDEMPOTENCY_KEY -> { key = v; hasKey = true; }
-                case Headers.SOURCE -> { source = v; hasSource = true; }
-                case Headers.LSN -> { lsn = v; hasLsn = true; }
-                case Headers.COMMIT_LSN -> { commitLsn = v; hasCommit = true; }
-                case Headers.PREV_KEY -> { prevKey = v; hasPrevKey = true; }
-                case Headers.PREV -> { prev = v; hasPrev = true; }
+            switch (bit) {
+                case KEY_BIT -> key = v;
+                case SOURCE_BIT -> source = v;
+                case LSN_BIT -> lsn = v;
+                case COMMIT_BIT -> commitLsn = v;
+                case PREV_KEY_BIT -> prevKey = v;
+                case PREV_BIT -> prev = v;
                 default -> { }
             }
         }
+        boolean hasKey = (seen & KEY_BIT) != 0, hasSource = (seen & SOURCE_BIT) != 0, hasLsn = (seen & LSN_BIT) != 0,
+                hasCommit = (seen & COMMIT_BIT) != 0, hasPrevKey = (seen & PREV_KEY_BIT) != 0,
+                hasPrev = (seen & PREV_BIT) != 0;
         String keyText = required(Headers.IDEMPOTENCY_KEY, hasKey ? key : null);
         String parsedKey = parseKey(Headers.IDEMPOTENCY_KEY, keyText);
         String sourceText = required(Headers.SOURCE, hasSource ? source : null);
@@ -82,6 +88,42 @@ public record RecordMeta(String key, String source, Long lsn, Long commitLsn, St
                 parseLsn(Headers.LSN, optional(Headers.LSN, hasLsn ? lsn : null)),
                 parseLsn(Headers.COMMIT_LSN, optional(Headers.COMMIT_LSN, hasCommit ? commitLsn : null)),
                 previous);
+    }
+
+    private static final int KEY_BIT = 1, SOURCE_BIT = 2, LSN_BIT = 4, COMMIT_BIT = 8, PREV_KEY_BIT = 16,
+            PREV_BIT = 32, XID_BIT = 64, COMMIT_TIME_BIT = 128, LAYOUT_BIT = 256;
+
+    /**
+     * The bit of a reserved name walrelay writes, spelled exactly as it does,
+     * or 0. Duplicates of these are found with a bit set, so a record of
+     * either header set is parsed without allocating a list of names.
+     */
+    private static int knownBit(String name) {
+        return switch (name) {
+            case Headers.IDEMPOTENCY_KEY -> KEY_BIT;
+            case Headers.SOURCE -> SOURCE_BIT;
+            case Headers.LSN -> LSN_BIT;
+            case Headers.COMMIT_LSN -> COMMIT_BIT;
+            case Headers.PREV_KEY -> PREV_KEY_BIT;
+            case Headers.PREV -> PREV_BIT;
+            case Headers.XID -> XID_BIT;
+            case Headers.COMMIT_TIME -> COMMIT_TIME_BIT;
+            case Headers.LAYOUT -> LAYOUT_BIT;
+            default -> 0;
+        };
+    }
+
+    /**
+     * Notes a reserved name walrelay does not write (or a known one in another
+     * case), refused when seen before; the list is made only for such a record.
+     */
+    private static List<String> noteOther(List<String> others, String name) throws MetaException {
+        List<String> list = others == null ? new ArrayList<>(4) : others;
+        if (list.contains(name)) {
+            throw MetaException.duplicate(name);
+        }
+        list.add(name);
+        return list;
     }
 
     @Override

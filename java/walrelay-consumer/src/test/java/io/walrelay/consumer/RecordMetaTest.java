@@ -68,8 +68,31 @@ class RecordMetaTest {
         assertEquals(MetaException.Kind.DUPLICATE_HEADER, e.kind());
         assertThrows(MetaException.class, () -> RecordMeta.fromHeaders(h("idempotency-key", KEY, "walrelay-source", "s",
                 "walrelay-anything", "1", "walrelay-anything", "2")));
+        // The names walrelay writes are found by a bit each, the rest in a list: both refuse twice.
+        for (String n : List.of("walrelay-layout", "walrelay-xid", "walrelay-commit-time", "walrelay-lsn",
+                "Walrelay-Layout")) {
+            assertEquals(MetaException.Kind.DUPLICATE_HEADER,
+                    kind(h("idempotency-key", KEY, "walrelay-source", "s", n, "0/1", n, "0/1")), n);
+        }
+        // Names in another case are different names, as in the Rust crate.
+        assertTrue(ok(h("idempotency-key", KEY, "walrelay-source", "s", "walrelay-layout", "1", "Walrelay-Layout", "1")));
         // Application headers may repeat.
         assertTrue(ok(h("idempotency-key", KEY, "walrelay-source", "s", "trace", "1", "trace", "2")));
+    }
+
+    @Test
+    void keysInEveryForm() throws Exception {
+        assertTrue(KEY == Keys.parseHex(KEY), "a lowercase key is returned as it is");
+        assertEquals(KEY, Keys.parseHex(KEY.toUpperCase()));
+        assertEquals(PREV, Keys.fromCompact("1531F10/1532000"));
+        assertEquals("00000000000000000000000000000001", Keys.fromCompact("0/1"));
+        assertEquals("ffffffffffffffffffffffffffffffff", Keys.fromCompact("ffffffffffffffff/FFFFFFFFFFFFFFFF"));
+        for (String bad : List.of("1531f10", "/1", "1/", "1/g", "11111111111111111/1", "1/+1", "1/ 1")) {
+            assertThrows(Keys.KeyFormatException.class, () -> Keys.fromCompact(bad), bad);
+        }
+        for (String bad : List.of(KEY.substring(1), KEY + "0", KEY.replace('a', 'G'), KEY.replace('a', '\uff10'))) {
+            assertThrows(Keys.KeyFormatException.class, () -> Keys.parseHex(bad), bad);
+        }
     }
 
     @Test
