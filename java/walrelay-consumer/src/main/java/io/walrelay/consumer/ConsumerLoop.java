@@ -230,7 +230,7 @@ public final class ConsumerLoop implements AutoCloseable {
                 continue;
             }
             for (ConsumerRecord<byte[], byte[]> r : records.records(tp)) {
-                p.push(Queued.of(r));
+                p.push(Queued.of(r, p.lastSource));
             }
         }
     }

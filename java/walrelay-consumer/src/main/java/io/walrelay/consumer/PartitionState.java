@@ -55,9 +55,15 @@ final class PartitionState {
         this.position = position;
     }
 
+    /** The source of the last record queued with a meta: the hint for the next one's ({@link Queued#of}). */
+    String lastSource;
+
     void push(Queued q) {
         queuedBytes += q.bytes;
         queue.addLast(q);
+        if (q.meta != null) {
+            lastSource = q.meta.source();
+        }
     }
 
     List<Queued> take(int n) {

@@ -17,13 +17,20 @@ final class Queued {
         this.bytes = bytes;
     }
 
-    static Queued of(ConsumerRecord<byte[], byte[]> record) {
-        long bytes = (record.key() == null ? 0 : record.key().length) + (record.value() == null ? 0 : record.value().length);
+    /**
+     * Reads the record's headers once. {@code sourceHint}: the source of the
+     * partition's previous record, reused when this one's is the same
+     * ({@link RecordMeta#of}).
+     */
+    static Queued of(ConsumerRecord<byte[], byte[]> record, String sourceHint) {
+        HeaderScan scan = new HeaderScan();
         for (Header h : record.headers()) {
-            bytes += h.key().length() + (h.value() == null ? 0 : h.value().length);
+            scan.add(h.key(), h.value());
         }
+        long bytes = scan.bytes + (record.key() == null ? 0 : record.key().length)
+                + (record.value() == null ? 0 : record.value().length);
         try {
-            return new Queued(record, RecordMeta.fromHeaders(record.headers()), null, bytes);
+            return new Queued(record, RecordMeta.of(scan, sourceHint), null, bytes);
         } catch (MetaException e) {
             return new Queued(record, null, e, bytes);
         }

@@ -4,8 +4,6 @@ import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
-import java.util.List;
 import org.apache.kafka.common.header.Header;
 
 /**
@@ -28,39 +26,33 @@ public record RecordMeta(String key, String source, Long lsn, Long commitLsn, St
      * carrying both forms of the previous key.
      */
     public static RecordMeta fromHeaders(Iterable<Header> headers) throws MetaException {
-        byte[] key = null, source = null, lsn = null, commitLsn = null, prevKey = null, prev = null;
-        int seen = 0;
-        List<String> others = null;
+        HeaderScan scan = new HeaderScan();
         for (Header h : headers) {
-            String name = h.key();
-            int bit = knownBit(name);
-            if (bit == 0) {
-                if (Headers.isReserved(name)) {
-                    others = noteOther(others, name);
-                }
-                continue;
-            }
-            if ((seen & bit) != 0) {
-                throw MetaException.duplicate(name);
-            }
-            seen |= bit;
-            byte[] v = h.value();
-            switch (bit) {
-                case KEY_BIT -> key = v;
-                case SOURCE_BIT -> source = v;
-                case LSN_BIT -> lsn = v;
-                case COMMIT_BIT -> commitLsn = v;
-                case PREV_KEY_BIT -> prevKey = v;
-                case PREV_BIT -> prev = v;
-                default -> { }
-            }
+            scan.add(h.key(), h.value());
         }
-        boolean hasKey = (seen & KEY_BIT) != 0, hasSource = (seen & SOURCE_BIT) != 0, hasLsn = (seen & LSN_BIT) != 0,
-                hasCommit = (seen & COMMIT_BIT) != 0, hasPrevKey = (seen & PREV_KEY_BIT) != 0,
-                hasPrev = (seen & PREV_BIT) != 0;
+        return of(scan, null);
+    }
+
+    /**
+     * The meta of a scanned record. {@code sourceHint}, the previous record's
+     * source in the same partition (or null), is returned as the source when
+     * the header says the same: one source string per partition instead of
+     * one per record, its hash computed once for the lookups every batch
+     * makes by source.
+     */
+    static RecordMeta of(HeaderScan scan, String sourceHint) throws MetaException {
+        if (scan.error != null) {
+            throw scan.error;
+        }
+        byte[] key = scan.key, source = scan.source, lsn = scan.lsn, commitLsn = scan.commitLsn,
+                prevKey = scan.prevKey, prev = scan.prev;
+        boolean hasKey = scan.has(HeaderScan.KEY), hasSource = scan.has(HeaderScan.SOURCE),
+                hasLsn = scan.has(HeaderScan.LSN), hasCommit = scan.has(HeaderScan.COMMIT_LSN),
+                hasPrevKey = scan.has(HeaderScan.PREV_KEY), hasPrev = scan.has(HeaderScan.PREV);
         String keyText = required(Headers.IDEMPOTENCY_KEY, hasKey ? key : null);
         String parsedKey = parseKey(Headers.IDEMPOTENCY_KEY, keyText);
-        String sourceText = required(Headers.SOURCE, hasSource ? source : null);
+        String sourceText = hasSource && sameAscii(source, sourceHint) ? sourceHint
+                : required(Headers.SOURCE, hasSource ? source : null);
         if (sourceText.isEmpty()) {
             throw new MetaException(MetaException.Kind.EMPTY_SOURCE, Headers.SOURCE, "the \"" + Headers.SOURCE
                     + "\" header is empty: walrelay always names the source (cluster/database/slot, or "
@@ -90,40 +82,17 @@ public record RecordMeta(String key, String source, Long lsn, Long commitLsn, St
                 previous);
     }
 
-    private static final int KEY_BIT = 1, SOURCE_BIT = 2, LSN_BIT = 4, COMMIT_BIT = 8, PREV_KEY_BIT = 16,
-            PREV_BIT = 32, XID_BIT = 64, COMMIT_TIME_BIT = 128, LAYOUT_BIT = 256;
-
-    /**
-     * The bit of a reserved name walrelay writes, spelled exactly as it does,
-     * or 0. Duplicates of these are found with a bit set, so a record of
-     * either header set is parsed without allocating a list of names.
-     */
-    private static int knownBit(String name) {
-        return switch (name) {
-            case Headers.IDEMPOTENCY_KEY -> KEY_BIT;
-            case Headers.SOURCE -> SOURCE_BIT;
-            case Headers.LSN -> LSN_BIT;
-            case Headers.COMMIT_LSN -> COMMIT_BIT;
-            case Headers.PREV_KEY -> PREV_KEY_BIT;
-            case Headers.PREV -> PREV_BIT;
-            case Headers.XID -> XID_BIT;
-            case Headers.COMMIT_TIME -> COMMIT_TIME_BIT;
-            case Headers.LAYOUT -> LAYOUT_BIT;
-            default -> 0;
-        };
-    }
-
-    /**
-     * Notes a reserved name walrelay does not write (or a known one in another
-     * case), refused when seen before; the list is made only for such a record.
-     */
-    private static List<String> noteOther(List<String> others, String name) throws MetaException {
-        List<String> list = others == null ? new ArrayList<>(4) : others;
-        if (list.contains(name)) {
-            throw MetaException.duplicate(name);
+    /** Whether {@code bytes} are the ASCII text of {@code text}. */
+    private static boolean sameAscii(byte[] bytes, String text) {
+        if (bytes == null || text == null || bytes.length != text.length()) {
+            return false;
         }
-        list.add(name);
-        return list;
+        for (int i = 0; i < bytes.length; i++) {
+            if (bytes[i] != text.charAt(i) || bytes[i] < 0) {
+                return false;
+            }
+        }
+        return true;
     }
 
     @Override

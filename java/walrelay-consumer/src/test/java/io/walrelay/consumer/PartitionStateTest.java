@@ -21,7 +21,7 @@ class PartitionStateTest {
             r.headers().add(new RecordHeader("idempotency-key", BatchPlanTest.k(seq).getBytes(StandardCharsets.US_ASCII)));
             r.headers().add(new RecordHeader("walrelay-source", "s".getBytes(StandardCharsets.US_ASCII)));
         }
-        return Queued.of(r);
+        return Queued.of(r, null);
     }
 
     static PartitionState filled(long... seqs) {

@@ -81,6 +81,42 @@ class RecordMetaTest {
     }
 
     @Test
+    void theSourceHintIsReusedOnlyForTheSameText() throws Exception {
+        String hint = new String("7312/app/walrelay");
+        RecordMeta same = RecordMeta.of(scan(h("idempotency-key", KEY, "walrelay-source", "7312/app/walrelay")), hint);
+        assertTrue(same.source() == hint, "the partition's source string is reused");
+        RecordMeta other = RecordMeta.of(scan(h("idempotency-key", KEY, "walrelay-source", "7312/app/walrelaz")), hint);
+        assertEquals("7312/app/walrelaz", other.source());
+        assertEquals(MetaException.Kind.EMPTY_SOURCE, assertThrows(MetaException.class,
+                () -> RecordMeta.of(scan(h("idempotency-key", KEY, "walrelay-source", "")), "")).kind());
+        assertEquals(MetaException.Kind.MISSING_HEADER, assertThrows(MetaException.class,
+                () -> RecordMeta.of(scan(h("idempotency-key", KEY)), hint)).kind());
+    }
+
+    @Test
+    void theScanCountsEveryHeadersBytesAndKeepsTheFirstRefusal() {
+        HeaderScan s = scan(h("idempotency-key", KEY, "trace", "abc", "idempotency-key", KEY, "walrelay-source", "s",
+                "x", null));
+        assertEquals(15 + 32 + 5 + 3 + 15 + 32 + 15 + 1 + 1, s.bytes);
+        assertEquals(MetaException.Kind.DUPLICATE_HEADER, s.error.kind());
+        for (String n : List.of("idempotency-key", "walrelay-source", "walrelay-lsn", "walrelay-commit-lsn",
+                "walrelay-prev-key", "walrelay-prev", "walrelay-xid", "walrelay-commit-time", "walrelay-layout")) {
+            assertTrue(HeaderScan.knownBit(n) != 0, n);
+        }
+        for (String n : List.of("walrelay-lsx", "Walrelay-Source", "walrelay-prev-kez", "x", "")) {
+            assertEquals(0, HeaderScan.knownBit(n), n);
+        }
+    }
+
+    static HeaderScan scan(List<Header> headers) {
+        HeaderScan s = new HeaderScan();
+        for (Header h : headers) {
+            s.add(h.key(), h.value());
+        }
+        return s;
+    }
+
+    @Test
     void keysInEveryForm() throws Exception {
         assertTrue(KEY == Keys.parseHex(KEY), "a lowercase key is returned as it is");
         assertEquals(KEY, Keys.parseHex(KEY.toUpperCase()));
