@@ -64,6 +64,8 @@ public final class ConsumerLoop implements AutoCloseable {
     /** With metrics: where the partitions' time goes. */
     private PhaseClock clock;
     private long lastLag = System.nanoTime();
+    /** The earliest last arrival of a partition whose batch waits to be filled, or {@code Long.MAX_VALUE}. */
+    private long fillingSince = Long.MAX_VALUE;
     /** How often the lag gauges are read from the consumer (librdkafka's statistics interval in the Rust crate). */
     private static final long LAG_INTERVAL_NANOS = TimeUnit.SECONDS.toNanos(5);
 
@@ -198,6 +200,10 @@ public final class ConsumerLoop implements AutoCloseable {
                 wait = Math.min(wait, Math.max(TimeUnit.NANOSECONDS.toMillis(p.retryAt - now), 0));
             }
         }
+        if (fillingSince != Long.MAX_VALUE) {
+            long untilStart = fillingSince + PartitionState.FILL_WINDOW_NANOS - now;
+            wait = Math.min(wait, Math.max(TimeUnit.NANOSECONDS.toMillis(untilStart), 1));
+        }
         if (!dirty.isEmpty()) {
             long untilCommit = settings.commitInterval().toNanos() - (now - lastCommit);
             wait = Math.min(wait, Math.max(TimeUnit.NANOSECONDS.toMillis(untilCommit), 0));
@@ -224,13 +230,14 @@ public final class ConsumerLoop implements AutoCloseable {
     }
 
     private void queue(ConsumerRecords<byte[], byte[]> records) {
+        long now = System.nanoTime();
         for (TopicPartition tp : records.partitions()) {
             PartitionState p = parts.get(tp);
             if (p == null) {
                 continue;
             }
             for (ConsumerRecord<byte[], byte[]> r : records.records(tp)) {
-                p.push(Queued.of(r, p.lastSource));
+                p.push(Queued.of(r, p.lastSource), now);
             }
         }
     }
@@ -265,11 +272,23 @@ public final class ConsumerLoop implements AutoCloseable {
         Outcomes.finish(this, job);
     }
 
+    /** Whether the partition's next batch waits to be filled ({@link PartitionState#mayFill}). */
+    private boolean filling(TopicPartition tp, PartitionState p, int take, long now) {
+        if (!p.mayFill(settings, take, now)) {
+            return false;
+        }
+        KafkaConsumer<byte[], byte[]> c = consumer;
+        OptionalLong lag = c == null ? OptionalLong.empty() : c.currentLag(tp);
+        return lag.isPresent() && lag.getAsLong() > 0;
+    }
+
     private void dispatch(ExecutorService workers, HandlerCalls calls) {
         long now = System.nanoTime();
+        fillingSince = Long.MAX_VALUE;
         for (Map.Entry<TopicPartition, PartitionState> e : parts.entrySet()) {
             TopicPartition tp = e.getKey();
             PartitionState p = e.getValue();
+            p.filling = false;
             while (true) {
                 Step step = p.nextStep(settings, now);
                 if (step instanceof Step.Skip s) {
@@ -281,6 +300,9 @@ public final class ConsumerLoop implements AutoCloseable {
                 }
                 if (step instanceof Step.Stop s) {
                     stopPartition(tp, p, s.error());
+                } else if (step instanceof Step.Apply a && a.park() == null && filling(tp, p, a.take(), now)) {
+                    p.filling = true;
+                    fillingSince = Math.min(fillingSince, p.lastArrival);
                 } else if ((step instanceof Step.Apply || step instanceof Step.ParkUnkeyed)
                         && inFlight.size() < settings.poolSize()) {
                     Job job = new Job(tp, p, step);

@@ -7,6 +7,7 @@ import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import java.util.Set;
 
 /**
@@ -57,13 +58,51 @@ final class PartitionState {
 
     /** The source of the last record queued with a meta: the hint for the next one's ({@link Queued#of}). */
     String lastSource;
+    /** When a poll last brought records of this partition ({@link System#nanoTime()}). */
+    long lastArrival;
+    /** Its next batch waits to be filled (set by the loop's dispatch): its phase is polling. */
+    boolean filling;
 
-    void push(Queued q) {
+    /**
+     * How long a batch waits to be filled after the partition's last
+     * arrival ({@link #mayFill}): a few polls' worth, so a partition that
+     * stops receiving (the end of a backlog, a slow fetch) starts what it
+     * has at once.
+     */
+    static final long FILL_WINDOW_NANOS = TimeUnit.MILLISECONDS.toNanos(5);
+
+    void push(Queued q, long now) {
         queuedBytes += q.bytes;
         queue.addLast(q);
+        lastArrival = now;
         if (q.meta != null) {
             lastSource = q.meta.source();
         }
+    }
+
+    /**
+     * Whether the batch of {@code take} records that {@link #nextStep} chose
+     * may wait to be filled, if the consumer knows more records of the
+     * partition beyond what it queued (the loop asks its lag only then).
+     *
+     * <p>Under a backlog a poll brings each partition a few hundred records at
+     * a time, and a partition whose last batch just finished would otherwise
+     * start on those: many small transactions, each paying its round trips
+     * and its {@code COMMIT} in database CPU (the Rust crate's "filling",
+     * docs/benchmarks.md). Only a batch that would take the whole queue and
+     * is still below {@code maxBatchRecords} waits, never a full partition
+     * (it is not read) or one retrying, isolating or shrinking after a
+     * failure, and never longer than {@link #FILL_WINDOW_NANOS} after the
+     * partition's last arrival.
+     */
+    boolean mayFill(Settings s, int take, long now) {
+        return take == queue.size()
+                && take < s.maxBatchRecords()
+                && !isFull(s)
+                && failing == null
+                && isolate == 0
+                && shrink == null
+                && now - lastArrival < FILL_WINDOW_NANOS;
     }
 
     List<Queued> take(int n) {
@@ -109,7 +148,7 @@ final class PartitionState {
         if (retryAt != null && retryAt - now > 0) {
             return Phase.BACKOFF;
         }
-        return Phase.POOL;
+        return filling ? Phase.POLLING : Phase.POOL;
     }
 
     /** Raises the cached marks. */

@@ -1,6 +1,8 @@
 package io.walrelay.consumer;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 
 import java.nio.charset.StandardCharsets;
@@ -27,7 +29,7 @@ class PartitionStateTest {
     static PartitionState filled(long... seqs) {
         PartitionState p = new PartitionState(new Position("g", "t", 0));
         for (int i = 0; i < seqs.length; i++) {
-            p.push(q(i, seqs[i]));
+            p.push(q(i, seqs[i]), 0);
         }
         return p;
     }
@@ -38,6 +40,24 @@ class PartitionStateTest {
         assertEquals(new Step.Apply(3, null), p.nextStep(S, 0));
         p.learn(Map.of("s", BatchPlanTest.k(3)));
         assertEquals(new Step.Skip(3), p.nextStep(S, 0));
+    }
+
+    @Test
+    void onlyAWholeQueueBelowTheBatchLimitWaitsToBeFilledAndNotForLong() {
+        long window = PartitionState.FILL_WINDOW_NANOS;
+        PartitionState p = filled(1, 2);
+        assertTrue(p.mayFill(S, 2, 0), "the whole queue, below 3 records, just arrived");
+        assertTrue(p.mayFill(S, 2, window - 1));
+        assertFalse(p.mayFill(S, 2, window), "nothing arrived for the window: start");
+        assertFalse(p.mayFill(S, 1, 0), "a batch not taking the whole queue");
+        assertFalse(filled(1, 2, 3).mayFill(S, 3, 0), "a full batch");
+        PartitionState failed = filled(1, 2);
+        failed.putBack(failed.take(2));
+        failed.handlerFailed("boom", null, 2, S, 0);
+        assertFalse(failed.mayFill(S, 2, 0), "a partition retrying after a failure");
+        assertEquals(Phase.POOL, p.phase(0));
+        p.filling = true;
+        assertEquals(Phase.POLLING, p.phase(0), "a partition filling its batch is polling");
     }
 
     @Test
