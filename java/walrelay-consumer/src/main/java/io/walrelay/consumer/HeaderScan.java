@@ -2,6 +2,7 @@ package io.walrelay.consumer;
 
 import java.util.ArrayList;
 import java.util.List;
+import org.apache.kafka.common.header.Header;
 
 /**
  * One pass over a record's headers: walrelay's values picked out, every
@@ -26,6 +27,15 @@ final class HeaderScan {
     /** The first refusal: a reserved name seen twice. The bytes are still counted after it. */
     MetaException error;
     private List<String> others;
+
+    /** Scans every header of a record, in record order. */
+    static HeaderScan of(Iterable<Header> headers) {
+        HeaderScan scan = new HeaderScan();
+        for (Header h : headers) {
+            scan.add(h.key(), h.value());
+        }
+        return scan;
+    }
 
     void add(String name, byte[] value) {
         bytes += name.length() + (value == null ? 0 : value.length);

@@ -1,7 +1,6 @@
 package io.walrelay.consumer;
 
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.common.header.Header;
 
 /** A record waiting in its partition's queue, its headers parsed once (a meta, or why there is none). */
 final class Queued {
@@ -23,10 +22,7 @@ final class Queued {
      * ({@link RecordMeta#of}).
      */
     static Queued of(ConsumerRecord<byte[], byte[]> record, String sourceHint) {
-        HeaderScan scan = new HeaderScan();
-        for (Header h : record.headers()) {
-            scan.add(h.key(), h.value());
-        }
+        HeaderScan scan = HeaderScan.of(record.headers());
         long bytes = scan.bytes + (record.key() == null ? 0 : record.key().length)
                 + (record.value() == null ? 0 : record.value().length);
         try {

@@ -26,11 +26,7 @@ public record RecordMeta(String key, String source, Long lsn, Long commitLsn, St
      * carrying both forms of the previous key.
      */
     public static RecordMeta fromHeaders(Iterable<Header> headers) throws MetaException {
-        HeaderScan scan = new HeaderScan();
-        for (Header h : headers) {
-            scan.add(h.key(), h.value());
-        }
-        return of(scan, null);
+        return of(HeaderScan.of(headers), null);
     }
 
     /**

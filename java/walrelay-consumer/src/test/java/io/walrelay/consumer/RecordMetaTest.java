@@ -109,11 +109,7 @@ class RecordMetaTest {
     }
 
     static HeaderScan scan(List<Header> headers) {
-        HeaderScan s = new HeaderScan();
-        for (Header h : headers) {
-            s.add(h.key(), h.value());
-        }
-        return s;
+        return HeaderScan.of(headers);
     }
 
     @Test
