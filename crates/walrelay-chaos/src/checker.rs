@@ -52,6 +52,9 @@ pub struct Verdict {
     pub key_conflicts: usize,
     pub ledger_anomalies: Vec<String>,
     pub examples: Vec<String>,
+    /// The first few duplicates on the wire, where they are: apart from
+    /// `examples`, which a run without the fence would fill with them.
+    pub duplicate_examples: Vec<String>,
 }
 
 impl Verdict {
@@ -267,7 +270,8 @@ fn on_the_wire(wire: &[WireRecord], history: &History, v: &mut Verdict) {
     let mut distinct: HashSet<u128> = HashSet::new();
     for ((t, p), mut records) in partitions {
         records.sort_by_key(|r| r.offset);
-        let mut seen: HashSet<u128> = HashSet::new();
+        // Each key's first offset in the partition.
+        let mut seen: HashMap<u128, i64> = HashMap::new();
         let mut hwm: Option<(u128, Option<EventId>)> = None;
         for r in records {
             let Some(k) = r.key else {
@@ -288,7 +292,14 @@ fn on_the_wire(wire: &[WireRecord], history: &History, v: &mut Verdict) {
             }
             match hwm {
                 Some((h, _)) if k <= h => {
-                    if !seen.contains(&k) {
+                    if let Some(first) = seen.get(&k) {
+                        if v.duplicate_examples.len() < 5 {
+                            v.duplicate_examples.push(format!(
+                                "topic #{t}/{p} offset {}: key {k:032x} again (first at offset {first})",
+                                r.offset
+                            ));
+                        }
+                    } else {
                         v.wire_late_keys += 1;
                         v.example(format!(
                             "topic #{t}/{p} offset {}: new key {k:032x} below the mark",
@@ -303,7 +314,7 @@ fn on_the_wire(wire: &[WireRecord], history: &History, v: &mut Verdict) {
                             v.example(format!("topic #{t}/{p}: {id} after {prev} on the wire"));
                         }
                     }
-                    seen.insert(k);
+                    seen.insert(k, r.offset);
                     hwm = Some((k, r.event.or(hwm.and_then(|h| h.1))));
                 }
             }
@@ -480,6 +491,19 @@ mod tests {
         ];
         let mut v = check(&units, &ledger, &HashSet::new(), &ok, &on_wire);
         assert_eq!(v.wire_duplicates, 2);
+        assert_eq!(
+            v.duplicate_examples,
+            [
+                format!(
+                    "topic #0/0 offset 2: key {:032x} again (first at offset 0)",
+                    10
+                ),
+                format!(
+                    "topic #0/0 offset 3: key {:032x} again (first at offset 1)",
+                    11
+                ),
+            ]
+        );
         // The tail fence keeps replays off the wire: duplicates there
         // fail the run, unless it ran with the fence off.
         assert!(!v.passed(), "{v:?}");

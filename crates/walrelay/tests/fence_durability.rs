@@ -253,5 +253,21 @@ async fn from_kafka_3_7_the_high_watermark_waits_even_without_elr_so_replicated_
         ),
         "on Kafka 3.7+ a replicated topic is fenced"
     );
+
+    // A broker the metadata still lists but that does not answer (killed a
+    // moment ago) is vouched for by the cluster's finalized
+    // metadata.version, which each 4.1.1 node reports in its ApiVersions
+    // response.
+    let live = bootstrap.split(',').next().context("a bootstrap server")?;
+    let (strict, why) = walrelay::fence::api_versions::strict_min_isr_of(
+        &[live.to_owned(), "127.0.0.1:1".to_owned()],
+        &walrelay::kafka::conn::Settings::plaintext(),
+        Duration::from_secs(10),
+    )
+    .await;
+    ensure!(
+        (strict, &why) == (StrictMinIsr::Yes, &None),
+        "a 4.1.1 node vouches for one that does not answer: {strict} {why:?}"
+    );
     Ok(())
 }

@@ -453,8 +453,9 @@ async fn check(
     .await?;
     if o.fence && verdict.wire_duplicates > 0 {
         failures.push(format!(
-            "{} replayed duplicates on the wire with the tail fence on (see the relay log's \"tail fence\" lines)",
-            verdict.wire_duplicates
+            "{} replayed duplicates on the wire with the tail fence on (see the relay log's \"tail fence\" lines):\n  {}",
+            verdict.wire_duplicates,
+            verdict.duplicate_examples.join("\n  ")
         ));
     }
     if !verdict.passed() {

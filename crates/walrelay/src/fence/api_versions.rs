@@ -22,6 +22,16 @@
 //! one may run 3.7 while a partition's leader still runs 3.6. The cluster
 //! is strict only when every broker is ([`combine`]).
 //!
+//! A broker the metadata lists may not answer: one just killed stays
+//! listed until the controller notices (`broker.session.timeout.ms`), and
+//! a relay restarted in that window would leave every replicated topic
+//! unfenced for its session. The response also carries the cluster's
+//! finalized `metadata.version` (a tagged field, KIP-584): once it is at
+//! 3.7-IV0 or later, the controller registers no broker whose release
+//! cannot run it, so no broker of the cluster runs a release before 3.7,
+//! answering or not. One broker that answers with such a level then
+//! vouches for those that do not.
+//!
 //! The encoding and decoding are pure functions ([`request`],
 //! [`parse_response`]), tested byte for byte below.
 
@@ -37,6 +47,23 @@ const PRODUCE: i16 = 0;
 const PRODUCE_OF_3_7: i16 = 10;
 const API_VERSIONS: i16 = 18;
 const UNSUPPORTED_VERSION: i16 = 35;
+/// The response's tagged field with the cluster's finalized features.
+const FINALIZED_FEATURES_TAG: u64 = 2;
+/// The `metadata.version` feature level of Kafka 3.7-IV0
+/// (`MetadataVersion.IBP_3_7_IV0`).
+pub const METADATA_VERSION_OF_3_7: i16 = 15;
+
+/// What one broker's ApiVersions response tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Release {
+    /// Whether this broker's release holds the high watermark under min
+    /// ISR.
+    pub strict: StrictMinIsr,
+    /// The cluster's finalized `metadata.version` level as this broker
+    /// knows it; `None` where it reports none (ZooKeeper mode, brokers
+    /// before 3.3).
+    pub metadata_version: Option<i16>,
+}
 
 /// An ApiVersions v3 request with `correlation_id`, length-prefixed.
 #[must_use]
@@ -73,9 +100,10 @@ fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// What an ApiVersions v3 response (without its length prefix) says: the
-/// Produce API's version range tells the release. A broker too old for v3
-/// (before 2.4) answers `UNSUPPORTED_VERSION`.
-pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<StrictMinIsr, String> {
+/// Produce API's version range tells the release, the finalized features
+/// the cluster's `metadata.version`. A broker too old for v3 (before 2.4)
+/// answers `UNSUPPORTED_VERSION`.
+pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<Release, String> {
     let mut r = Reader::new(bytes);
     let got = r.i32()?;
     if got != correlation_id {
@@ -83,7 +111,10 @@ pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<StrictMinIsr,
     }
     let error = r.i16()?;
     if error == UNSUPPORTED_VERSION {
-        return Ok(StrictMinIsr::No);
+        return Ok(Release {
+            strict: StrictMinIsr::No,
+            metadata_version: None,
+        });
     }
     if error != 0 {
         return Err(format!("ApiVersions error code {error}"));
@@ -101,12 +132,43 @@ pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<StrictMinIsr,
         }
     }
     let _throttle_ms = r.i32()?;
-    r.skip_tags()?;
-    match produce_max {
-        Some(max) if max >= PRODUCE_OF_3_7 => Ok(StrictMinIsr::Yes),
-        Some(_) => Ok(StrictMinIsr::No),
-        None => Err("the broker lists no Produce API".to_owned()),
+    let mut metadata_version = None;
+    for _ in 0..r.uvarint()? {
+        let tag = r.uvarint()?;
+        let size = usize::try_from(r.uvarint()?).map_err(|e| e.to_string())?;
+        let field = r.take(size)?;
+        if tag == FINALIZED_FEATURES_TAG {
+            metadata_version = finalized_metadata_version(field)?;
+        }
     }
+    let strict = match produce_max {
+        Some(max) if max >= PRODUCE_OF_3_7 => StrictMinIsr::Yes,
+        Some(_) => StrictMinIsr::No,
+        None => return Err("the broker lists no Produce API".to_owned()),
+    };
+    Ok(Release {
+        strict,
+        metadata_version,
+    })
+}
+
+/// The `metadata.version` level in a FinalizedFeatures field (a compact
+/// array of name, max level, min level, tagged fields).
+fn finalized_metadata_version(field: &[u8]) -> Result<Option<i16>, String> {
+    let mut r = Reader::new(field);
+    let mut found = None;
+    for _ in 0..r.uvarint()?.saturating_sub(1) {
+        let name_len =
+            usize::try_from(r.uvarint()?.saturating_sub(1)).map_err(|e| e.to_string())?;
+        let name = r.take(name_len)?;
+        let max = r.i16()?;
+        let _min = r.i16()?;
+        r.skip_tags()?;
+        if name == b"metadata.version" {
+            found = Some(max);
+        }
+    }
+    Ok(found)
 }
 
 /// The `host:port` of every broker in the cluster's metadata, asked
@@ -189,21 +251,23 @@ pub async fn strict_min_isr_of(
 }
 
 /// The cluster's answer from its brokers' answers: `No` as soon as one
-/// broker runs a release before 3.7 (it may lead a partition), `Yes` only
-/// when every broker answered `Yes`, otherwise `Unknown` (treated as no).
+/// broker runs a release before 3.7 (it may lead a partition), `Yes` when
+/// every broker answered `Yes`, or when the others answered `Yes` and one
+/// of them reports a finalized `metadata.version` of 3.7 or later (no
+/// older release can be in the cluster), otherwise `Unknown` (treated as
+/// no).
 #[must_use]
-pub fn combine(
-    answers: &[(String, Result<StrictMinIsr, String>)],
-) -> (StrictMinIsr, Option<String>) {
+pub fn combine(answers: &[(String, Result<Release, String>)]) -> (StrictMinIsr, Option<String>) {
     if answers.is_empty() {
         return (
             StrictMinIsr::Unknown,
             Some("the metadata listed no broker".to_owned()),
         );
     }
+    let strict = |a: &Result<Release, String>| a.as_ref().ok().map(|r| r.strict);
     if let Some((broker, _)) = answers
         .iter()
-        .find(|(_, a)| matches!(a, Ok(StrictMinIsr::No)))
+        .find(|(_, a)| strict(a) == Some(StrictMinIsr::No))
     {
         return (
             StrictMinIsr::No,
@@ -213,15 +277,29 @@ pub fn combine(
             )),
         );
     }
-    let unanswered: Vec<String> = answers
-        .iter()
-        .filter_map(|(broker, a)| match a {
-            Ok(StrictMinIsr::Yes) => None,
-            Ok(other) => Some(format!("{broker}: {other}")),
-            Err(e) => Some(format!("{broker}: {e}")),
-        })
-        .collect();
+    let mut unanswered = Vec::new();
+    // Whether a broker vouches for the silent ones, and whether all that
+    // are not strict are silent.
+    let (mut vouched, mut only_silent) = (false, true);
+    for (broker, a) in answers {
+        match a {
+            Ok(r) if r.strict == StrictMinIsr::Yes => {
+                vouched |= r.metadata_version >= Some(METADATA_VERSION_OF_3_7);
+            }
+            Ok(r) => {
+                only_silent = false;
+                unanswered.push(format!("{broker}: {}", r.strict));
+            }
+            Err(e) => unanswered.push(format!("{broker}: {e}")),
+        }
+    }
     if unanswered.is_empty() {
+        (StrictMinIsr::Yes, None)
+    } else if vouched && only_silent {
+        tracing::info!(
+            unanswered = %unanswered.join("; "),
+            "brokers that did not answer run Kafka 3.7 or later: the cluster's finalized metadata.version is at 3.7 or later"
+        );
         (StrictMinIsr::Yes, None)
     } else {
         (StrictMinIsr::Unknown, Some(unanswered.join("; ")))
@@ -229,7 +307,7 @@ pub fn combine(
 }
 
 /// One broker's answer; blocking, each step bounded by `timeout`.
-fn ask(server: &str, settings: &Settings, timeout: Duration) -> Result<StrictMinIsr, String> {
+fn ask(server: &str, settings: &Settings, timeout: Duration) -> Result<Release, String> {
     const CORRELATION_ID: i32 = 0x5752_4c59;
     let answer =
         Connection::open(server, settings, timeout)?.round_trip(&request(CORRELATION_ID))?;
@@ -258,7 +336,7 @@ mod tests {
     }
 
     /// A v3 response listing Produce up to `produce_max` and ApiVersions,
-    /// with tagged fields (finalized features) after them.
+    /// with a tagged field (the finalized features epoch) after them.
     fn response(correlation: i32, produce_max: i16) -> Vec<u8> {
         let mut b = Vec::new();
         b.extend_from_slice(&correlation.to_be_bytes());
@@ -278,18 +356,71 @@ mod tests {
         b
     }
 
+    /// [`response`] with the finalized features too, as Kafka 4.1.1 sends
+    /// them (tag 2 after the epoch's tag 1): `metadata.version` at
+    /// `metadata_version`, and one other feature.
+    fn response_with_features(
+        correlation: i32,
+        produce_max: i16,
+        metadata_version: i16,
+    ) -> Vec<u8> {
+        let mut b = response(correlation, produce_max);
+        let tags = b.len() - 11;
+        assert_eq!(b[tags], 1);
+        b[tags] = 2;
+        let mut features = vec![3]; // two features
+        for (name, max) in [
+            ("kraft.version", 1i16),
+            ("metadata.version", metadata_version),
+        ] {
+            features.push(name.len() as u8 + 1);
+            features.extend_from_slice(name.as_bytes());
+            features.extend_from_slice(&max.to_be_bytes());
+            features.extend_from_slice(&1i16.to_be_bytes()); // min level
+            features.push(0);
+        }
+        b.push(2);
+        b.push(features.len() as u8);
+        b.extend_from_slice(&features);
+        b
+    }
+
+    fn release(strict: StrictMinIsr, metadata_version: Option<i16>) -> Release {
+        Release {
+            strict,
+            metadata_version,
+        }
+    }
+
     #[test]
     fn produce_v10_means_kafka_3_7_or_later() {
-        assert_eq!(parse_response(&response(7, 9), 7), Ok(StrictMinIsr::No));
-        assert_eq!(parse_response(&response(7, 10), 7), Ok(StrictMinIsr::Yes));
-        assert_eq!(parse_response(&response(7, 13), 7), Ok(StrictMinIsr::Yes));
+        let parsed = |r: &[u8]| parse_response(r, 7).map(|r| r.strict);
+        assert_eq!(parsed(&response(7, 9)), Ok(StrictMinIsr::No));
+        assert_eq!(parsed(&response(7, 10)), Ok(StrictMinIsr::Yes));
+        assert_eq!(parsed(&response(7, 13)), Ok(StrictMinIsr::Yes));
+    }
+
+    #[test]
+    fn the_finalized_metadata_version_is_read_from_the_tagged_fields() {
+        assert_eq!(
+            parse_response(&response(7, 13), 7),
+            Ok(release(StrictMinIsr::Yes, None))
+        );
+        assert_eq!(
+            parse_response(&response_with_features(7, 13, 26), 7),
+            Ok(release(StrictMinIsr::Yes, Some(26)))
+        );
+        let ok = response_with_features(7, 13, 26);
+        for cut in 4..ok.len() {
+            assert!(parse_response(&ok[..cut], 7).is_err(), "cut at {cut}");
+        }
     }
 
     #[test]
     fn an_old_broker_is_not_strict_and_garbage_is_an_error() {
         let mut old = 7i32.to_be_bytes().to_vec();
         old.extend_from_slice(&35i16.to_be_bytes());
-        assert_eq!(parse_response(&old, 7), Ok(StrictMinIsr::No));
+        assert_eq!(parse_response(&old, 7), Ok(release(StrictMinIsr::No, None)));
         let ok = response(7, 11);
         assert!(parse_response(&ok, 8).unwrap_err().contains("correlation"));
         for cut in 4..ok.len() {
@@ -299,8 +430,8 @@ mod tests {
 
     #[test]
     fn the_cluster_is_strict_only_when_every_broker_is() {
-        let yes = |b: &str| (b.to_owned(), Ok(StrictMinIsr::Yes));
-        let no = |b: &str| (b.to_owned(), Ok(StrictMinIsr::No));
+        let yes = |b: &str| (b.to_owned(), Ok(release(StrictMinIsr::Yes, None)));
+        let no = |b: &str| (b.to_owned(), Ok(release(StrictMinIsr::No, None)));
         let err = |b: &str| (b.to_owned(), Err("connecting: refused".to_owned()));
         assert_eq!(
             combine(&[yes("a:1"), yes("b:1")]),
@@ -313,6 +444,37 @@ mod tests {
         assert_eq!(strict, StrictMinIsr::Unknown);
         assert!(why.unwrap().contains("c:1: connecting: refused"));
         assert_eq!(combine(&[]).0, StrictMinIsr::Unknown);
+    }
+
+    /// The chaos run's case: a relay restarted right after a broker was
+    /// killed finds it still listed. A broker that reports the cluster's
+    /// metadata.version at 3.7-IV0 or later vouches for it; an older
+    /// level, or none, does not, and a broker before 3.7 still says no.
+    #[test]
+    fn a_finalized_metadata_version_of_3_7_vouches_for_a_broker_that_does_not_answer() {
+        let at = |b: &str, level| (b.to_owned(), Ok(release(StrictMinIsr::Yes, level)));
+        let err = |b: &str| (b.to_owned(), Err("connecting: refused".to_owned()));
+        assert_eq!(
+            combine(&[at("a:1", Some(26)), err("b:1"), at("c:1", None)]),
+            (StrictMinIsr::Yes, None)
+        );
+        assert_eq!(
+            combine(&[at("a:1", Some(METADATA_VERSION_OF_3_7)), err("b:1")]).0,
+            StrictMinIsr::Yes
+        );
+        let (strict, why) = combine(&[at("a:1", Some(14)), err("b:1")]);
+        assert_eq!(strict, StrictMinIsr::Unknown);
+        assert!(why.unwrap().contains("b:1: connecting: refused"));
+        assert_eq!(
+            combine(&[at("a:1", None), err("b:1")]).0,
+            StrictMinIsr::Unknown
+        );
+        assert_eq!(combine(&[err("a:1"), err("b:1")]).0, StrictMinIsr::Unknown);
+        let old = ("c:1".to_owned(), Ok(release(StrictMinIsr::No, Some(26))));
+        assert_eq!(
+            combine(&[at("a:1", Some(26)), err("b:1"), old]).0,
+            StrictMinIsr::No
+        );
     }
 
     /// A fake broker that answers one ApiVersions request with Produce up

@@ -178,6 +178,9 @@ pub enum Lag {
     /// No leader was found for it (a leaderless partition, or the
     /// metadata could not be read: the last error, if any).
     NoLeader { last_error: Option<String> },
+    /// The broker the metadata names as the leader did not answer (killed,
+    /// and not yet noticed by the controller, or unreachable from here).
+    Unreachable { leader: String, error: String },
     /// The in-sync replicas have not all copied what the leader holds.
     NotReplicated { high_watermark: i64, log_end: i64 },
 }
@@ -196,6 +199,10 @@ pub fn describe(behind: &[Behind]) -> String {
                     .as_ref()
                     .map(|e| format!(" (last error: {e})"))
                     .unwrap_or_default()
+            ),
+            Lag::Unreachable { leader, error } => format!(
+                "partition {}'s leader {leader} does not answer ({error})",
+                b.partition
             ),
             Lag::NotReplicated {
                 high_watermark,
@@ -217,7 +224,10 @@ pub fn describe(behind: &[Behind]) -> String {
              them) or a follower is slow",
         );
     }
-    if behind.iter().any(|b| matches!(b.lag, Lag::NoLeader { .. })) {
+    if behind
+        .iter()
+        .any(|b| matches!(b.lag, Lag::NoLeader { .. } | Lag::Unreachable { .. }))
+    {
         advice.push(
             "a partition without a leader cannot be read or written: its brokers are down or \
              unreachable (kafka-topics --describe --unavailable-partitions lists them)",
@@ -227,24 +237,38 @@ pub fn describe(behind: &[Behind]) -> String {
 }
 
 /// Waits until the high watermark of every partition in `partitions`
-/// reached the log end its leader reported when first asked, or
+/// reached the log end its current leader reported when first asked, or
 /// `deadline`. `leaders` looks up each partition's leader (`host:port`;
 /// a partition without one is left out), `offsets` asks a leader
-/// ([`ask`]). A partition whose leader refuses the request (an error code
-/// other than a moving leadership) or does not answer at all is not
-/// waited for: it costs duplicates at worst, as without the wait. Returns
-/// the partitions still behind at the deadline, each with why.
+/// ([`ask`]). Returns the partitions still behind at the deadline, each
+/// with why.
+///
+/// A leader that does not answer at all is a leadership on the move, as
+/// a moving-leadership error code is: the metadata names a broker that
+/// was just killed until the controller notices, and the partition's new
+/// leader may then hold records its high watermark has not passed yet
+/// (the next session would write them again: duplicates; a chaos run on
+/// three brokers found two). So the leader is looked up and asked again
+/// until the deadline. When the leader changes, the log end to reach is
+/// the new leader's: what only the old one held is truncated away when it
+/// rejoins. Only a leader that refuses the request (any other error code,
+/// e.g. an old broker without the debugging replica id) is not waited
+/// for: it costs duplicates at worst, as without the wait.
 pub fn await_readable(
     partitions: &[i32],
     deadline: Instant,
     mut leaders: impl FnMut() -> Result<Vec<(i32, String)>, String>,
     mut offsets: impl FnMut(&str, &[i32]) -> Result<Vec<PartitionOffsets>, String>,
 ) -> Result<(), Vec<Behind>> {
-    // Per partition, the log end to reach; `None` while not yet known.
-    let mut targets: BTreeMap<i32, Option<i64>> = partitions.iter().map(|&p| (p, None)).collect();
+    // Per partition, the log end to reach and the leader that reported
+    // it; `None` while not yet known.
+    let mut targets: BTreeMap<i32, Option<(String, i64)>> =
+        partitions.iter().map(|&p| (p, None)).collect();
     let mut last_high: BTreeMap<i32, i64> = BTreeMap::new();
     let mut leader_of: BTreeMap<i32, String> = BTreeMap::new();
     let mut last_error: Option<String> = None;
+    // Per partition, the leader that did not answer, and how.
+    let mut unanswered: BTreeMap<i32, (String, String)> = BTreeMap::new();
     loop {
         if targets.keys().any(|p| !leader_of.contains_key(p)) {
             match leaders() {
@@ -270,7 +294,11 @@ pub fn await_readable(
                         };
                         match answer {
                             Ok(o) => {
-                                let end = *target.get_or_insert(o.log_end);
+                                unanswered.remove(&p);
+                                if target.as_ref().is_none_or(|(from, _)| *from != leader) {
+                                    *target = Some((leader.clone(), o.log_end));
+                                }
+                                let end = target.as_ref().map_or(o.log_end, |(_, end)| *end);
                                 if o.high_watermark >= end {
                                     targets.remove(&p);
                                 } else {
@@ -292,9 +320,10 @@ pub fn await_readable(
                     }
                 }
                 Err(e) => {
-                    tracing::debug!(%leader, "no log end from the leader ({e}): not waiting for its partitions");
+                    tracing::debug!(%leader, "no answer from the leader ({e}): looking the leaders up again");
                     for p in ps {
-                        targets.remove(&p);
+                        leader_of.remove(&p);
+                        unanswered.insert(p, (leader.clone(), e.clone()));
                     }
                 }
             }
@@ -307,8 +336,13 @@ pub fn await_readable(
                 .into_iter()
                 .map(|(partition, end)| Behind {
                     partition,
-                    lag: match (end, last_high.get(&partition)) {
-                        (Some(log_end), Some(&high_watermark)) => Lag::NotReplicated {
+                    lag: match (
+                        end,
+                        last_high.get(&partition),
+                        unanswered.remove(&partition),
+                    ) {
+                        (_, _, Some((leader, error))) => Lag::Unreachable { leader, error },
+                        (Some((_, log_end)), Some(&high_watermark), None) => Lag::NotReplicated {
                             high_watermark,
                             log_end,
                         },
@@ -479,13 +513,99 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("in-sync"), "{text}");
-        // A broker that does not answer at all: not waited for.
-        let got = await_readable(
+        // A leader that never answers: waited for, and named.
+        let behind = await_readable(
             &[2],
-            soon(),
+            Instant::now() + Duration::from_millis(120),
             || Ok(vec![(2, "a:1".to_owned())]),
             |_, _| Err("connection refused".to_owned()),
+        )
+        .unwrap_err();
+        assert_eq!(
+            behind,
+            vec![Behind {
+                partition: 2,
+                lag: Lag::Unreachable {
+                    leader: "a:1".to_owned(),
+                    error: "connection refused".to_owned()
+                }
+            }]
+        );
+        let text = describe(&behind);
+        assert!(
+            text.starts_with("partition 2's leader a:1 does not answer (connection refused); a partition without a leader"),
+            "{text}"
+        );
+    }
+
+    /// The chaos run's case: the relay restarts right after a partition's
+    /// leader was killed. The metadata still names the dead broker; then
+    /// the new leader holds records above its high watermark, which must
+    /// be readable before the tail is read.
+    #[test]
+    fn a_dead_leader_is_looked_up_again_and_the_new_leaders_log_end_is_waited_for() {
+        let lookups = Cell::new(0);
+        let new_leader_asked = Cell::new(0);
+        let got = await_readable(
+            &[0],
+            soon(),
+            || {
+                lookups.set(lookups.get() + 1);
+                let leader = if lookups.get() <= 2 {
+                    "dead:1"
+                } else {
+                    "new:2"
+                };
+                Ok(vec![(0, leader.to_owned())])
+            },
+            |leader, ps| {
+                assert_eq!(ps, [0]);
+                if leader == "dead:1" {
+                    return Err("Connection refused (os error 111)".to_owned());
+                }
+                new_leader_asked.set(new_leader_asked.get() + 1);
+                // The new leader's high watermark catches up with its log
+                // end (12) on the third ask.
+                Ok(vec![(0, at(9 + new_leader_asked.get(), 12))])
+            },
         );
         assert_eq!(got, Ok(()));
+        assert_eq!(
+            lookups.get(),
+            3,
+            "looked the leader up until the metadata moved"
+        );
+        assert_eq!(
+            new_leader_asked.get(),
+            3,
+            "waited for the new leader's log end"
+        );
+    }
+
+    #[test]
+    fn a_new_leader_sets_the_log_end_to_reach() {
+        // The old leader reported log end 10 (two records it alone held)
+        // and then lost its leadership; the new leader's log ends at 8, and
+        // its high watermark is there: nothing more will become readable,
+        // and waiting for 10 would last until the deadline.
+        let asked = Cell::new(0);
+        let got = await_readable(
+            &[0],
+            Instant::now() + Duration::from_secs(30),
+            || {
+                let leader = if asked.get() < 2 { "old:1" } else { "new:2" };
+                Ok(vec![(0, leader.to_owned())])
+            },
+            |leader, _| {
+                asked.set(asked.get() + 1);
+                Ok(match (leader, asked.get()) {
+                    ("old:1", 1) => vec![(0, at(8, 10))],
+                    ("old:1", _) => vec![(0, Err(6))],
+                    _ => vec![(0, at(8, 8))],
+                })
+            },
+        );
+        assert_eq!(got, Ok(()));
+        assert_eq!(asked.get(), 3);
     }
 }
