@@ -190,10 +190,27 @@ impl<'a> Row<'a> {
     /// The raw value bytes, text or binary format; `None` for NULL. Errors
     /// for a missing column or an unchanged TOAST value.
     pub fn bytes(&self, name: &str) -> Result<Option<&'a Bytes>, ColumnError> {
-        match self.value(name)? {
+        let index = self
+            .entry
+            .position(name)
+            .ok_or_else(|| ColumnError::NoSuchColumn(name.to_owned()))?;
+        self.bytes_at(index)
+    }
+
+    /// The raw value bytes of the column at `index` in the relation (a
+    /// position found once per Relation, so a row costs no name lookup),
+    /// text or binary format; `None` for NULL. Errors for a position past
+    /// the relation's columns or an unchanged TOAST value.
+    pub fn bytes_at(&self, index: usize) -> Result<Option<&'a Bytes>, ColumnError> {
+        let Some(value) = self.tuple.columns.get(index) else {
+            return Err(ColumnError::NoSuchColumn(format!("#{index}")));
+        };
+        match value {
             ColumnValue::Null => Ok(None),
             ColumnValue::Text(b) | ColumnValue::Binary(b) => Ok(Some(b)),
-            ColumnValue::UnchangedToast => Err(ColumnError::UnchangedToast(name.to_owned())),
+            ColumnValue::UnchangedToast => Err(ColumnError::UnchangedToast(
+                self.entry.relation.columns[index].name.clone(),
+            )),
         }
     }
 
@@ -283,6 +300,17 @@ mod tests {
             row.bytes("big"),
             Err(ColumnError::UnchangedToast("big".into()))
         );
+        // By position: the same values and errors, names from the relation.
+        assert_eq!(
+            row.bytes_at(3).unwrap().map(|b| &b[..]),
+            Some(&b"\x00\x01"[..])
+        );
+        assert_eq!(row.bytes_at(1), Ok(None));
+        assert_eq!(
+            row.bytes_at(4),
+            Err(ColumnError::UnchangedToast("big".into()))
+        );
+        assert_eq!(row.bytes_at(5), Err(ColumnError::NoSuchColumn("#5".into())));
         assert_eq!(row.get("name"), Some(&ColumnValue::Null));
         assert_eq!(row.get("missing"), None);
         let names: Vec<_> = row.iter().map(|(c, _)| c.name.as_str()).collect();

@@ -4,7 +4,7 @@
 //! ```text
 //!   XLogData ──▶ Decoder ──▶ Begin / Commit ──▶ KeyAssigner, the open transaction ──▶ Step::Committed
 //!                    │
-//!                    ├─ Relation ──▶ RelationCache, Router::check_relation (rejected tables)
+//!                    ├─ Relation ──▶ RelationCache, Router::check_relation (outbox column positions, refused tables)
 //!                    │
 //!                    └─ Insert / Update / Message ──▶ KeyAssigner::event ──▶ Router ──▶ Step::Send
 //!                                                                     (bad event) └──▶ dead letter
@@ -22,13 +22,13 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use tracing::{debug, info};
-use walrelay_pgoutput::{Decoder, Lsn, PgOutputMessage, PgTimestamp, RelationCache};
+use walrelay_pgoutput::{Decoder, Lsn, PgOutputMessage, PgTimestamp, RelationCache, RowError};
 
 use crate::config::Config;
 use crate::error::RelayError;
 use crate::key::KeyAssigner;
 use crate::record::Record;
-use crate::route::{BadEvent, DeadLettered, MessageRoute, RouteError, Router, TxInfo};
+use crate::route::{BadEvent, DeadLettered, MessageRoute, OutboxAt, RouteError, Router, TxInfo};
 
 /// What one replication message asks of the session.
 ///
@@ -81,11 +81,12 @@ pub struct EventStep {
     keys: KeyAssigner,
     router: Router,
     tx: Option<TxInfo>,
-    /// Relations whose check failed (not an outbox, a configured column
-    /// missing), by relation id: the error is raised at the first change
+    /// Each Relation's check, by relation id: where an outbox table's
+    /// columns are, or why the table is refused (not an outbox, a
+    /// configured column missing). The error is raised at the first change
     /// to the table, with that change's LSN (a Relation message carries
-    /// none). Usually empty; checked only when not.
-    rejected: HashMap<u32, RouteError>,
+    /// none).
+    routes: HashMap<u32, Result<OutboxAt, RouteError>>,
 }
 
 impl EventStep {
@@ -98,7 +99,7 @@ impl EventStep {
             keys: KeyAssigner::new(),
             router: Router::new(config, source),
             tx: None,
-            rejected: HashMap::new(),
+            routes: HashMap::new(),
         }
     }
 
@@ -128,10 +129,8 @@ impl EventStep {
                 Ok(Step::Committed { end_lsn: c.end_lsn })
             }
             PgOutputMessage::Relation(r) => {
-                match self.router.check_relation(&r, lsn) {
-                    Ok(()) => self.rejected.remove(&r.id),
-                    Err(e) => self.rejected.insert(r.id, e),
-                };
+                self.routes
+                    .insert(r.id, self.router.check_relation(&r, lsn));
                 self.relations.insert(r);
                 Ok(Step::Nothing)
             }
@@ -182,7 +181,7 @@ impl EventStep {
         relation_id: u32,
         tuple: &walrelay_pgoutput::TupleData,
     ) -> Result<Step, RelayError> {
-        self.check_relation(relation_id, lsn)?;
+        let at = self.check_relation(relation_id, lsn)?;
         let tx = self
             .tx
             .as_ref()
@@ -201,7 +200,7 @@ impl EventStep {
                 lsn,
             })
         } else {
-            self.router.outbox_record(tx, key, lsn, &row)
+            self.router.outbox_record(tx, key, lsn, &row, &at)
         };
         let (record, dead_letter) = match routed {
             Ok(record) => (record, None),
@@ -262,15 +261,17 @@ impl EventStep {
         }))
     }
 
-    /// The error of a table whose Relation failed its check, at the LSN of
-    /// this change to it.
-    fn check_relation(&self, relation_id: u32, lsn: Lsn) -> Result<(), RelayError> {
-        if self.rejected.is_empty() {
-            return Ok(());
-        }
-        match self.rejected.get(&relation_id) {
-            Some(e) => Err(e.clone().at(lsn).into()),
-            None => Ok(()),
+    /// Where the outbox columns of this change's table are, or the error
+    /// of a table whose Relation failed its check, at the LSN of this
+    /// change to it.
+    fn check_relation(&self, relation_id: u32, lsn: Lsn) -> Result<OutboxAt, RelayError> {
+        match self.routes.get(&relation_id) {
+            Some(Ok(at)) => Ok(*at),
+            Some(Err(e)) => Err(e.clone().at(lsn).into()),
+            None => Err(RelayError::Row {
+                lsn,
+                error: RowError::UnknownRelation(relation_id),
+            }),
         }
     }
 }

@@ -42,6 +42,7 @@ mod topic_template;
 
 pub use dead_letter::{row_json, BadEvent, DeadLettered, RouteError, DEAD_LETTER_KINDS};
 pub use message::MessageRoute;
+pub use outbox::OutboxAt;
 
 use outbox::OutboxRoute;
 use topic_template::TopicTemplate;

@@ -21,6 +21,24 @@ pub(super) struct OutboxRoute {
     pub(super) columns: OutboxColumns,
 }
 
+/// Where an outbox table's configured columns sit in its Relation: found
+/// once per Relation by [`Router::check_relation`], so a row is read by
+/// position, without a lookup by name. `None`: the Relation has no such
+/// column (a row then fails with [`RouteError::MissingColumn`]; without a
+/// dead-letter topic the Relation itself is refused, except for the
+/// optional headers column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboxAt {
+    /// Which configured outbox table.
+    outbox: usize,
+    id: Option<usize>,
+    aggregatetype: Option<usize>,
+    aggregateid: Option<usize>,
+    event_type: Option<usize>,
+    payload: Option<usize>,
+    headers: Option<usize>,
+}
+
 impl Router {
     fn outbox_index(&self, relation: &Relation) -> Option<usize> {
         let schema = if relation.namespace.is_empty() {
@@ -42,27 +60,43 @@ impl Router {
     /// one, the Relation is accepted and each such row becomes a dead
     /// letter ([`RouteError::MissingColumn`] from [`Self::outbox_record`]):
     /// the column may come back, and rows are what carry the data.
-    pub fn check_relation(&self, relation: &Relation, lsn: Lsn) -> Result<(), RouteError> {
+    ///
+    /// Returns where the configured columns are, for
+    /// [`Self::outbox_record`].
+    pub fn check_relation(&self, relation: &Relation, lsn: Lsn) -> Result<OutboxAt, RouteError> {
         let Some(i) = self.outbox_index(relation) else {
             return Err(RouteError::NotAnOutbox {
                 table: format!("{}.{}", relation.namespace, relation.name),
                 lsn,
             });
         };
-        if self.dead_letter.is_some() {
-            return Ok(());
-        }
         let o = &self.outbox[i];
-        let has = |c: &str| relation.columns.iter().any(|rc| rc.name == c);
-        let required: [(&str, &'static str); 5] = [
-            (&o.columns.id, "id"),
-            (&o.columns.aggregatetype, "aggregatetype"),
-            (&o.columns.aggregateid, "aggregateid"),
-            (&o.columns.event_type, "type"),
-            (&o.columns.payload, "payload"),
+        let at = |c: &str| relation.columns.iter().position(|rc| rc.name == c);
+        let found = OutboxAt {
+            outbox: i,
+            id: at(&o.columns.id),
+            aggregatetype: at(&o.columns.aggregatetype),
+            aggregateid: at(&o.columns.aggregateid),
+            event_type: at(&o.columns.event_type),
+            payload: at(&o.columns.payload),
+            headers: at(&o.columns.headers),
+        };
+        if self.dead_letter.is_some() {
+            return Ok(found);
+        }
+        let required: [(Option<usize>, &str, &'static str); 5] = [
+            (found.id, &o.columns.id, "id"),
+            (
+                found.aggregatetype,
+                &o.columns.aggregatetype,
+                "aggregatetype",
+            ),
+            (found.aggregateid, &o.columns.aggregateid, "aggregateid"),
+            (found.event_type, &o.columns.event_type, "type"),
+            (found.payload, &o.columns.payload, "payload"),
         ];
-        for (column, option) in required {
-            if !has(column) {
+        for (position, column, option) in required {
+            if position.is_none() {
                 return Err(RouteError::MissingColumn {
                     table: format!("{}.{}", o.schema, o.table),
                     column: column.to_owned(),
@@ -71,54 +105,58 @@ impl Router {
                 });
             }
         }
-        Ok(())
+        Ok(found)
     }
 
-    /// The record for an INSERT into an outbox table (checked with
-    /// [`Self::check_relation`] when its Relation arrived).
+    /// The record for an INSERT into an outbox table, whose columns `at`
+    /// says where they are ([`Self::check_relation`] of the row's
+    /// Relation).
     pub fn outbox_record(
         &self,
         tx: &TxInfo,
         key: EventKey,
         lsn: Lsn,
         row: &Row<'_>,
+        at: &OutboxAt,
     ) -> Result<Record, RouteError> {
-        let relation = row.relation();
-        let i = self
-            .outbox_index(relation)
-            .ok_or_else(|| RouteError::NotAnOutbox {
-                table: format!("{}.{}", relation.namespace, relation.name),
-                lsn,
-            })?;
-        let o = &self.outbox[i];
+        let o = &self.outbox[at.outbox];
         let table = || format!("{}.{}", o.schema, o.table);
         // `option`: the column's name in [outbox.columns], for the error.
-        let read = |column: &str, option: &'static str| -> Result<Option<&Bytes>, RouteError> {
-            row.bytes(column).map_err(|e| match e {
-                ColumnError::NoSuchColumn(_) => RouteError::MissingColumn {
-                    table: table(),
-                    column: column.to_owned(),
-                    option,
-                    lsn,
-                },
-                e => RouteError::BadColumn {
-                    table: table(),
-                    column: column.to_owned(),
-                    lsn,
-                    error: e.to_string(),
-                },
+        let read = |position: Option<usize>,
+                    column: &str,
+                    option: &'static str|
+         -> Result<Option<&Bytes>, RouteError> {
+            let missing = || RouteError::MissingColumn {
+                table: table(),
+                column: column.to_owned(),
+                option,
+                lsn,
+            };
+            row.bytes_at(position.ok_or_else(missing)?)
+                .map_err(|e| match e {
+                    ColumnError::NoSuchColumn(_) => missing(),
+                    e => RouteError::BadColumn {
+                        table: table(),
+                        column: column.to_owned(),
+                        lsn,
+                        error: e.to_string(),
+                    },
+                })
+        };
+        let required = |position: Option<usize>,
+                        column: &str,
+                        option: &'static str,
+                        why: &'static str|
+         -> Result<&Bytes, RouteError> {
+            read(position, column, option)?.ok_or_else(|| RouteError::NullColumn {
+                table: table(),
+                column: column.to_owned(),
+                lsn,
+                why,
             })
         };
-        let required =
-            |column: &str, option: &'static str, why: &'static str| -> Result<&Bytes, RouteError> {
-                read(column, option)?.ok_or_else(|| RouteError::NullColumn {
-                    table: table(),
-                    column: column.to_owned(),
-                    lsn,
-                    why,
-                })
-            };
         let aggregatetype = required(
+            at.aggregatetype,
             &o.columns.aggregatetype,
             "aggregatetype",
             "it picks the topic",
@@ -139,17 +177,19 @@ impl Router {
                 lsn,
             })?;
         let record_key = required(
+            at.aggregateid,
             &o.columns.aggregateid,
             "aggregateid",
             "it is the record key",
         )?
         .clone();
-        let value = read(&o.columns.payload, "payload")?.cloned();
-        let id = read(&o.columns.id, "id")?.cloned();
-        let event_type = read(&o.columns.event_type, "type")?.cloned();
-        let app_headers: Vec<(String, String)> = match row.get(&o.columns.headers) {
+        let value = read(at.payload, &o.columns.payload, "payload")?.cloned();
+        let id = read(at.id, &o.columns.id, "id")?.cloned();
+        let event_type = read(at.event_type, &o.columns.event_type, "type")?.cloned();
+        // The headers column is optional: a table without it has none.
+        let app_headers: Vec<(String, String)> = match at.headers {
             None => Vec::new(),
-            Some(_) => match read(&o.columns.headers, "headers")? {
+            Some(_) => match read(at.headers, &o.columns.headers, "headers")? {
                 None => Vec::new(),
                 Some(json) => parse_headers(json).map_err(|error| RouteError::BadHeaders {
                     table: table(),

@@ -220,7 +220,7 @@ fn outbox_row(
         "payload",
         "headers",
     ]);
-    router.check_relation(&rel, Lsn(1)).unwrap();
+    let at = router.check_relation(&rel, Lsn(1)).unwrap();
     let mut cache = RelationCache::new();
     cache.insert(rel);
     let tuple = TupleData {
@@ -234,7 +234,7 @@ fn outbox_row(
         ],
     };
     let row = cache.row(1, &tuple).unwrap();
-    router.outbox_record(&tx(), EventKey::new(1, 2), lsn, &row)
+    router.outbox_record(&tx(), EventKey::new(1, 2), lsn, &row, &at)
 }
 
 #[test]
@@ -254,6 +254,66 @@ fn outbox_row_maps_like_debezium() {
     assert_eq!(header(&r, "type"), Some(&b"created"[..]));
     assert_eq!(header(&r, "trace"), Some(&b"t1"[..]));
     assert_eq!(header(&r, "n"), Some(&b"2"[..]));
+}
+
+/// Columns are read by the positions the Relation gave: a table whose
+/// columns are in another order (or were reordered by a later Relation,
+/// after an ALTER TABLE) gives the same record.
+#[test]
+fn outbox_columns_are_read_where_each_relation_puts_them() {
+    let mut router = Router::new(&config(), "src");
+    let want = outbox_row(&mut router, "{}", "{\"h\": \"v\"}", Lsn(2)).unwrap();
+    let shuffled = outbox_relation(&[
+        "note",
+        "payload",
+        "headers",
+        "type",
+        "aggregateid",
+        "aggregatetype",
+        "id",
+    ]);
+    let at = router.check_relation(&shuffled, Lsn(3)).unwrap();
+    let mut cache = RelationCache::new();
+    cache.insert(shuffled);
+    let tuple = TupleData {
+        columns: vec![
+            text("not read"),
+            text("{}"),
+            text("{\"h\": \"v\"}"),
+            text("created"),
+            text("o-1"),
+            text("order"),
+            text("e-1"),
+        ],
+    };
+    let row = cache.row(1, &tuple).unwrap();
+    let got = router
+        .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row, &at)
+        .unwrap();
+    assert_eq!(
+        (&got.topic, &got.key, &got.value, &got.headers),
+        (&want.topic, &want.key, &want.value, &want.headers)
+    );
+    // Without the optional headers column: no application headers.
+    let bare = outbox_relation(&["payload", "type", "aggregateid", "aggregatetype", "id"]);
+    let at = router.check_relation(&bare, Lsn(4)).unwrap();
+    cache.insert(bare);
+    let tuple = TupleData {
+        columns: vec![
+            text("{}"),
+            text("created"),
+            text("o-1"),
+            text("order"),
+            text("e-1"),
+        ],
+    };
+    let row = cache.row(1, &tuple).unwrap();
+    let got = router
+        .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row, &at)
+        .unwrap();
+    assert_eq!(header(&got, "h"), None);
+    assert_eq!(header(&got, "id"), Some(&b"e-1"[..]));
+    assert_eq!(got.key.as_deref(), Some(&b"o-1"[..]));
 }
 
 #[test]
@@ -415,6 +475,9 @@ fn dead_letters_carry_the_original_bytes_key_and_reason() {
 
     // An outbox row: the row as JSON, in column order, NULL as null.
     let cols = ["id", "aggregatetype", "aggregateid", "type", "payload"];
+    let at = router
+        .check_relation(&outbox_relation(&cols), Lsn(1))
+        .unwrap();
     let mut cache = RelationCache::new();
     cache.insert(outbox_relation(&cols));
     let tuple = TupleData {
@@ -427,7 +490,9 @@ fn dead_letters_carry_the_original_bytes_key_and_reason() {
         ],
     };
     let row = cache.row(1, &tuple).unwrap();
-    let err = router.outbox_record(&tx(), key, Lsn(2), &row).unwrap_err();
+    let err = router
+        .outbox_record(&tx(), key, Lsn(2), &row, &at)
+        .unwrap_err();
     assert_eq!(err.kind(), "null-column");
     let r = router
         .dead_letter(err, key, Lsn(2), Some(&tx()), BadEvent::Row(&row))
@@ -459,7 +524,7 @@ fn with_a_dead_letter_topic_a_missing_column_fails_rows_not_the_relation() {
     c.dead_letter.topic = Some("dlq".into());
     let router = Router::new(&c, "src");
     let rel = outbox_relation(&["id", "aggregatetype", "type", "payload"]);
-    router.check_relation(&rel, Lsn(1)).unwrap();
+    let at = router.check_relation(&rel, Lsn(1)).unwrap();
     let mut cache = RelationCache::new();
     cache.insert(rel);
     let tuple = TupleData {
@@ -467,7 +532,7 @@ fn with_a_dead_letter_topic_a_missing_column_fails_rows_not_the_relation() {
     };
     let row = cache.row(1, &tuple).unwrap();
     let err = router
-        .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row)
+        .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row, &at)
         .unwrap_err();
     assert!(
         matches!(&err, RouteError::MissingColumn { column, option: "aggregateid", .. } if column == "aggregateid"),
@@ -494,6 +559,9 @@ fn outbox_errors_name_the_problem() {
     ));
 
     let cols = ["id", "aggregatetype", "aggregateid", "type", "payload"];
+    let at = router
+        .check_relation(&outbox_relation(&cols), Lsn(1))
+        .unwrap();
     let mut cache = RelationCache::new();
     cache.insert(outbox_relation(&cols));
     let null_key = TupleData {
@@ -507,7 +575,7 @@ fn outbox_errors_name_the_problem() {
     };
     let row = cache.row(1, &null_key).unwrap();
     let err = router
-        .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row)
+        .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row, &at)
         .unwrap_err();
     assert!(matches!(err, RouteError::NullColumn { .. }), "{err}");
     let bad_topic = TupleData {
@@ -515,7 +583,7 @@ fn outbox_errors_name_the_problem() {
     };
     let row = cache.row(1, &bad_topic).unwrap();
     let err = router
-        .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row)
+        .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row, &at)
         .unwrap_err();
     assert!(matches!(err, RouteError::InvalidTopic { .. }), "{err}");
     let tombstone = TupleData {
@@ -530,7 +598,7 @@ fn outbox_errors_name_the_problem() {
     let row = cache.row(1, &tombstone).unwrap();
     assert_eq!(
         router
-            .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row)
+            .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row, &at)
             .unwrap()
             .value,
         None
