@@ -452,10 +452,13 @@ fn records(bench: &mut Bench) {
     let cache = outbox_cache();
     let insert = decode_insert(&mut Decoder::new(), &outbox_insert_bytes());
     let router_outbox = router();
+    let at = router_outbox
+        .check_relation(cache.get(OUTBOX_REL).expect("known relation"), Lsn(LSN))
+        .expect("an outbox table");
     bench.case("route", "outbox_record", 1, || {
         let row = cache.row(OUTBOX_REL, &insert.new).expect("known relation");
         router_outbox
-            .outbox_record(&tx, key, Lsn(LSN), &row)
+            .outbox_record(&tx, key, Lsn(LSN), &row, &at)
             .expect("record")
     });
 
