@@ -212,26 +212,30 @@ fn outbox_row(
     headers: &str,
     lsn: Lsn,
 ) -> Result<Record, RouteError> {
-    let rel = outbox_relation(&[
-        "id",
-        "aggregatetype",
-        "aggregateid",
-        "type",
-        "payload",
-        "headers",
-    ]);
+    record_of(
+        router,
+        &[
+            ("id", "e-1"),
+            ("aggregatetype", "order"),
+            ("aggregateid", "o-1"),
+            ("type", "created"),
+            ("payload", payload),
+            ("headers", headers),
+        ],
+        lsn,
+    )
+}
+
+/// The record of an outbox row whose table has the columns (name, text
+/// value) in this order, checked and routed through `router`.
+fn record_of(router: &Router, columns: &[(&str, &str)], lsn: Lsn) -> Result<Record, RouteError> {
+    let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+    let rel = outbox_relation(&names);
     let at = router.check_relation(&rel, Lsn(1)).unwrap();
     let mut cache = RelationCache::new();
     cache.insert(rel);
     let tuple = TupleData {
-        columns: vec![
-            text("e-1"),
-            text("order"),
-            text("o-1"),
-            text("created"),
-            text(payload),
-            text(headers),
-        ],
+        columns: columns.iter().map(|(_, value)| text(value)).collect(),
     };
     let row = cache.row(1, &tuple).unwrap();
     router.outbox_record(&tx(), EventKey::new(1, 2), lsn, &row, &at)
@@ -263,54 +267,26 @@ fn outbox_row_maps_like_debezium() {
 fn outbox_columns_are_read_where_each_relation_puts_them() {
     let mut router = Router::new(&config(), "src");
     let want = outbox_row(&mut router, "{}", "{\"h\": \"v\"}", Lsn(2)).unwrap();
-    let shuffled = outbox_relation(&[
-        "note",
-        "payload",
-        "headers",
-        "type",
-        "aggregateid",
-        "aggregatetype",
-        "id",
-    ]);
-    let at = router.check_relation(&shuffled, Lsn(3)).unwrap();
-    let mut cache = RelationCache::new();
-    cache.insert(shuffled);
-    let tuple = TupleData {
-        columns: vec![
-            text("not read"),
-            text("{}"),
-            text("{\"h\": \"v\"}"),
-            text("created"),
-            text("o-1"),
-            text("order"),
-            text("e-1"),
-        ],
-    };
-    let row = cache.row(1, &tuple).unwrap();
-    let got = router
-        .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row, &at)
-        .unwrap();
+    let shuffled = [
+        ("note", "not read"),
+        ("payload", "{}"),
+        ("headers", "{\"h\": \"v\"}"),
+        ("type", "created"),
+        ("aggregateid", "o-1"),
+        ("aggregatetype", "order"),
+        ("id", "e-1"),
+    ];
+    let got = record_of(&router, &shuffled, Lsn(2)).unwrap();
     assert_eq!(
         (&got.topic, &got.key, &got.value, &got.headers),
         (&want.topic, &want.key, &want.value, &want.headers)
     );
     // Without the optional headers column: no application headers.
-    let bare = outbox_relation(&["payload", "type", "aggregateid", "aggregatetype", "id"]);
-    let at = router.check_relation(&bare, Lsn(4)).unwrap();
-    cache.insert(bare);
-    let tuple = TupleData {
-        columns: vec![
-            text("{}"),
-            text("created"),
-            text("o-1"),
-            text("order"),
-            text("e-1"),
-        ],
-    };
-    let row = cache.row(1, &tuple).unwrap();
-    let got = router
-        .outbox_record(&tx(), EventKey::new(1, 2), Lsn(2), &row, &at)
-        .unwrap();
+    let bare: Vec<_> = shuffled
+        .into_iter()
+        .filter(|(c, _)| *c != "headers")
+        .collect();
+    let got = record_of(&router, &bare, Lsn(2)).unwrap();
     assert_eq!(header(&got, "h"), None);
     assert_eq!(header(&got, "id"), Some(&b"e-1"[..]));
     assert_eq!(got.key.as_deref(), Some(&b"o-1"[..]));
