@@ -295,10 +295,14 @@ pub fn await_readable(
                         match answer {
                             Ok(o) => {
                                 unanswered.remove(&p);
-                                if target.as_ref().is_none_or(|(from, _)| *from != leader) {
-                                    *target = Some((leader.clone(), o.log_end));
-                                }
-                                let end = target.as_ref().map_or(o.log_end, |(_, end)| *end);
+                                // A new leader's log end replaces the old one's.
+                                let end = match target {
+                                    Some((from, end)) if *from == leader => *end,
+                                    _ => {
+                                        *target = Some((leader.clone(), o.log_end));
+                                        o.log_end
+                                    }
+                                };
                                 if o.high_watermark >= end {
                                     targets.remove(&p);
                                 } else {
