@@ -11,17 +11,8 @@ use walrelay::cli::{self, Cli, Command, LogFormat};
 use walrelay::http::HttpServer;
 use walrelay::metrics::Metrics;
 
+mod allocator;
 mod trace_file;
-
-/// mimalloc (v2, without transparent huge pages), with `override`: it
-/// also replaces `malloc`/`free` for the statically linked librdkafka.
-/// Every record costs librdkafka about ten small allocations (the message,
-/// each header), made on the relay's thread and freed on the
-/// delivery-report thread; glibc's allocator spent a fifth of the relay's
-/// CPU on them. mimalloc v3 and transparent huge pages were faster still
-/// but held 60-100 MB resident (docs/benchmarks.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
