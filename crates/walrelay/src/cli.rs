@@ -380,7 +380,7 @@ pub fn render(config: &Config) -> String {
         ));
     }
     out.push_str(&format!(
-        "\n[relay]\n{}max_in_flight_events = {}\nmax_in_flight_bytes = {}\nignore_prefixes = {:?}\nmax_backoff = {:?}\nstandby_poll = {:?}\nfence = {}\nfence_timeout = {:?}\nheaders = {:?}\n",
+        "\n[relay]\n{}max_in_flight_events = {}\nmax_in_flight_bytes = {}\nignore_prefixes = {:?}\nmax_backoff = {:?}\nstandby_poll = {:?}\nfence = {}\nfence_timeout = {:?}\nheaders = {:?}\nsource_record_topic = {:?}\n",
         config
             .relay
             .source_id
@@ -394,7 +394,8 @@ pub fn render(config: &Config) -> String {
         humantime::format_duration(config.relay.standby_poll).to_string(),
         config.relay.fence,
         humantime::format_duration(config.relay.fence_timeout).to_string(),
-        config.relay.headers.as_str()
+        config.relay.headers.as_str(),
+        config.relay.source_record_topic
     ));
     for m in &config.messages {
         out.push_str(&format!(

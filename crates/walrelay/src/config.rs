@@ -193,6 +193,10 @@ pub struct RelayConfig {
     /// Which of walrelay's headers every record carries
     /// ([`HeaderSet`]).
     pub headers: HeaderSet,
+    /// The compacted topic holding one record per source: a recent event
+    /// it published, which a later session checks the database against
+    /// ([`crate::source_record`]).
+    pub source_record_topic: String,
 }
 
 /// Which of walrelay's headers every record carries.
@@ -241,6 +245,7 @@ impl Default for RelayConfig {
             fence: true,
             fence_timeout: Duration::from_secs(30),
             headers: HeaderSet::Lean,
+            source_record_topic: crate::source_record::DEFAULT_TOPIC.to_owned(),
         }
     }
 }
@@ -364,6 +369,13 @@ impl Config {
                      rather than setting it to nothing)",
                 ));
             }
+        }
+        if !walrelay_contract::envelope::is_valid_topic(&self.relay.source_record_topic) {
+            return Err(invalid(
+                "relay.source_record_topic",
+                "must be a valid Kafka topic name (1-249 of a-z A-Z 0-9 . _ -); the default is \
+                 \"walrelay.sources\"",
+            ));
         }
         if self.relay.standby_poll.is_zero() {
             return Err(invalid("relay.standby_poll", "must be greater than zero"));

@@ -44,6 +44,9 @@ pub enum RelayError {
     /// The tail fence could not read what a topic already holds.
     #[error(transparent)]
     Fence(#[from] FenceError),
+    /// The server's WAL is behind the event the source record names.
+    #[error(transparent)]
+    WentBack(#[from] Box<crate::source_record::WentBack>),
     /// The publication does not cover the configured outbox tables (at
     /// start, or it changed while the relay ran): rows would be skipped.
     #[error("{0}")]

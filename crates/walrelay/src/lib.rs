@@ -12,6 +12,7 @@
 //! | [`route`] | which record an event becomes: topic, key, value, headers (`route/`: the router and base headers, logical messages, outbox rows, dead letters) |
 //! | [`partition`] | deterministic partitioning (Java-compatible murmur2) |
 //! | [`fence`] | the tail fence: what a replay need not write again |
+//! | [`source_record`] | what each source published, in a compacted topic no retention empties, and the restore check made from it |
 //! | [`sink`] | the idempotent Kafka producer and its delivery reports (`sink/`: the producer, its configuration, the property policy, librdkafka's callbacks, errors) |
 //! | [`checkpoint`] | which LSN may be confirmed, given what Kafka acknowledged |
 //! | [`pipeline`] | the loop tying them together, and restarts from the slot |
@@ -58,5 +59,6 @@ pub mod shutdown;
 pub mod sink;
 pub mod slot_failover;
 pub mod slot_record;
+pub mod source_record;
 pub mod status;
 pub mod verify;

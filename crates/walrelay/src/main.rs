@@ -122,6 +122,9 @@ async fn main() -> anyhow::Result<()> {
                     )
                     .await,
                 );
+                status.source_record = Some(
+                    walrelay::source_record::status::read_status(&config, &status.source_id).await,
+                );
             }
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);

@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::error::RelayError;
 use crate::pipeline::default_source_id;
 use crate::slot_record;
+use crate::source_record;
 
 /// The SQL helpers (`walrelay.emit`), from `sql/walrelay.sql`.
 pub const HELPERS_SQL: &str = include_str!("../../../sql/walrelay.sql");
@@ -272,10 +273,49 @@ async fn slot_step(
     let recorded = slot_record::fetch(conn, slot).await?;
     let before = conn.slot_info(slot).await?;
     let slot_exists = before.is_some();
+    // What this source published, from the record no retention deletes:
+    // refused here when the server is behind it, before a slot is made.
+    let identity = source_record::kafka::Identity {
+        source_id: source.clone(),
+        system_identifier: system.system_id.clone(),
+        timeline: system.timeline,
+        slot: slot.clone(),
+    };
+    let (source_record, first_record) = source_record_step(config, &identity, steps).await;
+    if let Some(record) = &source_record {
+        let start = before
+            .as_ref()
+            .and_then(|b| b.confirmed_flush_lsn)
+            .unwrap_or(system.xlogpos);
+        source_record::assess(
+            record,
+            &source_record::Now {
+                system_identifier: &system.system_id,
+                timeline: system.timeline,
+                slot,
+                start,
+                server_wal: system.xlogpos,
+            },
+        )?;
+    }
     let published = if slot_exists || recorded.is_some() {
         None
     } else {
-        published_before(config, &source, steps).await
+        let in_topics = published_before(config, &source, steps).await;
+        // The record's event is evidence too, when the topics' records
+        // expired.
+        let in_record = source_record
+            .as_ref()
+            .and_then(|r| r.event.as_ref())
+            .map(|e| crate::published::Published {
+                topic: e.topic.clone(),
+                partition: e.partition,
+                key: e.key,
+            });
+        match (in_topics, in_record) {
+            (Some(t), Some(r)) => Some(if r.key > t.key { r } else { t }),
+            (t, r) => t.or(r),
+        }
     };
     let now = slot_record::Now {
         slot,
@@ -316,6 +356,28 @@ async fn slot_step(
         created,
     )
     .await?;
+    // A first record for a source that has none, so that a session that
+    // later finds none knows it was deleted.
+    if first_record {
+        match source_record::kafka::write_first(
+            &config.kafka,
+            &config.relay.source_record_topic,
+            &identity,
+            position,
+            EVIDENCE_TIMEOUT,
+        )
+        .await
+        {
+            Ok(()) => steps.push(Step::Created(format!(
+                "source record of {source:?} in topic {}",
+                config.relay.source_record_topic
+            ))),
+            Err(e) => steps.push(Step::Warning(format!(
+                "could not write the source record of {source:?} ({e}); walrelay run writes it \
+                 once it confirmed an event"
+            ))),
+        }
+    }
     let turned = before.is_some_and(|b| b.failover != Some(true)) && info.failover == Some(true);
     steps.push(match (created, replaced, turned) {
         (true, true, _) => Step::Created(format!(
@@ -364,6 +426,62 @@ fn failover_supported(version_num: Option<u32>, version: Option<&str>) -> Result
 /// source (a cluster that does not answer is noted, not an error: setup
 /// may run before Kafka is reachable).
 const EVIDENCE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Creates the source record's topic (or checks the one that exists) and
+/// reads this source's record. The record, and whether a first record
+/// may be written (the topic is there and holds none); what went wrong is a warning step (setup may run
+/// before Kafka is reachable, and `run` falls back on the data topics'
+/// tails).
+async fn source_record_step(
+    config: &Config,
+    identity: &source_record::kafka::Identity,
+    steps: &mut Vec<Step>,
+) -> (Option<source_record::SourceRecord>, bool) {
+    let topic = &config.relay.source_record_topic;
+    match source_record::kafka::ensure_topic(&config.kafka, topic, EVIDENCE_TIMEOUT).await {
+        Ok(source_record::kafka::TopicSetup::Created) => steps.push(Step::Created(format!(
+            "topic {topic} (cleanup.policy=compact): what each source published, for restore \
+             detection"
+        ))),
+        Ok(source_record::kafka::TopicSetup::Existed(None)) => {
+            steps.push(Step::Existed(format!(
+                "topic {topic} (cleanup.policy=compact)"
+            )));
+        }
+        Ok(source_record::kafka::TopicSetup::Existed(Some(policy))) => {
+            steps.push(Step::Warning(format!(
+                "topic {topic} has cleanup.policy={policy}, not compact: retention may delete the \
+                 source record, and a restored database is then caught only while the data topics \
+                 still hold its keys; set cleanup.policy=compact on it (docs/operations.md, \"The \
+                 source record\")"
+            )));
+        }
+        Err(e) => {
+            steps.push(Step::Warning(format!(
+                "could not create topic {topic} for the source record ({e}); without it a \
+                 database restored from a snapshot is caught only while the data topics still \
+                 hold its keys (docs/operations.md, \"The source record\")"
+            )));
+            return (None, false);
+        }
+    }
+    match source_record::kafka::read(&config.kafka, topic, &identity.source_id, EVIDENCE_TIMEOUT)
+        .await
+    {
+        Ok(record) => {
+            let first = record.is_none();
+            (record, first)
+        }
+        Err(e) => {
+            steps.push(Step::Warning(format!(
+                "could not read the source record of {:?} in topic {topic} ({e})",
+                identity.source_id
+            )));
+            // Unknown, not absent: no first record over it.
+            (None, false)
+        }
+    }
+}
 
 /// Records of `source` already in the configured topics
 /// ([`crate::published`]); a Kafka that cannot be read is a warning step.

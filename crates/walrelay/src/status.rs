@@ -69,6 +69,9 @@ pub struct Status {
     /// With `--kafka`: the topics' durability settings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kafka: Option<crate::kafka::durability_report::KafkaDurability>,
+    /// With `--kafka`: this source's record ([`crate::source_record`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_record: Option<crate::source_record::status::SourceRecordStatus>,
     /// The `walrelay-source` of the relay's records (`relay.source_id`,
     /// or the default from the server's system identifier, database and
     /// slot): whose records `--kafka` reads at the partitions' tails.
@@ -234,6 +237,7 @@ pub async fn status(config: &Config, limits: Limits) -> Result<Status, RelayErro
         publication_problems,
         health: Health::Ok,
         kafka: None,
+        source_record: None,
         source_id,
     };
     s.health = assess(&s, limits);
@@ -354,6 +358,9 @@ pub fn render(s: &Status) -> String {
             Health::AtRisk => "AT RISK: WAL may be removed before walrelay confirms it, or lag is over the limit: find out why walrelay is not confirming before the slot is lost (exit 4)",
         }
     ));
+    if let Some(record) = &s.source_record {
+        out.push_str(&crate::source_record::status::render(record));
+    }
     if let Some(kafka) = &s.kafka {
         out.push_str(&crate::kafka::durability_report::render(kafka));
     }
@@ -389,6 +396,7 @@ mod tests {
             publication_problems: vec![],
             health: Health::Ok,
             kafka: None,
+            source_record: None,
             source_id: "1/app/walrelay".into(),
         }
     }

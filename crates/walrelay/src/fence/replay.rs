@@ -51,6 +51,7 @@ use walrelay_pgoutput::Lsn;
 
 use super::FenceError;
 use crate::key::EventKey;
+use crate::source_record::{EventIdentity, RecordedEvent};
 
 /// The proof obligations of one session's fence (see the module docs).
 #[derive(Debug)]
@@ -79,6 +80,9 @@ struct Obligation {
     partition: u32,
     /// In that partition (a fence key), or anywhere.
     exact: bool,
+    /// Set for the event the source record names: it must come back as
+    /// that event, not only with its key ([`crate::source_record`]).
+    identity: Option<EventIdentity>,
 }
 
 impl ReplayCheck {
@@ -139,16 +143,39 @@ impl ReplayCheck {
         if self.last.is_some_and(|last| last >= key) {
             return Err(self.not_reproduced(topic, partition, key, Passed::Key(self.last)));
         }
+        // The source record may name the same event: its identity stays
+        // an obligation too.
+        let identity = self.pending.get(&key).and_then(|o| o.identity);
         self.pending.insert(
             key,
             Obligation {
                 topic: topic.clone(),
                 partition,
                 exact: true,
+                identity,
             },
         );
         self.first = self.pending.keys().next().copied();
         Ok(())
+    }
+
+    /// The event the source record names lies at or after the replay's
+    /// start ([`crate::source_record::Verdict::Reproduce`]): it must come
+    /// back, with its key and identity, in any topic and partition.
+    pub fn expect_recorded(&mut self, event: &RecordedEvent) {
+        if event.key.high() < self.start.0 {
+            return;
+        }
+        self.pending.insert(
+            event.key,
+            Obligation {
+                topic: Arc::from(event.topic.as_str()),
+                partition: event.partition,
+                exact: false,
+                identity: Some(event.identity),
+            },
+        );
+        self.first = self.pending.keys().next().copied();
     }
 
     /// `key`, of this source, ends `partition` of `topic`, which the fence
@@ -170,6 +197,7 @@ impl ReplayCheck {
             topic: topic.clone(),
             partition,
             exact: false,
+            identity: None,
         });
         self.first = self.pending.keys().next().copied();
         Ok(())
@@ -177,7 +205,14 @@ impl ReplayCheck {
 
     /// A record with `key` is placed in `partition` of `topic` (whether
     /// the fence skips it or not). Keys arrive strictly increasing.
-    pub fn record(&mut self, topic: &str, partition: u32, key: EventKey) -> Result<(), FenceError> {
+    /// `identity` is asked only for a record the source record names.
+    pub fn record(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        key: EventKey,
+        identity: impl FnOnce() -> EventIdentity,
+    ) -> Result<(), FenceError> {
         self.last = Some(key);
         let Some(first) = self.first else {
             return Ok(());
@@ -197,6 +232,12 @@ impl ReplayCheck {
                 }
             };
             return Err(self.broken(&want, first, passed));
+        }
+        if let Some(recorded) = want.identity {
+            let found = identity();
+            if found != recorded {
+                return Err(self.broken(&want, first, Passed::Other(found)));
+            }
         }
         self.first = self.pending.keys().next().copied();
         Ok(())
@@ -218,6 +259,17 @@ impl ReplayCheck {
     /// [`Self::not_reproduced`] for an obligation; a loose one says what
     /// else can leave a key out of the replay.
     fn broken(&self, want: &Obligation, key: EventKey, passed: Passed) -> FenceError {
+        if let Some(identity) = want.identity {
+            return FenceError::RecordNotReproduced {
+                topic: want.topic.to_string(),
+                partition: want.partition,
+                key,
+                identity: identity.to_string(),
+                start: self.start,
+                passed: passed.to_string(),
+                source_id: self.source.to_string(),
+            };
+        }
         let mut e = self.not_reproduced(&want.topic, want.partition, key, passed);
         if let (false, FenceError::NotReproduced { passed, .. }) = (want.exact, &mut e) {
             passed.push_str(
@@ -250,8 +302,13 @@ impl ReplayCheck {
 /// How the replay went past a fence key.
 enum Passed {
     Key(Option<EventKey>),
-    Elsewhere { topic: String, partition: u32 },
+    Elsewhere {
+        topic: String,
+        partition: u32,
+    },
     Position(Lsn),
+    /// The key came back as another event.
+    Other(EventIdentity),
 }
 
 impl std::fmt::Display for Passed {
@@ -264,6 +321,9 @@ impl std::fmt::Display for Passed {
                 "the replay put that key in partition {partition} of topic \"{topic}\" instead"
             ),
             Passed::Position(lsn) => write!(f, "the replay reached WAL position {lsn} without it"),
+            Passed::Other(identity) => {
+                write!(f, "the replay gave that key to another event ({identity})")
+            }
         }
     }
 }
@@ -287,6 +347,92 @@ mod tests {
         Arc::from(name)
     }
 
+    /// For records no source record names (never asked).
+    fn no_identity() -> EventIdentity {
+        unreachable!("only asked for the recorded event")
+    }
+
+    fn recorded(high: u64, low: u64, commit_ms: i64) -> RecordedEvent {
+        RecordedEvent {
+            key: key(high, low),
+            topic: "orders".into(),
+            partition: 3,
+            identity: EventIdentity::CommitTime(commit_ms),
+        }
+    }
+
+    #[test]
+    fn the_recorded_event_must_come_back_as_itself() {
+        let t = |ms| move || EventIdentity::CommitTime(ms);
+        // Reproduced, in another partition even (partitions were added).
+        let mut c = check();
+        c.expect_recorded(&recorded(0x200, 0x210, 7));
+        assert!(c.holding());
+        c.record("orders", 0, key(0x150, 0x151), no_identity)
+            .unwrap();
+        c.record("orders", 1, key(0x200, 0x210), t(7)).unwrap();
+        assert!(!c.holding());
+        // The same key, another event: the WAL went back and was written
+        // again up to the same position.
+        let mut c = check();
+        c.expect_recorded(&recorded(0x200, 0x210, 7));
+        let err = c.record("orders", 3, key(0x200, 0x210), t(8)).unwrap_err();
+        assert!(
+            matches!(err, FenceError::RecordNotReproduced { .. }),
+            "{err}"
+        );
+        let text = err.to_string();
+        for part in [
+            "commit-time-ms:7",
+            "another event (commit-time-ms:8)",
+            "replays from 0/100",
+            "sys/db/slot@restored-1",
+            "Restoring the database or failing over",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        // Passed by a larger key, or a position.
+        let mut c = check();
+        c.expect_recorded(&recorded(0x200, 0x210, 7));
+        let err = c
+            .record("orders", 3, key(0x200, 0x211), no_identity)
+            .unwrap_err();
+        assert!(err.to_string().contains("reached key"), "{err}");
+        let mut c = check();
+        c.expect_recorded(&recorded(0x200, 0x210, 7));
+        let err = c.passed(Lsn(0x240)).unwrap_err();
+        assert!(matches!(err, FenceError::RecordNotReproduced { .. }));
+        // Before the start: no obligation.
+        let mut c = check();
+        c.expect_recorded(&recorded(0xff, 0x1, 7));
+        assert!(!c.holding());
+    }
+
+    #[test]
+    fn a_tail_and_the_source_record_naming_one_key_keep_both_obligations() {
+        let mut c = check();
+        c.expect_recorded(&recorded(0x200, 0x210, 7));
+        c.admit(&topic("orders"), 3, key(0x200, 0x210)).unwrap();
+        let err = c
+            .record("orders", 3, key(0x200, 0x210), || {
+                EventIdentity::CommitTime(9)
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, FenceError::RecordNotReproduced { .. }),
+            "{err}"
+        );
+        let mut c = check();
+        c.expect_recorded(&recorded(0x200, 0x210, 7));
+        c.admit(&topic("orders"), 3, key(0x200, 0x210)).unwrap();
+        let err = c
+            .record("orders", 2, key(0x200, 0x210), || {
+                EventIdentity::CommitTime(7)
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("partition 2"), "{err}");
+    }
+
     #[test]
     fn a_reproduced_fence_releases_the_hold() {
         let mut c = check();
@@ -294,15 +440,20 @@ mod tests {
         c.admit(&t, 0, key(0x200, 0x210)).unwrap();
         c.admit(&t, 1, key(0x300, 0x310)).unwrap();
         assert!(c.holding());
-        c.record("orders", 0, key(0x150, 0x151)).unwrap();
+        c.record("orders", 0, key(0x150, 0x151), no_identity)
+            .unwrap();
         c.passed(Lsn(0x160)).unwrap();
-        c.record("orders", 0, key(0x200, 0x210)).unwrap();
+        c.record("orders", 0, key(0x200, 0x210), no_identity)
+            .unwrap();
         assert!(c.holding(), "partition 1's key is still to come");
-        c.record("orders", 0, key(0x200, 0x220)).unwrap();
+        c.record("orders", 0, key(0x200, 0x220), no_identity)
+            .unwrap();
         c.passed(Lsn(0x260)).unwrap();
-        c.record("orders", 1, key(0x300, 0x310)).unwrap();
+        c.record("orders", 1, key(0x300, 0x310), no_identity)
+            .unwrap();
         assert!(!c.holding());
-        c.record("orders", 1, key(0x400, 0x401)).unwrap();
+        c.record("orders", 1, key(0x400, 0x401), no_identity)
+            .unwrap();
         c.passed(Lsn(0x800)).unwrap();
     }
 
@@ -332,8 +483,11 @@ mod tests {
         let mut c = check();
         let t = topic("orders");
         c.admit(&t, 0, key(0x200, 0x210)).unwrap();
-        c.record("orders", 0, key(0x180, 0x181)).unwrap();
-        let err = c.record("orders", 3, key(0x200, 0x211)).unwrap_err();
+        c.record("orders", 0, key(0x180, 0x181), no_identity)
+            .unwrap();
+        let err = c
+            .record("orders", 3, key(0x200, 0x211), no_identity)
+            .unwrap_err();
         assert!(
             matches!(err, FenceError::NotReproduced { partition: 0, .. }),
             "{err}"
@@ -345,7 +499,9 @@ mod tests {
     fn the_same_key_elsewhere_is_not_a_reproduction() {
         let mut c = check();
         c.admit(&topic("orders"), 0, key(0x200, 0x210)).unwrap();
-        let err = c.record("orders", 1, key(0x200, 0x210)).unwrap_err();
+        let err = c
+            .record("orders", 1, key(0x200, 0x210), no_identity)
+            .unwrap_err();
         assert!(err.to_string().contains("partition 1"), "{err}");
     }
 
@@ -367,19 +523,23 @@ mod tests {
         c.admit_anywhere(&topic("orders"), 0, key(0x200, 0x210))
             .unwrap();
         assert!(c.holding(), "nothing is confirmed until it came back");
-        c.record("orders", 5, key(0x200, 0x210)).unwrap();
+        c.record("orders", 5, key(0x200, 0x210), no_identity)
+            .unwrap();
         assert!(!c.holding());
         // A route moved: it comes back in another topic.
         let mut c = check();
         c.admit_anywhere(&topic("orders"), 0, key(0x200, 0x210))
             .unwrap();
-        c.record("payments", 0, key(0x200, 0x210)).unwrap();
+        c.record("payments", 0, key(0x200, 0x210), no_identity)
+            .unwrap();
         assert!(!c.holding());
         // A restore: the replay never gives it back.
         let mut c = check();
         c.admit_anywhere(&topic("orders"), 0, key(0x200, 0x210))
             .unwrap();
-        let err = c.record("orders", 0, key(0x200, 0x211)).unwrap_err();
+        let err = c
+            .record("orders", 0, key(0x200, 0x211), no_identity)
+            .unwrap_err();
         assert!(matches!(err, FenceError::NotReproduced { .. }), "{err}");
         assert!(err.to_string().contains("put the route back"), "{err}");
         let mut c = check();
@@ -400,7 +560,8 @@ mod tests {
         c.admit_anywhere(&topic("orders"), 0, key(0xff, 0xff))
             .unwrap();
         assert!(!c.holding());
-        c.record("payments", 0, key(0x300, 0x301)).unwrap();
+        c.record("payments", 0, key(0x300, 0x301), no_identity)
+            .unwrap();
         c.admit_anywhere(&topic("orders"), 0, key(0x200, 0x210))
             .unwrap();
         assert!(!c.holding(), "it may have come back in another topic");
@@ -410,21 +571,26 @@ mod tests {
         let t = topic("orders");
         c.admit(&t, 1, key(0x200, 0x210)).unwrap();
         c.admit_anywhere(&t, 0, key(0x200, 0x210)).unwrap();
-        let err = c.record("orders", 0, key(0x200, 0x210)).unwrap_err();
+        let err = c
+            .record("orders", 0, key(0x200, 0x210), no_identity)
+            .unwrap_err();
         assert!(err.to_string().contains("partition 0"), "{err}");
     }
 
     #[test]
     fn a_topic_opened_late_with_a_fence_key_already_passed_stops_the_replay() {
         let mut c = check();
-        c.record("payments", 0, key(0x300, 0x301)).unwrap();
+        c.record("payments", 0, key(0x300, 0x301), no_identity)
+            .unwrap();
         let err = c.admit(&topic("orders"), 0, key(0x200, 0x210)).unwrap_err();
         assert!(matches!(err, FenceError::NotReproduced { .. }));
         // Opened by its own fence key's record: fine.
         let mut c = check();
-        c.record("payments", 0, key(0x100, 0x101)).unwrap();
+        c.record("payments", 0, key(0x100, 0x101), no_identity)
+            .unwrap();
         c.admit(&topic("orders"), 0, key(0x200, 0x210)).unwrap();
-        c.record("orders", 0, key(0x200, 0x210)).unwrap();
+        c.record("orders", 0, key(0x200, 0x210), no_identity)
+            .unwrap();
         assert!(!c.holding());
     }
 }

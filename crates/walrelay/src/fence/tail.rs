@@ -164,6 +164,29 @@ pub enum FenceError {
         server_wal: Lsn,
         source_id: String,
     },
+    /// The replay went past the event the source record names without
+    /// reproducing it ([`crate::source_record`]).
+    #[error(
+        "source \"{source_id}\" published key {key} ({identity}, topic \"{topic}\" partition {partition}) \
+         according to its record in Kafka (relay.source_record_topic), the slot replays from {start}, \
+         before that key, and {passed}: the same WAL always gives the same events, so the WAL this slot \
+         replays is not the WAL that event came from (the database was restored from a volume snapshot \
+         or a backup, recovered to an earlier point, or failed over to a server that had not received \
+         it), and new events would get keys consumers already applied; walrelay stopped without \
+         confirming anything past the slot's position, so no event is lost; fix: set relay.source_id \
+         to a new value (for example \"{source_id}@restored-1\") so that this database's events form a \
+         new key sequence, and start walrelay again (docs/operations.md, \"Restoring the database or \
+         failing over\")"
+    )]
+    RecordNotReproduced {
+        topic: String,
+        partition: u32,
+        key: EventKey,
+        identity: String,
+        start: Lsn,
+        passed: String,
+        source_id: String,
+    },
     /// The replay went past a fence key without reproducing its record.
     #[error(
         "partition {partition} of topic \"{topic}\" ends with key {key} of source \"{source_id}\", and \

@@ -8,7 +8,8 @@
 //! | [`KafkaClient::Probe`] (`/readyz`) | the producer's, under the client id `<client.id>-probe` |
 //! | [`KafkaClient::Verify`] (`walrelay verify`) | reader defaults, the user's properties, then what makes it a read-only reader |
 //! | [`KafkaClient::Fence`] (`walrelay run`) | the reader's, under the client id `<client.id>-fence`, reporting partition ends, committed records only |
-//! | [`KafkaClient::Admin`] (`walrelay run`) | the user's properties under the client id `<client.id>-admin`, without idempotence or transactions: reads the topics' durability settings for the fence |
+//! | [`KafkaClient::Admin`] (`walrelay run`, `setup`) | the user's properties under the client id `<client.id>-admin`, without idempotence or transactions: reads the topics' durability settings for the fence, creates the source record's topic |
+//! | [`KafkaClient::SourceRecord`] (`walrelay run`) | the admin client's, under the client id `<client.id>-sources`, with `acks=all`: writes the source record ([`crate::source_record`]) |
 //!
 //! In each of them secret references (`env:NAME`, `file:/path`) are
 //! resolved ([`crate::secrets`]) and TLS/SASL settings are checked, each
@@ -43,8 +44,12 @@ pub enum KafkaClient {
     /// ([`crate::fence::tail`]).
     Fence,
     /// The fence's admin client, which only describes topic configurations
-    /// ([`crate::fence::settings`]).
+    /// ([`crate::fence::settings`]); `setup`'s, which creates the source
+    /// record's topic.
     Admin,
+    /// The writer of the source record ([`crate::source_record`]): a
+    /// plain producer with `acks=all`.
+    SourceRecord,
 }
 
 /// The producer's configuration, from the Kafka settings.
@@ -92,20 +97,34 @@ pub fn properties(
             props.insert("isolation.level".to_owned(), "read_committed".to_owned());
             Ok(props)
         }
-        KafkaClient::Admin => {
-            let mut props = user_properties(kafka)?;
-            // An admin client is a producer handle to librdkafka: with
-            // these it would ask for a producer id it never uses.
-            for producer_only in ["enable.idempotence", "transactional.id"] {
-                props.remove(producer_only);
-            }
-            let id = props
-                .remove("client.id")
-                .unwrap_or_else(|| "walrelay".to_owned());
-            props.insert("client.id".to_owned(), format!("{id}-admin"));
+        KafkaClient::Admin => plain_producer(kafka, "admin"),
+        KafkaClient::SourceRecord => {
+            let mut props = plain_producer(kafka, "sources")?;
+            // Evidence a later session relies on: written to every
+            // in-sync replica, or not at all.
+            props.insert("acks".to_owned(), "all".to_owned());
             Ok(props)
         }
     }
+}
+
+/// The user's properties under the client id `<client.id>-<suffix>`,
+/// without idempotence or transactions.
+fn plain_producer(
+    kafka: &KafkaConfig,
+    suffix: &str,
+) -> Result<BTreeMap<String, String>, SinkError> {
+    let mut props = user_properties(kafka)?;
+    // An admin client is a producer handle to librdkafka: with these it
+    // would ask for a producer id it never uses.
+    for producer_only in ["enable.idempotence", "transactional.id"] {
+        props.remove(producer_only);
+    }
+    let id = props
+        .remove("client.id")
+        .unwrap_or_else(|| "walrelay".to_owned());
+    props.insert("client.id".to_owned(), format!("{id}-{suffix}"));
+    Ok(props)
 }
 
 /// A librdkafka client configuration for `client` ([`properties`]).

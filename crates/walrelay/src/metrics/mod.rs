@@ -104,6 +104,7 @@ struct Inner {
     fence_unfenced: Family<TopicLabels, Counter>,
     fence_untrusted: Family<TopicLabels, Counter>,
     fence_records_read: Counter,
+    source_record_available: Gauge,
     ready: Gauge,
     failover: failover::FailoverGauges,
     slot: slot::SlotGauges,
@@ -209,6 +210,8 @@ impl Metrics {
             "Records the tail fence read from the ends of partitions",
             Counter::default(),
         );
+        let source_record_available = add(&mut r, "source_record_available", "1 while the source record (relay.source_record_topic) was read at the session's start and its last write succeeded; 0 while it is missing, unreadable or cannot be written, and restore detection relies on the data topics' tails alone", Gauge::<i64>::default());
+        source_record_available.set(1);
         let up = add(
             &mut r,
             "up",
@@ -247,6 +250,7 @@ impl Metrics {
                 fence_unfenced,
                 fence_untrusted,
                 fence_records_read,
+                source_record_available,
                 ready,
                 failover,
                 slot,
@@ -291,6 +295,12 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// Whether the source record could be read at the session's start
+    /// and written since ([`crate::source_record`]).
+    pub fn set_source_record_available(&self, available: bool) {
+        self.inner.source_record_available.set(i64::from(available));
     }
 
     /// A partition of `topic` was left unfenced because its tail record

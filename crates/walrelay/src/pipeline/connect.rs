@@ -15,8 +15,11 @@ use super::peers;
 use super::seen::Seen;
 use crate::config::Config;
 use crate::error::RelayError;
+use crate::metrics::Metrics;
 use crate::monitor::{self, Reports};
 use crate::sink::KafkaSink;
+use crate::source_record::kafka::Identity;
+use crate::source_record::start::{at_session_start, AtStart};
 
 /// A session's connections and starting point.
 pub(super) struct Connected {
@@ -39,6 +42,8 @@ pub(super) struct Connected {
     pub checked_since: Instant,
     /// The WAL position the start-up check vouched for.
     pub vouched: Lsn,
+    /// What the source record asks of the session, and its writer.
+    pub source_record: AtStart,
 }
 
 /// Connect, check the server and the slot, create the producer and
@@ -49,6 +54,7 @@ pub(super) async fn connect(
     slot: &str,
     seen: &mut Seen,
     mut checks: Reports,
+    metrics: Option<&Metrics>,
 ) -> Result<Connected, RelayError> {
     let mut conn = ReplicationConnection::connect(pg).await?;
     let system = conn.identify_system().await?;
@@ -138,6 +144,23 @@ pub(super) async fn connect(
         .start_replication(slot, Lsn::ZERO, &pgoutput, options)
         .await?;
     let server_wal = wal_position_now(pg).await?.max(system.xlogpos);
+    // Evidence the data topics cannot lose: refused here, before anything
+    // is read or produced, when the server is behind what this source
+    // published.
+    let identity = Identity {
+        source_id: source.clone(),
+        system_identifier: system.system_id.clone(),
+        timeline: system.timeline,
+        slot: slot.to_owned(),
+    };
+    let now = crate::source_record::Now {
+        system_identifier: &system.system_id,
+        timeline: system.timeline,
+        slot,
+        start: confirmed,
+        server_wal,
+    };
+    let source_record = at_session_start(config, identity, &now, metrics).await?;
     Ok(Connected {
         stream,
         sink,
@@ -149,6 +172,7 @@ pub(super) async fn connect(
         checks,
         checked_since,
         vouched,
+        source_record,
     })
 }
 

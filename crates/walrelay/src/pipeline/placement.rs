@@ -22,6 +22,7 @@ use crate::metrics::{Metrics, TopicCounters};
 use crate::partition::{partition_for_key, partition_for_keyless};
 use crate::record::{header, Record};
 use crate::sink::KafkaSink;
+use crate::source_record::{EventIdentity, RecordedEvent};
 
 /// What the session writes to one topic.
 struct Destination {
@@ -106,7 +107,9 @@ impl Placement {
         };
         let held = self.replay.holding();
         self.replay
-            .record(&record.topic, partition, record.event_key)?;
+            .record(&record.topic, partition, record.event_key, || {
+                EventIdentity::of(record.timestamp_ms, record.value.as_deref())
+            })?;
         if held && !self.replay.holding() {
             info!(key = %record.event_key, "tail fence: the replay reproduced every fence key of this session; confirming again");
         }
@@ -165,6 +168,15 @@ impl Placement {
             }
         }
         Ok(())
+    }
+
+    /// The source record names an event this replay passes: it must come
+    /// back as itself ([`ReplayCheck::expect_recorded`]).
+    pub fn expect_recorded(&mut self, event: &RecordedEvent) {
+        self.replay.expect_recorded(event);
+        if self.replay.holding() {
+            info!(key = %event.key, topic = %event.topic, "source record: confirming nothing until the replay reproduces the event it names (it lies after the slot's position)");
+        }
     }
 
     /// Whether nothing may be confirmed yet: a fence key of this session

@@ -37,6 +37,9 @@ use crate::metrics::{Metrics, TopicCounters};
 use crate::monitor::{self, Outcome, Reports};
 use crate::record::Record;
 use crate::sink::{Delivery, KafkaSink, SinkError};
+use crate::source_record::kafka::Writer;
+use crate::source_record::sampler::Sampler;
+use crate::source_record::{EventIdentity, RecordedEvent};
 
 /// One replication connection and one producer (see the module docs).
 pub(super) struct Session<'a> {
@@ -73,7 +76,14 @@ pub(super) struct Session<'a> {
     vouched: Lsn,
     /// The last check could not run (logged once per streak).
     check_unavailable: bool,
+    /// Which confirmed event the source record names next.
+    sampler: Sampler,
+    /// Writes the source record (`None`: its topic does not exist).
+    record_writer: Option<Writer>,
 }
+
+/// How long a clean stop waits for the last write of the source record.
+const RECORD_WRITE_AT_STOP: Duration = Duration::from_secs(5);
 
 /// How long a send that found the producer's queue full waits for a
 /// delivery report before it tries again (see `Session::send`).
@@ -152,7 +162,7 @@ impl<'a> Session<'a> {
         seen: &mut Seen,
         checks: Reports,
     ) -> Result<Session<'a>, RelayError> {
-        let c = connect(config, pg, slot, seen, checks).await?;
+        let c = connect(config, pg, slot, seen, checks, metrics).await?;
         let confirmed = c.confirmed;
         info!(%confirmed, source = %c.source, "relaying from the slot's confirmed position");
         if let Some(t) = trace {
@@ -163,6 +173,14 @@ impl<'a> Session<'a> {
         if let Some(m) = metrics {
             m.session_started(confirmed);
         }
+        let mut placement = Placement::new(
+            SessionFence::new(config, c.fence_reader, c.fence_admin, &c.source),
+            ReplayCheck::new(confirmed, c.server_wal, &c.source),
+            config.relay.headers,
+        );
+        if let Some(event) = &c.source_record.expect {
+            placement.expect_recorded(event);
+        }
         Ok(Session {
             config,
             status: c.stream.status_handle(),
@@ -170,11 +188,7 @@ impl<'a> Session<'a> {
             deadline: DeliveryDeadline::new(c.sink.delivery_timeout()),
             sink: c.sink,
             events: EventStep::new(config, &c.source),
-            placement: Placement::new(
-                SessionFence::new(config, c.fence_reader, c.fence_admin, &c.source),
-                ReplayCheck::new(confirmed, c.server_wal, &c.source),
-                config.relay.headers,
-            ),
+            placement,
             tracker: CheckpointTracker::with_confirmed(confirmed),
             trace,
             trace_keys: HashMap::new(),
@@ -186,6 +200,8 @@ impl<'a> Session<'a> {
             checked_since: c.checked_since,
             vouched: c.vouched,
             check_unavailable: false,
+            sampler: Sampler::new(config.postgres.status_interval),
+            record_writer: c.source_record.writer,
         })
     }
 
@@ -244,7 +260,10 @@ impl<'a> Session<'a> {
                         self.on_delivery(d)?;
                     }
                 }
-                Action::Tick => self.check_deadline()?,
+                Action::Tick => {
+                    self.sampler.tick(std::time::Instant::now());
+                    self.check_deadline()?;
+                }
                 Action::Message(None) => return Err(walrelay_pg::Error::StreamStopped.into()),
                 Action::Message(Some(m)) => self.on_message(m?).await?,
             }
@@ -303,6 +322,9 @@ impl<'a> Session<'a> {
         // reached the server: the next session replays a little more.
         if let Err(e) = self.stream.stop().await {
             warn!(error = %e, confirmed = %self.confirmed, "ending the replication stream cleanly failed");
+        }
+        if let Some(writer) = self.record_writer.take() {
+            writer.finish(RECORD_WRITE_AT_STOP).await;
         }
         info!(confirmed = %self.confirmed, "stopped");
         Ok(())
@@ -379,6 +401,11 @@ impl<'a> Session<'a> {
             if lsn > self.confirmed {
                 self.confirmed = lsn;
                 self.status.confirm(lsn);
+                if let (Some(event), Some(writer)) =
+                    (self.sampler.confirmed(lsn), &self.record_writer)
+                {
+                    writer.offer(event, lsn);
+                }
                 if let Some(m) = self.metrics {
                     m.set_confirmed(lsn);
                 }
@@ -488,6 +515,14 @@ impl<'a> Session<'a> {
                 counters,
             } => (partition, counters),
         };
+        if self.sampler.wants() {
+            self.sampler.take(RecordedEvent {
+                key: record.event_key,
+                topic: record.topic.to_string(),
+                partition,
+                identity: EventIdentity::of(record.timestamp_ms, record.value.as_deref()),
+            });
+        }
         let seq = self.tracker.register_event(record.size());
         if let Some(counters) = counters {
             self.metric_events.insert(
