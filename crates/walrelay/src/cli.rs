@@ -198,6 +198,12 @@ pub struct Options {
     #[arg(long, env = "WALRELAY_SOURCE_ID", global = true)]
     pub source_id: Option<String>,
 
+    /// The compacted topic holding each source's record, which every
+    /// session start and setup check the database against [default:
+    /// walrelay.sources].
+    #[arg(long, env = "WALRELAY_SOURCE_RECORD_TOPIC", global = true)]
+    pub source_record_topic: Option<String>,
+
     /// Which of walrelay's headers every record carries: lean (idempotency
     /// key, source, layout, previous key) or full (also the commit LSN,
     /// the event's LSN, the transaction id and the commit time)
@@ -338,6 +344,9 @@ impl Options {
         }
         if let Some(v) = self.headers {
             c.relay.headers = v;
+        }
+        if let Some(v) = &self.source_record_topic {
+            c.relay.source_record_topic = v.clone();
         }
         if let Some(v) = self.max_in_flight_events {
             c.relay.max_in_flight_events = v;

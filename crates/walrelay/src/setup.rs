@@ -8,6 +8,7 @@
 
 use walrelay_pg::commands::{quote_identifier, quote_literal};
 use walrelay_pg::{Config as PgConfig, ReplicationConnection, SlotStatus};
+use walrelay_pgoutput::Lsn;
 
 use crate::config::Config;
 use crate::error::RelayError;
@@ -282,22 +283,6 @@ async fn slot_step(
         slot: slot.clone(),
     };
     let (source_record, first_record) = source_record_step(config, &identity, steps).await;
-    if let Some(record) = &source_record {
-        let start = before
-            .as_ref()
-            .and_then(|b| b.confirmed_flush_lsn)
-            .unwrap_or(system.xlogpos);
-        source_record::assess(
-            record,
-            &source_record::Now {
-                system_identifier: &system.system_id,
-                timeline: system.timeline,
-                slot,
-                start,
-                server_wal: system.xlogpos,
-            },
-        )?;
-    }
     let published = if slot_exists || recorded.is_some() {
         None
     } else {
@@ -331,6 +316,31 @@ async fn slot_step(
             fix: r.fix,
         }
     })?;
+    if let Some(record) = &source_record {
+        let start = before
+            .as_ref()
+            .and_then(|b| b.confirmed_flush_lsn)
+            .unwrap_or(system.xlogpos);
+        let verdict = source_record::assess(
+            record,
+            &source_record::Now {
+                system_identifier: &system.system_id,
+                timeline: system.timeline,
+                slot,
+                start,
+                server_wal: system.xlogpos,
+            },
+        )?;
+        if let source_record::Verdict::Reproduce(e) = verdict {
+            steps.push(Step::Existed(format!(
+                "source record of {source:?}: key {} (WAL position {}); the slot replays from \
+                 {start}, before it, so walrelay run confirms nothing until its replay \
+                 reproduces that event, and stops if it does not (a restored database)",
+                e.key,
+                Lsn(e.key.high())
+            )));
+        }
+    }
     let replaced = recorded.is_some() && !now.slot_exists;
     let failover = config.postgres.slot_failover;
     if failover {
@@ -358,7 +368,7 @@ async fn slot_step(
     .await?;
     // A first record for a source that has none, so that a session that
     // later finds none knows it was deleted.
-    if first_record {
+    if first_record && created {
         match source_record::kafka::write_first(
             &config.kafka,
             &config.relay.source_record_topic,

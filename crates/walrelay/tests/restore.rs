@@ -561,3 +561,238 @@ async fn a_restore_from_before_the_first_setup_is_refused_by_setup_from_what_kaf
     );
     Ok(())
 }
+
+/// The source record's topic (the default).
+const SOURCES: &str = "walrelay.sources";
+
+/// A database restored from a volume snapshot (slot and `walrelay.slots`
+/// back as they were): relays 50 events, takes the snapshot, relays 300
+/// more (a clean stop records the last of them in the source record), and
+/// puts the snapshot back. Returns the highest key's LSN in Kafka; the
+/// server is behind it.
+async fn relay_then_restore_snapshot(env: &mut Env, bootstrap: &str, log: &Path) -> Result<Lsn> {
+    env.create_topics(&[TOPIC])?;
+    walrelay::setup::setup(&env.config(bootstrap)).await?;
+    emit(env, "early", 50).await?;
+    relay_to_the_end(env, bootstrap, log, &[]).await?;
+    let snapshot = env.cluster.dir().join("snapshot");
+    env.cluster.volume_snapshot(&snapshot)?;
+    env.client = env.cluster.client().await?;
+    emit(env, "published", 300).await?;
+    relay_to_the_end(env, bootstrap, log, &[]).await?;
+    let records = read_until_quiet(bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
+    ensure!(records.len() == 350, "{} records", records.len());
+    let highest = records.iter().map(key_of).max().context("records")?;
+    let source = format!("{}/postgres/walrelay", env.system_identifier().await?);
+    let recorded =
+        walrelay::source_record::kafka::read(&env.config(bootstrap).kafka, SOURCES, &source, WAIT)
+            .await?
+            .and_then(|r| r.event)
+            .context(std::fs::read_to_string(log).unwrap_or_default())?;
+    ensure!(
+        recorded.key == highest,
+        "a clean stop records the last event: {} against {highest}",
+        recorded.key
+    );
+    restore(env, &snapshot).await?;
+    let slot = env.confirmed_flush_lsn("walrelay").await?;
+    ensure!(
+        slot < Lsn(highest.high()),
+        "the snapshot's slot is behind what was published: {slot}"
+    );
+    Ok(Lsn(highest.high()))
+}
+
+/// After a snapshot restore and `after` new events: `setup` (whose own
+/// WAL may carry the server past the recorded key) either refuses or says
+/// the replay must reproduce the recorded event, and `run` refuses with
+/// the source record's error (naming the recorded position, the slot's and
+/// the fix) and confirms nothing; under a new source every new event is
+/// delivered and applied once.
+async fn snapshot_refused_then_delivered(
+    env: &Env,
+    bootstrap: &str,
+    log: &Path,
+    tails_kept: bool,
+) -> Result<()> {
+    let after = emit(env, "after", 100).await?;
+    let expect = [
+        "according to its record in Kafka",
+        "the slot replays from",
+        "set relay.source_id to a new value",
+        "Restoring the database or failing over",
+    ];
+    match walrelay::setup::setup(&env.config(bootstrap)).await {
+        Err(refusal) => {
+            let refusal = refusal.to_string();
+            for e in expect {
+                ensure!(refusal.contains(e), "setup says {e:?}: {refusal}");
+            }
+        }
+        Ok(steps) => ensure!(
+            steps.iter().any(|s| s
+                .to_string()
+                .contains("confirms nothing until its replay reproduces")),
+            "{steps:?}"
+        ),
+    }
+    let start = env.confirmed_flush_lsn("walrelay").await?;
+    let mut relay = spawn_relay(env, bootstrap, log, &args(&[]))?;
+    if tails_kept {
+        // Whichever evidence the replay contradicts first: a tail's key
+        // below the recorded one, or the recorded event.
+        let text = expect_refusal(&mut relay, log, &["set relay.source_id to a new value"])?;
+        ensure!(
+            text.contains("according to its record in Kafka")
+                || text.contains("of topic \"orders\" ends with key"),
+            "{text}"
+        );
+    } else {
+        let mut all = expect.to_vec();
+        let start_text = format!("the slot replays from {start}");
+        all.push(&start_text);
+        expect_refusal(&mut relay, log, &all)?;
+    }
+    ensure!(
+        env.confirmed_flush_lsn("walrelay").await? == start,
+        "nothing is confirmed"
+    );
+    let mut renamed = env.config(bootstrap);
+    renamed.relay.source_id = Some("restored-1".to_owned());
+    walrelay::setup::setup(&renamed).await?;
+    relay_to_the_end(env, bootstrap, log, &["--source-id", "restored-1"]).await?;
+    check_delivered_after_snapshot(bootstrap, "restored-1", &after).await
+}
+
+/// [`check_delivered`] after a snapshot restore: PostgreSQL 15 and 16
+/// keep a slot's confirmed position on disk only at some checkpoints, so
+/// the restored slot may replay events from before the snapshot too; under
+/// the new source those are new events as well, each once.
+async fn check_delivered_after_snapshot(
+    bootstrap: &str,
+    source: &str,
+    ids: &[String],
+) -> Result<()> {
+    let records = read_until_quiet(bootstrap, &[TOPIC], Duration::from_secs(1), WAIT).await?;
+    let new: Vec<ConsumedRecord> = records
+        .into_iter()
+        .filter(|r| r.header_str("walrelay-source") == Some(source))
+        .collect();
+    let mut got: Vec<String> = new
+        .iter()
+        .map(event_id)
+        .filter(|id| !id.starts_with("early-"))
+        .collect();
+    got.sort();
+    let mut want = ids.to_vec();
+    want.sort();
+    ensure!(got == want, "under source {source}: {got:?}");
+    let (_, duplicates) = apply_high_water_marks(&new)?;
+    ensure!(duplicates == 0, "{duplicates} duplicates under {source}");
+    Ok(())
+}
+
+/// Apache Kafka only: the records are expired with DeleteRecords, which
+/// Tansu does not serve.
+fn on_apache_kafka(env: &Env) -> bool {
+    let kafka = env.broker().kind() == walrelay_testkit::BrokerKind::Kafka;
+    if !kafka {
+        eprintln!("the snapshot restores run on Apache Kafka (the Apache Kafka stage)");
+    }
+    kafka
+}
+
+/// A volume snapshot restored while the topic still holds what was
+/// published after it: refused (by the source record first; the tails
+/// would refuse too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_snapshot_restored_with_the_records_kept_is_refused() -> Result<()> {
+    let mut env = Env::start().await?;
+    if !on_apache_kafka(&env) {
+        return Ok(());
+    }
+    let bootstrap = env.bootstrap();
+    let log = env.cluster.dir().join("relay.log");
+    relay_then_restore_snapshot(&mut env, &bootstrap, &log).await?;
+    snapshot_refused_then_delivered(&env, &bootstrap, &log, true).await
+}
+
+/// The same with every record of the topic expired (retention, here
+/// DeleteRecords up to each partition's end): the data topics hold no
+/// evidence, the source record does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_snapshot_restored_after_the_records_expired_is_refused_by_the_source_record(
+) -> Result<()> {
+    let mut env = Env::start().await?;
+    if !on_apache_kafka(&env) {
+        return Ok(());
+    }
+    let bootstrap = env.bootstrap();
+    let log = env.cluster.dir().join("relay.log");
+    relay_then_restore_snapshot(&mut env, &bootstrap, &log).await?;
+    env.broker().delete_records_to_end(TOPIC)?;
+    snapshot_refused_then_delivered(&env, &bootstrap, &log, false).await
+}
+
+/// Expired records and a restored server that wrote more WAL than was
+/// published after the snapshot before walrelay runs again: the server is
+/// past the recorded key, so the replay must reproduce the recorded event,
+/// and gives that position to other events instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_snapshot_that_wrote_past_the_recorded_key_must_reproduce_its_event(
+) -> Result<()> {
+    let mut env = Env::start().await?;
+    if !on_apache_kafka(&env) {
+        return Ok(());
+    }
+    let bootstrap = env.bootstrap();
+    let log = env.cluster.dir().join("relay.log");
+    let highest = relay_then_restore_snapshot(&mut env, &bootstrap, &log).await?;
+    env.broker().delete_records_to_end(TOPIC)?;
+    write_wal(&env, 1).await?;
+    ensure!(
+        env.current_wal_lsn().await? > highest,
+        "past the recorded key"
+    );
+    snapshot_refused_then_delivered(&env, &bootstrap, &log, false).await
+}
+
+/// The source record deleted by hand (a tombstone) before the restore:
+/// the relay warns, the gauge's reason is in the log, and the data topics'
+/// tails, which still hold the keys, refuse the restore as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_restore_with_the_source_record_deleted_warns_and_the_tails_refuse_it(
+) -> Result<()> {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let mut env = Env::start().await?;
+    if !on_apache_kafka(&env) {
+        return Ok(());
+    }
+    let bootstrap = env.bootstrap();
+    let log = env.cluster.dir().join("relay.log");
+    relay_then_restore_snapshot(&mut env, &bootstrap, &log).await?;
+    let source = format!("{}/postgres/walrelay", env.system_identifier().await?);
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()?;
+    producer
+        .send(
+            FutureRecord::<str, [u8]>::to(SOURCES).key(source.as_str()),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)?;
+    emit(&env, "after", 100).await?;
+    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    let mut relay = spawn_relay(&env, &bootstrap, &log, &args(&[]))?;
+    expect_refusal(
+        &mut relay,
+        &log,
+        &[
+            "holds no record of this source",
+            "of topic \"orders\" ends with key",
+            "set relay.source_id to a new value",
+        ],
+    )?;
+    Ok(())
+}

@@ -68,6 +68,44 @@ pub(crate) fn create_topic_with(
     await_partitions(bootstrap, name, partitions)
 }
 
+/// Deletes every record of `name` up to each partition's end (the
+/// DeleteRecords API, what `retention.ms` does to a quiet topic), then
+/// checks each partition's low watermark reached its end.
+pub(crate) fn delete_records_to_end(bootstrap: &str, name: &str) -> anyhow::Result<()> {
+    let reader: BaseConsumer = client_config(bootstrap)
+        .create()
+        .context("creating a reader")?;
+    let metadata = reader
+        .fetch_metadata(Some(name), Duration::from_secs(10))
+        .with_context(|| format!("reading the metadata of {name:?}"))?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    let mut offsets = rdkafka::TopicPartitionList::new();
+    for p in &partitions {
+        offsets.add_partition_offset(name, *p, rdkafka::Offset::End)?;
+    }
+    let result = block_on(admin(bootstrap)?.delete_records(&offsets, &options()))
+        .with_context(|| format!("deleting the records of {name:?}"))?;
+    for e in result.elements() {
+        if let Err(err) = e.error() {
+            bail!(
+                "deleting the records of {name:?} partition {}: {err}",
+                e.partition()
+            );
+        }
+    }
+    for p in partitions {
+        let (low, high) = reader.fetch_watermarks(name, p, Duration::from_secs(10))?;
+        if low != high {
+            bail!("{name:?} partition {p} still holds offsets {low}..{high}");
+        }
+    }
+    Ok(())
+}
+
 /// Raises `name`'s partition count to `total`; waits until metadata shows
 /// them all with a leader.
 pub(crate) fn add_partitions(bootstrap: &str, name: &str, total: i32) -> anyhow::Result<()> {

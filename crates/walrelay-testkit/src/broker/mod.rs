@@ -205,6 +205,16 @@ impl TestBroker {
         }
     }
 
+    /// Deletes every record of `name` up to each partition's end
+    /// (DeleteRecords: what retention does to a quiet topic). Apache
+    /// Kafka only.
+    pub fn delete_records_to_end(&self, name: &str) -> anyhow::Result<()> {
+        match self.as_kafka() {
+            Some(_) => admin::delete_records_to_end(&self.bootstrap_servers(), name),
+            None => bail!("records are deleted on Apache Kafka only ({name:?})"),
+        }
+    }
+
     /// Whether the broker reports real high watermarks (the offset after
     /// the last record). Tansu reports the start of the last batch.
     pub fn true_high_watermarks(&self) -> bool {

@@ -64,6 +64,24 @@ impl PgCluster {
         self.start_stopped()
     }
 
+    /// A volume snapshot of the data directory into `into` (a directory
+    /// that must not exist yet), as a cloud disk snapshot or a ZFS/LVM
+    /// snapshot takes it: unlike a base backup it holds the replication
+    /// slots, as they were. The server is stopped (`fast`) for the copy
+    /// and started again. [`PgCluster::restore_base_backup`] puts it back.
+    pub fn volume_snapshot(&self, into: &Path) -> anyhow::Result<()> {
+        self.stop_fast()?;
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&self.data)
+            .arg(into)
+            .status()
+            .context("running cp")?;
+        self.start_stopped()?;
+        anyhow::ensure!(copied.success(), "cp -a of the data directory failed");
+        Ok(())
+    }
+
     /// A physical standby of this (running) cluster, streaming from it, in
     /// a directory and on a port of its own, removed on drop like any
     /// cluster.

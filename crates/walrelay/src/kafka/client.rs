@@ -103,6 +103,12 @@ pub fn properties(
             // Evidence a later session relies on: written to every
             // in-sync replica, or not at all.
             props.insert("acks".to_owned(), "all".to_owned());
+            // One request at a time: a retried older record never lands
+            // after a newer one (compaction keeps the last).
+            props.insert(
+                "max.in.flight.requests.per.connection".to_owned(),
+                "1".to_owned(),
+            );
             Ok(props)
         }
     }

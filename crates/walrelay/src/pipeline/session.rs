@@ -39,7 +39,6 @@ use crate::record::Record;
 use crate::sink::{Delivery, KafkaSink, SinkError};
 use crate::source_record::kafka::Writer;
 use crate::source_record::sampler::Sampler;
-use crate::source_record::{EventIdentity, RecordedEvent};
 
 /// One replication connection and one producer (see the module docs).
 pub(super) struct Session<'a> {
@@ -324,6 +323,9 @@ impl<'a> Session<'a> {
             warn!(error = %e, confirmed = %self.confirmed, "ending the replication stream cleanly failed");
         }
         if let Some(writer) = self.record_writer.take() {
+            if let Some(last) = self.sampler.at_stop(self.confirmed) {
+                writer.offer(last, self.confirmed);
+            }
             writer.finish(RECORD_WRITE_AT_STOP).await;
         }
         info!(confirmed = %self.confirmed, "stopped");
@@ -515,14 +517,13 @@ impl<'a> Session<'a> {
                 counters,
             } => (partition, counters),
         };
-        if self.sampler.wants() {
-            self.sampler.take(RecordedEvent {
-                key: record.event_key,
-                topic: record.topic.to_string(),
-                partition,
-                identity: EventIdentity::of(record.timestamp_ms, record.value.as_deref()),
-            });
-        }
+        self.sampler.sent(
+            record.event_key,
+            &record.topic,
+            partition,
+            record.timestamp_ms,
+            record.value.as_ref(),
+        );
         let seq = self.tracker.register_event(record.size());
         if let Some(counters) = counters {
             self.metric_events.insert(

@@ -278,7 +278,7 @@ pub enum Verdict {
     "source \"{source_id}\" published key {key} (WAL position {key_lsn}, topic \"{topic}\" partition \
      {partition}) according to its record in Kafka (written {written_at} by slot \"{slot}\" on \
      system {system}, timeline {timeline}, the slot then confirmed at {confirmed}), but this server's \
-     WAL is only at {server_wal} (slot \"{now_slot}\" at {start}{other_system}): the database went back \
+     WAL is only at {server_wal} (slot \"{now_slot}\" replays from {start}{other_system}): the database's WAL went back \
      (a volume snapshot or a backup restored, a point-in-time recovery, or a failover to a server \
      that had not received that WAL), so the events written from here on would get keys at or below \
      keys every high-water-mark consumer already applied, and would be skipped; walrelay stopped \

@@ -7,13 +7,29 @@
 //! it are in Kafka) and goes to the writer, and the next interval's
 //! candidate is taken. So the recorded event lags the newest confirmed one
 //! by about an interval. The session's periodic tick arms the sampler, so
-//! the per-record cost is reading one flag (no clock).
+//! the per-record cost is reading one flag (no clock) and keeping the last
+//! record's key, topic and value (two reference counts): a clean stop
+//! records the very last event it confirmed ([`Sampler::at_stop`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use walrelay_pgoutput::Lsn;
 
-use super::RecordedEvent;
+use super::{EventIdentity, RecordedEvent};
+use crate::key::EventKey;
+
+/// The last record sent, as little as names it (its identity is
+/// computed only if a clean stop records it).
+#[derive(Debug)]
+struct Last {
+    key: EventKey,
+    topic: Arc<str>,
+    partition: u32,
+    timestamp_ms: Option<i64>,
+    value: Option<Bytes>,
+}
 
 /// The candidate of one session.
 #[derive(Debug)]
@@ -25,6 +41,7 @@ pub struct Sampler {
     now: Option<Instant>,
     taken_at: Option<Instant>,
     candidate: Option<RecordedEvent>,
+    last: Option<Last>,
 }
 
 impl Sampler {
@@ -37,6 +54,51 @@ impl Sampler {
             now: None,
             taken_at: None,
             candidate: None,
+            last: None,
+        }
+    }
+
+    /// A record was handed to the producer.
+    #[inline]
+    pub fn sent(
+        &mut self,
+        key: EventKey,
+        topic: &Arc<str>,
+        partition: u32,
+        timestamp_ms: Option<i64>,
+        value: Option<&Bytes>,
+    ) {
+        if self.armed {
+            self.candidate = Some(RecordedEvent {
+                key,
+                topic: topic.to_string(),
+                partition,
+                identity: EventIdentity::of(timestamp_ms, value.map(|v| &v[..])),
+            });
+            self.armed = false;
+            self.taken_at = self.now;
+        }
+        self.last = Some(Last {
+            key,
+            topic: topic.clone(),
+            partition,
+            timestamp_ms,
+            value: value.cloned(),
+        });
+    }
+
+    /// A clean stop confirmed up to `lsn`: the last record sent, if that
+    /// is confirmed, else the last confirmed candidate's successor, if
+    /// any.
+    pub fn at_stop(&mut self, lsn: Lsn) -> Option<RecordedEvent> {
+        match self.last.take() {
+            Some(last) if lsn.0 > last.key.high() => Some(RecordedEvent {
+                key: last.key,
+                topic: last.topic.to_string(),
+                partition: last.partition,
+                identity: EventIdentity::of(last.timestamp_ms, last.value.as_deref()),
+            }),
+            _ => self.confirmed(lsn),
         }
     }
 
@@ -51,21 +113,6 @@ impl Sampler {
         {
             self.armed = true;
         }
-    }
-
-    /// Whether the next record sent becomes the candidate.
-    #[inline]
-    #[must_use]
-    pub fn wants(&self) -> bool {
-        self.armed
-    }
-
-    /// A record was handed to the producer while [`Sampler::wants`] said
-    /// so.
-    pub fn take(&mut self, event: RecordedEvent) {
-        self.candidate = Some(event);
-        self.armed = false;
-        self.taken_at = self.now;
     }
 
     /// The slot's confirmed position is `lsn` now: the candidate, once
@@ -97,29 +144,56 @@ mod tests {
         }
     }
 
+    fn send(s: &mut Sampler, high: u64) {
+        let topic: Arc<str> = Arc::from("orders");
+        s.sent(EventKey::new(high, high + 1), &topic, 0, Some(1), None);
+    }
+
     #[test]
     fn one_candidate_per_interval_goes_out_once_confirmed() {
         let t0 = Instant::now();
         let second = Duration::from_secs(1);
         let mut s = Sampler::new(second);
-        assert!(s.wants(), "the first record of a session");
         s.tick(t0);
-        s.take(event(0x100));
+        send(&mut s, 0x100);
+        send(&mut s, 0x110);
         s.tick(t0 + second * 5);
-        assert!(!s.wants(), "one candidate at a time");
+        send(&mut s, 0x120);
         assert_eq!(
             s.confirmed(Lsn(0x100)),
             None,
             "the commit record starts there: not confirmed yet"
         );
-        assert_eq!(s.confirmed(Lsn(0x180)), Some(event(0x100)));
+        assert_eq!(
+            s.confirmed(Lsn(0x180)),
+            Some(event(0x100)),
+            "the first record of the session, one candidate at a time"
+        );
         assert_eq!(s.confirmed(Lsn(0x200)), None, "given once");
         s.tick(t0 + second / 2);
-        assert!(!s.wants(), "not before the interval");
+        send(&mut s, 0x200);
+        assert_eq!(s.confirmed(Lsn(0x201)), None, "not before the interval");
         s.tick(t0 + second);
-        assert!(s.wants());
-        s.take(event(0x300));
-        assert!(!s.wants());
+        send(&mut s, 0x300);
+        send(&mut s, 0x310);
         assert_eq!(s.confirmed(Lsn(0x301)), Some(event(0x300)));
+    }
+
+    #[test]
+    fn a_clean_stop_records_the_last_record_once_confirmed() {
+        let mut s = Sampler::new(Duration::from_secs(1));
+        s.tick(Instant::now());
+        send(&mut s, 0x100);
+        send(&mut s, 0x200);
+        assert_eq!(s.at_stop(Lsn(0x300)), Some(event(0x200)));
+        let mut s = Sampler::new(Duration::from_secs(1));
+        send(&mut s, 0x100);
+        send(&mut s, 0x200);
+        assert_eq!(
+            s.at_stop(Lsn(0x150)),
+            Some(event(0x100)),
+            "the last is not confirmed: the candidate is"
+        );
+        assert_eq!(Sampler::new(Duration::from_secs(1)).at_stop(Lsn(1)), None);
     }
 }

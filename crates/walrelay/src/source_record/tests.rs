@@ -111,7 +111,7 @@ fn a_server_at_or_behind_the_recorded_key_is_refused_with_both_positions() {
             "topic \"orders\" partition 2",
             "confirmed at 0/5100",
             &format!("WAL is only at {}", Lsn(wal)),
-            "slot \"walrelay\" at 0/4000",
+            "slot \"walrelay\" replays from 0/4000",
             "relay.source_id to a new value",
             "\"7312/app/walrelay@restored-1\"",
             "Restoring the database or failing over",
