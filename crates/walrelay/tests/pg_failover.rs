@@ -133,45 +133,34 @@ async fn setup_makes_a_failover_slot_and_status_says_what_a_failover_would_do() 
     // RISK naming its slot, with the whole list to set; gone once it is
     // listed too.
     let standby2 = env.cluster.failover_standby("standby2")?;
-    let unlisted = "RISK: standbys stream from the primary through physical slots that \
-                    synchronized_standby_slots does not name (standby2)";
-    await_condition(WAIT, Duration::from_millis(200), || async {
-        let (_, out) = status(&[])?;
-        *seen.lock().unwrap() = out.clone();
-        Ok(out.contains(unlisted))
+    let out = await_status(&env, "the RISK naming standby2's slot", |out| {
+        out.contains(
+            "RISK: standbys stream from the primary through physical slots that \
+             synchronized_standby_slots does not name (standby2)",
+        )
     })
-    .await
-    .map_err(|e| e.context(seen.lock().unwrap().clone()))?;
-    let (code, out) = status(&[])?;
+    .await?;
     ensure!(
-        code == 0
-            && out.contains("synchronized_standby_slots = 'standby1, standby2'")
-            && out.matches("RISK").count() == 1,
-        "exit {code}: {out}"
+        out.contains("synchronized_standby_slots = 'standby1, standby2'")
+            && out.matches("RISK").count() == 1
+            && out.contains("health               ok"),
+        "{out}"
     );
     env.client
         .batch_execute("ALTER SYSTEM SET synchronized_standby_slots = 'standby1, standby2'")
         .await?;
     env.client.batch_execute("SELECT pg_reload_conf()").await?;
-    await_condition(WAIT, Duration::from_millis(200), || async {
-        let (_, out) = status(&[])?;
-        *seen.lock().unwrap() = out.clone();
-        Ok(out.contains("decoding waits for standby1, standby2") && !out.contains("RISK"))
+    await_status(&env, "no RISK with both slots listed", |out| {
+        out.contains("decoding waits for standby1, standby2") && !out.contains("RISK")
     })
-    .await
-    .map_err(|e| e.context(seen.lock().unwrap().clone()))?;
+    .await?;
     // A standby without a slot cannot be listed: a RISK of its own.
     let slotless = env.cluster.standby()?;
-    await_condition(WAIT, Duration::from_millis(200), || async {
-        let (_, out) = status(&[])?;
-        *seen.lock().unwrap() = out.clone();
-        Ok(
-            out.contains("RISK: standbys stream from the primary without a physical slot (")
-                && out.contains("promoting it loses the slot"),
-        )
+    await_status(&env, "the RISK of a standby without a slot", |out| {
+        out.contains("RISK: standbys stream from the primary without a physical slot (")
+            && out.contains("promoting it loses the slot")
     })
-    .await
-    .map_err(|e| e.context(seen.lock().unwrap().clone()))?;
+    .await?;
     drop(slotless);
     drop(standby2);
 
@@ -183,6 +172,27 @@ async fn setup_makes_a_failover_slot_and_status_says_what_a_failover_would_do() 
     })
     .await?;
     Ok(())
+}
+
+/// Waits until `walrelay status --slot-failover` prints what `ok` wants;
+/// its output. On a timeout the error names `what` and the last output.
+async fn await_status(env: &Env, what: &str, ok: impl Fn(&str) -> bool) -> Result<String> {
+    let last = std::sync::Mutex::new(String::new());
+    await_condition(WAIT, Duration::from_millis(200), || async {
+        let (_, out) = walrelay_status(env, &["--slot-failover"], &[])?;
+        let done = ok(&out);
+        *last.lock().unwrap() = out;
+        Ok(done)
+    })
+    .await
+    .map_err(|e| {
+        e.context(format!(
+            "waiting for {what}; walrelay status said:\n{}",
+            last.lock().unwrap()
+        ))
+    })?;
+    let out = last.lock().unwrap().clone();
+    Ok(out)
 }
 
 /// Item 1: an existing slot becomes a failover slot when setup runs with
