@@ -9,8 +9,11 @@
 //! walrelay can publish a transaction that the promoted standby never
 //! had; the new primary then writes other transactions at those WAL
 //! positions, with keys consumers already passed (a phantom event, and
-//! real ones skipped). And a listed standby that is down makes decoding
-//! wait: nothing is lost, but nothing is published either.
+//! real ones skipped). The same holds for a standby the setting does not
+//! list: decoding never waited for it, so promoting it can contradict
+//! what walrelay published even though the list protects the others. And
+//! a listed standby that is down makes decoding wait: nothing is lost,
+//! but nothing is published either.
 //!
 //! [`fetch`] reads the facts on a plain SQL connection (with the
 //! periodic publication check, and in `walrelay status`); [`assess`]
@@ -35,6 +38,14 @@ pub struct Facts {
     /// Those of [`Facts::standby_slots`] that no standby streams from
     /// (the standby is down or not yet connected), or that do not exist.
     pub standby_slots_down: Vec<String>,
+    /// Persistent physical slots that something streams from (`active`)
+    /// and that [`Facts::standby_slots`] does not name: standbys that
+    /// logical decoding does not wait for.
+    pub unlisted_standby_slots: Vec<String>,
+    /// Standbys that stream without a persistent physical slot (see
+    /// [`Finding::SlotlessStandbys`]), each as `application_name from
+    /// client_addr`.
+    pub slotless_standbys: Vec<String>,
 }
 
 /// One thing an operator must know.
@@ -46,6 +57,40 @@ pub enum Finding {
     /// `postgres.slot_failover` is on and the slot is not a failover slot
     /// (setup was not run again): a failover loses the slot.
     NotAFailoverSlot,
+    /// Standbys stream through physical slots that
+    /// `synchronized_standby_slots` does not name (`slots`; `listed` is
+    /// the setting, for the fix): decoding does not wait for them, so a
+    /// promoted one may lack what walrelay published (phantoms), although
+    /// the list protects the others. Only for a failover slot with a
+    /// non-empty list: an empty one is [`Finding::Unprotected`].
+    UnlistedStandbys {
+        slots: Vec<String>,
+        listed: Vec<String>,
+    },
+    /// Standbys stream without a physical slot of their own (no slot, or
+    /// a temporary one from `wal_receiver_create_temp_slot`), named by
+    /// `application_name` and address.
+    ///
+    /// A risk, like [`Finding::UnlistedStandbys`], though it cannot be
+    /// fixed by listing: such a standby can be promoted as well as any
+    /// other, but `sync_replication_slots` needs `primary_slot_name` on
+    /// the standby, so it holds no synchronized copy of the failover
+    /// slot, and promoting it loses the slot (as
+    /// [`Finding::NotAFailoverSlot`] does, also a risk); decoding never
+    /// waited for it either. Staying silent would let an operator who
+    /// listed the other standbys believe every failover is covered. The
+    /// fix is a physical slot for it, listed; a standby that must never
+    /// be promoted is the operator's to keep from being promoted.
+    ///
+    /// Seen only where the role may read `pg_stat_replication`'s details
+    /// (`pg_read_all_stats`, `pg_monitor`, or a superuser): for other
+    /// roles PostgreSQL shows a walsender's pid alone, which cannot tell
+    /// a streaming standby from an idle replication connection (a
+    /// standby's slot sync worker, `walrelay status` itself), so nothing
+    /// is reported rather than a guess. Base backups (`pg_basebackup`'s
+    /// WAL stream, on a temporary slot) are not standbys and are left
+    /// out.
+    SlotlessStandbys(Vec<String>),
     /// Listed standbys are down: decoding waits for them.
     StandbysDown(Vec<String>),
 }
@@ -83,6 +128,36 @@ impl fmt::Display for Finding {
                  slot from synchronized_standby_slots if it is gone for good",
                 names.join(", ")
             ),
+            Finding::UnlistedStandbys { slots, listed } => {
+                let all: Vec<&str> = listed.iter().chain(slots).map(String::as_str).collect();
+                write!(
+                    f,
+                    "standbys stream from the primary through physical slots that \
+                     synchronized_standby_slots does not name ({}): logical decoding does not \
+                     wait for them, so walrelay may publish a transaction such a standby never \
+                     received, and if it is promoted the new primary reuses those WAL positions \
+                     for other events (phantoms in Kafka); on the primary, add them \
+                     (ALTER SYSTEM SET synchronized_standby_slots = '{}'; SELECT pg_reload_conf()), \
+                     on each such standby turn on sync_replication_slots; a standby that must \
+                     never be promoted (a delayed standby, a WAL archiver) may stay unlisted, and \
+                     keeping it from being promoted is then the operator's responsibility",
+                    slots.join(", "),
+                    all.join(", ")
+                )
+            }
+            Finding::SlotlessStandbys(names) => write!(
+                f,
+                "standbys stream from the primary without a physical slot ({}, in \
+                 pg_stat_replication): such a standby holds no synchronized copy of the failover \
+                 slot (sync_replication_slots needs primary_slot_name), so promoting it loses \
+                 the slot, and logical decoding does not wait for it, so it may lack what \
+                 walrelay published; give it a physical slot (on the primary SELECT \
+                 pg_create_physical_replication_slot('standby_slot'); on the standby \
+                 primary_slot_name = 'standby_slot' and sync_replication_slots = on) and add \
+                 that slot to synchronized_standby_slots; if it must never be promoted, keeping \
+                 it from being promoted is the operator's responsibility",
+                names.join(", ")
+            ),
         }
     }
 }
@@ -96,6 +171,21 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
         }
         Some(false) if f.wanted => out.push(Finding::NotAFailoverSlot),
         _ => {}
+    }
+    let listed = match (f.slot_failover, &f.standby_slots) {
+        (Some(true), Some(names)) if !names.is_empty() => Some(names),
+        _ => None,
+    };
+    if let Some(listed) = listed {
+        if !f.unlisted_standby_slots.is_empty() {
+            out.push(Finding::UnlistedStandbys {
+                slots: f.unlisted_standby_slots.clone(),
+                listed: listed.clone(),
+            });
+        }
+        if !f.slotless_standbys.is_empty() {
+            out.push(Finding::SlotlessStandbys(f.slotless_standbys.clone()));
+        }
     }
     if f.slot_failover == Some(true) && !f.standby_slots_down.is_empty() {
         out.push(Finding::StandbysDown(f.standby_slots_down.clone()));
@@ -179,21 +269,48 @@ pub async fn fetch(
     let slot_failover = row.get("failover")?.map(|v| v == "true");
     let standby_slots = row.get("standby_slots")?.map(split_standby_slots);
     let mut standby_slots_down = Vec::new();
+    let mut unlisted_standby_slots = Vec::new();
+    let mut slotless_standbys = Vec::new();
     if let (Some(true), Some(names)) = (slot_failover, &standby_slots) {
         if !names.is_empty() {
-            // One statement for every listed slot: this runs at every
-            // publication check.
-            let list: Vec<String> = names.iter().map(|n| quote_literal(n)).collect();
+            // One statement for the standbys, listed or not: this runs at
+            // every publication check. `slot`: every physical slot
+            // something streams from; `slotless`: walsenders that stream
+            // (`state`, hidden from roles without pg_read_all_stats, so
+            // then none) holding neither a logical slot (a logical
+            // client, walrelay itself) nor a persistent one, apart from
+            // base backups. Idle replication connections (a standby's
+            // slot sync worker, `walrelay status`) are in `startup`.
             let rows = conn
-                .simple_query(&format!(
-                    "SELECT slot_name FROM pg_catalog.pg_replication_slots \
-                     WHERE slot_type = 'physical' AND active AND slot_name IN ({})",
-                    list.join(", ")
-                ))
+                .simple_query(
+                    "SELECT 'slot' AS kind, slot_name AS name, temporary::text AS temporary \
+                     FROM pg_catalog.pg_replication_slots \
+                     WHERE slot_type = 'physical' AND active \
+                     UNION ALL \
+                     SELECT 'slotless', \
+                       coalesce(nullif(r.application_name, ''), 'a walsender') || ' from ' || \
+                       coalesce(pg_catalog.host(r.client_addr), 'a local socket'), NULL \
+                     FROM pg_catalog.pg_stat_replication r \
+                     WHERE r.state IN ('streaming', 'catchup') \
+                       AND r.application_name IS DISTINCT FROM 'pg_basebackup' \
+                       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s \
+                         WHERE s.active_pid = r.pid \
+                           AND (s.slot_type = 'logical' OR NOT s.temporary)) \
+                     ORDER BY 1, 2",
+                )
                 .await?;
             let mut up = Vec::new();
             for row in &rows {
-                up.push(row.get_required("slot_name")?.to_owned());
+                let name = row.get_required("name")?.to_owned();
+                match row.get_required("kind")? {
+                    "slot" => {
+                        if row.get("temporary")? == Some("false") && !names.contains(&name) {
+                            unlisted_standby_slots.push(name.clone());
+                        }
+                        up.push(name);
+                    }
+                    _ => slotless_standbys.push(name),
+                }
             }
             standby_slots_down = names.iter().filter(|n| !up.contains(n)).cloned().collect();
         }
@@ -203,6 +320,8 @@ pub async fn fetch(
         slot_failover,
         standby_slots,
         standby_slots_down,
+        unlisted_standby_slots,
+        slotless_standbys,
     })
 }
 
@@ -216,6 +335,8 @@ mod tests {
             slot_failover: failover,
             standby_slots: standby_slots.map(|s| s.iter().map(|n| (*n).to_owned()).collect()),
             standby_slots_down: Vec::new(),
+            unlisted_standby_slots: Vec::new(),
+            slotless_standbys: Vec::new(),
         }
     }
 
@@ -259,6 +380,76 @@ mod tests {
         assert_eq!(found, vec![Finding::StandbysDown(vec!["s2".into()])]);
         assert!(!found[0].is_risk());
         assert!(found[0].to_string().contains("nothing is lost"));
+    }
+
+    #[test]
+    fn a_streaming_standby_whose_slot_is_not_listed_is_a_risk() {
+        let mut f = facts(Some(true), Some(&["s1"]));
+        f.unlisted_standby_slots = vec!["s2".into()];
+        let found = assess(&f);
+        assert_eq!(
+            found,
+            vec![Finding::UnlistedStandbys {
+                slots: vec!["s2".into()],
+                listed: vec!["s1".into()],
+            }]
+        );
+        assert!(found[0].is_risk());
+        let text = found[0].to_string();
+        // The fix keeps the slots already listed: the setting replaces
+        // the whole list.
+        assert!(
+            text.contains("does not name (s2)")
+                && text.contains("ALTER SYSTEM SET synchronized_standby_slots = 's1, s2'")
+                && text.contains("SELECT pg_reload_conf()")
+                && text.contains("operator's responsibility"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_standby_streaming_without_a_slot_is_a_risk() {
+        let mut f = facts(Some(true), Some(&["s1"]));
+        f.slotless_standbys = vec!["walreceiver from 10.0.0.7".into()];
+        let found = assess(&f);
+        assert_eq!(
+            found,
+            vec![Finding::SlotlessStandbys(vec![
+                "walreceiver from 10.0.0.7".into()
+            ])]
+        );
+        assert!(found[0].is_risk());
+        let text = found[0].to_string();
+        assert!(
+            text.contains("without a physical slot (walreceiver from 10.0.0.7")
+                && text.contains("promoting it loses the slot")
+                && text.contains("primary_slot_name"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unlisted_standbys_are_reported_only_beside_a_non_empty_list_of_a_failover_slot() {
+        let unlisted = |failover, list: Option<&[&str]>| {
+            let mut f = facts(failover, list);
+            f.unlisted_standby_slots = vec!["s2".into()];
+            f.slotless_standbys = vec!["walreceiver from 10.0.0.7".into()];
+            assess(&f)
+        };
+        // An empty list is already the risk, with its own fix.
+        assert_eq!(unlisted(Some(true), Some(&[])), vec![Finding::Unprotected]);
+        assert!(unlisted(Some(false), Some(&["s1"])).is_empty());
+        assert!(unlisted(None, None).is_empty());
+        // Risks first, then the wait; all of them at once.
+        let mut f = facts(Some(true), Some(&["s1", "s3"]));
+        f.unlisted_standby_slots = vec!["s2".into()];
+        f.slotless_standbys = vec!["walreceiver from 10.0.0.7".into()];
+        f.standby_slots_down = vec!["s3".into()];
+        let found = assess(&f);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(matches!(found[0], Finding::UnlistedStandbys { .. }));
+        assert!(matches!(found[1], Finding::SlotlessStandbys(_)));
+        assert_eq!(found[2], Finding::StandbysDown(vec!["s3".into()]));
     }
 
     #[test]

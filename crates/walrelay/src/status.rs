@@ -545,5 +545,23 @@ mod tests {
         let json = serde_json::to_value(&protected).unwrap();
         assert_eq!(json["slot_failover"], true);
         assert_eq!(json["synchronized_standby_slots"][0], "standby1");
+        // A standby the list leaves out is a risk although the list is set.
+        let partly = Status {
+            failover_risks: vec![crate::slot_failover::Finding::UnlistedStandbys {
+                slots: vec!["standby2".into()],
+                listed: vec!["standby1".into()],
+            }
+            .to_string()],
+            ..protected
+        };
+        let rendered = render(&partly);
+        assert!(
+            rendered.contains("decoding waits for standby1")
+                && rendered.contains(
+                    "\nRISK: standbys stream from the primary through physical slots that \
+                     synchronized_standby_slots does not name (standby2)"
+                ),
+            "{rendered}"
+        );
     }
 }

@@ -59,7 +59,9 @@ async fn slot_failover_before_postgresql_17_is_refused_with_what_to_do_instead()
 /// Item 1 and 2: `setup --slot-failover` creates a failover slot;
 /// `status` shows it, and a `RISK:` line while the primary's
 /// `synchronized_standby_slots` is empty; a standby keeps a synchronized
-/// copy (`synced` on the standby); a listed standby that is down is a
+/// copy (`synced` on the standby); a second standby streaming through a
+/// slot the setting does not list is a `RISK:` until it is listed, and
+/// one without a slot is one too; a listed standby that is down is a
 /// wait, said as such.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_makes_a_failover_slot_and_status_says_what_a_failover_would_do() -> Result<()> {
@@ -127,6 +129,41 @@ async fn setup_makes_a_failover_slot_and_status_says_what_a_failover_would_do() 
         "exit {code}: {out}"
     );
 
+    // A second standby, through a physical slot the list leaves out: a
+    // RISK naming its slot, with the whole list to set; gone once it is
+    // listed too.
+    let standby2 = env.cluster.failover_standby("standby2")?;
+    let out = await_status(&env, "the RISK naming standby2's slot", |out| {
+        out.contains(
+            "RISK: standbys stream from the primary through physical slots that \
+             synchronized_standby_slots does not name (standby2)",
+        )
+    })
+    .await?;
+    ensure!(
+        out.contains("synchronized_standby_slots = 'standby1, standby2'")
+            && out.matches("RISK").count() == 1
+            && out.contains("health               ok"),
+        "{out}"
+    );
+    env.client
+        .batch_execute("ALTER SYSTEM SET synchronized_standby_slots = 'standby1, standby2'")
+        .await?;
+    env.client.batch_execute("SELECT pg_reload_conf()").await?;
+    await_status(&env, "no RISK with both slots listed", |out| {
+        out.contains("decoding waits for standby1, standby2") && !out.contains("RISK")
+    })
+    .await?;
+    // A standby without a slot cannot be listed: a RISK of its own.
+    let slotless = env.cluster.standby()?;
+    await_status(&env, "the RISK of a standby without a slot", |out| {
+        out.contains("RISK: standbys stream from the primary without a physical slot (")
+            && out.contains("promoting it loses the slot")
+    })
+    .await?;
+    drop(slotless);
+    drop(standby2);
+
     drop(standby_client);
     standby.stop_fast()?;
     await_condition(WAIT, Duration::from_millis(200), || async {
@@ -135,6 +172,27 @@ async fn setup_makes_a_failover_slot_and_status_says_what_a_failover_would_do() 
     })
     .await?;
     Ok(())
+}
+
+/// Waits until `walrelay status --slot-failover` prints what `ok` wants;
+/// its output. On a timeout the error names `what` and the last output.
+async fn await_status(env: &Env, what: &str, ok: impl Fn(&str) -> bool) -> Result<String> {
+    let last = std::sync::Mutex::new(String::new());
+    await_condition(WAIT, Duration::from_millis(200), || async {
+        let (_, out) = walrelay_status(env, &["--slot-failover"], &[])?;
+        let done = ok(&out);
+        *last.lock().unwrap() = out;
+        Ok(done)
+    })
+    .await
+    .map_err(|e| {
+        e.context(format!(
+            "waiting for {what}; walrelay status said:\n{}",
+            last.lock().unwrap()
+        ))
+    })?;
+    let out = last.lock().unwrap().clone();
+    Ok(out)
 }
 
 /// Item 1: an existing slot becomes a failover slot when setup runs with

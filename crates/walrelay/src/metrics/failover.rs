@@ -18,7 +18,7 @@ pub(super) struct FailoverGauges {
 impl FailoverGauges {
     pub(super) fn register(r: &mut Registry) -> FailoverGauges {
         FailoverGauges {
-            at_risk: add(r, "failover_at_risk", "1 while a PostgreSQL failover could contradict what walrelay published or lose the slot: a failover slot with synchronized_standby_slots empty, or postgres.slot_failover on and the slot not a failover slot (walrelay status prints the RISK and its fix)", Gauge::default()),
+            at_risk: add(r, "failover_at_risk", "1 while a PostgreSQL failover could contradict what walrelay published or lose the slot: a failover slot with synchronized_standby_slots empty, or a standby streaming through a physical slot the list does not name, or without a physical slot, or postgres.slot_failover on and the slot not a failover slot (walrelay status prints the RISK and its fix)", Gauge::default()),
             standbys_down: add(r, "failover_standbys_down", "Slots named in synchronized_standby_slots that no standby streams from: logical decoding waits for them, so walrelay publishes nothing newer until they are back", Gauge::default()),
         }
     }
