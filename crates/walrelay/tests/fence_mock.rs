@@ -11,7 +11,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, DefaultProducerContext, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
 use walrelay::config::KafkaConfig;
-use walrelay::fence::tail::{self, FenceError};
+use walrelay::fence::{tail, FenceError};
 use walrelay::fence::{Layout, PartitionTail, TopicFence, TopicLayout};
 use walrelay::kafka_client::{client_config, KafkaClient};
 use walrelay::key::EventKey;

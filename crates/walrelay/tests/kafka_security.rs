@@ -472,6 +472,11 @@ async fn the_relay_verify_and_both_consumers_work_with_only_their_acls() -> Resu
     node.kafka.create_topic(topic, 2)?;
     // The relay: Write (producer) and Read (tail fence) on its topic.
     node.grant(RELAY, &topic_acl, &[WRITE, READ])?;
+    // And Read and Write on the source record's topic (which `setup`
+    // creates, with Create, as an administrator here).
+    let sources = walrelay::source_record::DEFAULT_TOPIC;
+    node.kafka.create_topic(sources, 1)?;
+    node.grant(RELAY, &AclResource::topic(sources), &[WRITE, READ])?;
     node.grant(AUDITOR, &topic_acl, &[READ])?;
     node.grant(CONSUMER, &topic_acl, &[READ])?;
     node.grant(CONSUMER, &AclResource::group("rust-app"), &[READ])?;
@@ -504,6 +509,13 @@ async fn the_relay_verify_and_both_consumers_work_with_only_their_acls() -> Resu
     let relay_log = relay_log + &relay.stop()?;
     assert!(relay_log.contains("tail fence"), "{relay_log}");
     assert!(!relay_log.contains("denied"), "{relay_log}");
+    // The first session wrote the source record, the second read it.
+    assert!(
+        relay_log.contains("source record: the server has the WAL of the last recorded event")
+            && !relay_log.contains("source record unavailable")
+            && !relay_log.contains("cannot write the source record"),
+        "{relay_log}"
+    );
     assert_no_password("relay's log", &relay_log);
     let records = read_topics(&node.admin(), &[topic], 15, WAIT).await?;
     assert_eq!(records.len(), 15, "the fence wrote nothing twice");

@@ -796,3 +796,40 @@ async fn a_snapshot_restore_with_the_source_record_deleted_warns_and_the_tails_r
     )?;
     Ok(())
 }
+
+/// `--accept-slot-loss` under the old source after a restored base backup
+/// whose topic records expired: the tails hold nothing, the source record
+/// shows the keys would go back, and setup refuses until the source is
+/// new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepting_a_lost_slot_under_the_old_source_is_refused_when_the_source_record_shows_keys_going_back(
+) -> Result<()> {
+    let mut env = Env::start().await?;
+    if !on_apache_kafka(&env) {
+        return Ok(());
+    }
+    let bootstrap = env.bootstrap();
+    env.create_topics(&[TOPIC])?;
+    let config = env.config(&bootstrap);
+    walrelay::setup::setup(&config).await?;
+    let log = env.cluster.dir().join("relay.log");
+    let highest = relay_then_restore(&mut env, &bootstrap, &log).await?;
+    env.broker().delete_records_to_end(TOPIC)?;
+    ensure!(env.current_wal_lsn().await? < highest, "the WAL went back");
+    let accept = walrelay::setup::SetupOptions {
+        accept_slot_loss: true,
+    };
+    let refusal = walrelay::setup::setup_with(&config, accept)
+        .await
+        .expect_err("the keys would go back")
+        .to_string();
+    ensure!(
+        refusal.contains("according to its record in Kafka")
+            && refusal.contains("set relay.source_id to a new value"),
+        "{refusal}"
+    );
+    let mut renamed = config.clone();
+    renamed.relay.source_id = Some("restored-1".to_owned());
+    walrelay::setup::setup_with(&renamed, accept).await?;
+    Ok(())
+}

@@ -80,6 +80,7 @@
 pub mod api_versions;
 pub mod decide;
 pub mod durability;
+pub mod error;
 /// The old path of [`crate::kafka::wire`].
 pub use crate::kafka::wire as kafka_wire;
 pub mod log_end;
@@ -89,9 +90,9 @@ pub mod settings;
 pub mod tail;
 
 pub use decide::{OwnRecord, PartitionTail, TopicFence, Unfenced, Untrusted};
+pub use error::{FenceError, RecordNotReproduced};
 pub use replay::ReplayCheck;
 pub use session::{SessionFence, TopicState};
-pub use tail::FenceError;
 
 use std::fmt;
 

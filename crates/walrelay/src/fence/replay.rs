@@ -260,7 +260,7 @@ impl ReplayCheck {
     /// else can leave a key out of the replay.
     fn broken(&self, want: &Obligation, key: EventKey, passed: Passed) -> FenceError {
         if let Some(identity) = want.identity {
-            return FenceError::RecordNotReproduced {
+            return FenceError::RecordNotReproduced(Box::new(super::RecordNotReproduced {
                 topic: want.topic.to_string(),
                 partition: want.partition,
                 key,
@@ -268,7 +268,7 @@ impl ReplayCheck {
                 start: self.start,
                 passed: passed.to_string(),
                 source_id: self.source.to_string(),
-            };
+            }));
         }
         let mut e = self.not_reproduced(&want.topic, want.partition, key, passed);
         if let (false, FenceError::NotReproduced { passed, .. }) = (want.exact, &mut e) {
@@ -377,10 +377,7 @@ mod tests {
         let mut c = check();
         c.expect_recorded(&recorded(0x200, 0x210, 7));
         let err = c.record("orders", 3, key(0x200, 0x210), t(8)).unwrap_err();
-        assert!(
-            matches!(err, FenceError::RecordNotReproduced { .. }),
-            "{err}"
-        );
+        assert!(matches!(err, FenceError::RecordNotReproduced(_)), "{err}");
         let text = err.to_string();
         for part in [
             "commit-time-ms:7",
@@ -401,7 +398,7 @@ mod tests {
         let mut c = check();
         c.expect_recorded(&recorded(0x200, 0x210, 7));
         let err = c.passed(Lsn(0x240)).unwrap_err();
-        assert!(matches!(err, FenceError::RecordNotReproduced { .. }));
+        assert!(matches!(err, FenceError::RecordNotReproduced(_)));
         // Before the start: no obligation.
         let mut c = check();
         c.expect_recorded(&recorded(0xff, 0x1, 7));
@@ -418,10 +415,7 @@ mod tests {
                 EventIdentity::CommitTime(9)
             })
             .unwrap_err();
-        assert!(
-            matches!(err, FenceError::RecordNotReproduced { .. }),
-            "{err}"
-        );
+        assert!(matches!(err, FenceError::RecordNotReproduced(_)), "{err}");
         let mut c = check();
         c.expect_recorded(&recorded(0x200, 0x210, 7));
         c.admit(&topic("orders"), 3, key(0x200, 0x210)).unwrap();

@@ -10,7 +10,8 @@ use tracing::{info, warn};
 
 use super::decide::Decision;
 use super::durability::{self, StrictMinIsr};
-use super::tail::{self, FenceError};
+use super::tail;
+use super::FenceError;
 use super::{Layout, TopicFence, TopicLayout, Unfenced};
 use crate::config::Config;
 use crate::key::EventKey;

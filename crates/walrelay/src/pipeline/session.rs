@@ -140,7 +140,7 @@ impl<'a> Session<'a> {
         .instrument(span.clone())
         .await;
         if let Err(RelayError::Kafka(e)) = &result {
-            span.in_scope(|| log_kafka_error(e));
+            span.in_scope(|| e.log_session_end());
             if let Some(m) = metrics {
                 m.kafka_error(e);
             }
@@ -576,31 +576,4 @@ fn wait_for_check(
     mut checks: Reports,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
     Box::pin(async move { checks.changed().await.is_ok() })
-}
-
-/// The structured fields of a Kafka error that ends a session (the
-/// message names them too, this makes them searchable).
-fn log_kafka_error(e: &SinkError) {
-    let (topic, partition) = match e {
-        SinkError::Produce {
-            topic, partition, ..
-        }
-        | SinkError::Delivery {
-            topic, partition, ..
-        }
-        | SinkError::RecordTooLarge {
-            topic, partition, ..
-        } => (Some(topic.as_str()), Some(*partition)),
-        SinkError::Metadata { topic, .. } | SinkError::TopicMissing { topic, .. } => {
-            (Some(topic.as_str()), None)
-        }
-        _ => (None, None),
-    };
-    warn!(
-        topic,
-        partition,
-        code = e.code().map(|c| format!("{c:?}")),
-        error = %e,
-        "Kafka error ends the session"
-    );
 }

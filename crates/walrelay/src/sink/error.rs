@@ -1,6 +1,7 @@
 //! The sink's errors and what the relay should do about each.
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use tracing::warn;
 
 use crate::secrets::{is_secret_property, REDACTED};
 
@@ -228,5 +229,35 @@ pub(super) fn create_error(error: KafkaError) -> SinkError {
         }
         KafkaError::ClientCreation(message) => SinkError::Create(message),
         other => SinkError::Create(other.to_string()),
+    }
+}
+
+impl SinkError {
+    /// Logs the structured fields of a Kafka error that ends a session
+    /// (the message names them too, this makes them searchable).
+    pub fn log_session_end(&self) {
+        let e = self;
+        let (topic, partition) = match e {
+            SinkError::Produce {
+                topic, partition, ..
+            }
+            | SinkError::Delivery {
+                topic, partition, ..
+            }
+            | SinkError::RecordTooLarge {
+                topic, partition, ..
+            } => (Some(topic.as_str()), Some(*partition)),
+            SinkError::Metadata { topic, .. } | SinkError::TopicMissing { topic, .. } => {
+                (Some(topic.as_str()), None)
+            }
+            _ => (None, None),
+        };
+        warn!(
+            topic,
+            partition,
+            code = e.code().map(|c| format!("{c:?}")),
+            error = %e,
+            "Kafka error ends the session"
+        );
     }
 }
