@@ -89,7 +89,8 @@ cargo build --workspace --bins --examples --locked
 # target of the workspace runs in `cargo test` below: the list is read
 # from cargo's metadata, so a new suite runs without being named here.
 kafka_suites=(relay_e2e bad_input fence verify_cli exactly_once conformance short
-    three_brokers kafka_security fence_secured debezium debezium_cutover ops_kit restore)
+    three_brokers kafka_security fence_secured debezium debezium_cutover ops_kit restore
+    late_append)
 # And the one that needs PostgreSQL 17 (failover slots), in the last stage.
 pg17_suites=(pg_failover_chaos)
 targets="$(cargo metadata --no-deps --format-version 1 --locked |
@@ -164,7 +165,7 @@ stage java "JVM consumer (java/): mvn verify (the library's unit tests, the conf
 (cd java && WALRELAY_KAFKA_HOME="${kafka_home}" \
     mvn -q -B -T 1 -Dmaven.repo.local="$(pwd)/../target/tools/m2" verify)
 
-stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite, restores (a base backup, a volume snapshot with the topic's records kept or expired with DeleteRecords, the source record deleted), short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust, the Python and the Java consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
+stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite, restores (a base backup, a volume snapshot with the topic's records kept or expired with DeleteRecords, the source record deleted), a stalled produce request appended after the next session's tail read (duplicates counted, none lost), short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust, the Python and the Java consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
 # kafka_security, three_brokers (a short chaos run on three nodes) and
 # ops_kit (Prometheus scraping the relay and both example consumers) run
 # the Python consumer with the virtualenv above (they fail, not skip,

@@ -9,6 +9,11 @@
 //!   disconnect, then fail to connect).
 //! * [`ProxyMode::Stall`]: connections stay open but no byte moves, in
 //!   either direction (a partition or a hung broker: requests time out).
+//!
+//! And, whatever the mode, [`Proxy::hold_open_connections`] stalls the
+//! connections open now while new ones flow, until
+//! [`Proxy::release_held`]: what a session's requests stuck on a dying
+//! network path look like, delivered after the next session started.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,6 +36,10 @@ pub enum ProxyMode {
 pub struct Proxy {
     addr: SocketAddr,
     mode: watch::Sender<ProxyMode>,
+    /// Connections numbered below it are held (0: none).
+    held_below: watch::Sender<u64>,
+    /// The number the next accepted connection gets.
+    accepted: Arc<std::sync::atomic::AtomicU64>,
     upstream: UpstreamSetter,
     task: tokio::task::JoinHandle<()>,
 }
@@ -44,11 +53,24 @@ impl Proxy {
             .context("binding the broker proxy")?;
         let addr = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(ProxyMode::Up);
+        let (held_below, held_rx) = watch::channel(0);
+        let accepted = Arc::new(std::sync::atomic::AtomicU64::new(1));
         let (upstream, upstream_rx) = watch::channel(None);
-        let task = tokio::spawn(accept_loop(listener, mode_rx, upstream_rx));
+        let task = tokio::spawn(accept_loop(
+            listener,
+            Gates {
+                mode: mode_rx,
+                held_below: held_rx,
+                id: 0,
+            },
+            Arc::clone(&accepted),
+            upstream_rx,
+        ));
         Ok(Proxy {
             addr,
             mode,
+            held_below,
+            accepted,
             upstream: UpstreamSetter(Arc::new(upstream)),
             task,
         })
@@ -72,6 +94,49 @@ impl Proxy {
     pub fn mode(&self) -> ProxyMode {
         *self.mode.borrow()
     }
+
+    /// Stalls every connection open now, in both directions (their bytes
+    /// wait, unread, in the sockets), while connections accepted from now
+    /// on flow as the mode says.
+    pub fn hold_open_connections(&self) {
+        let next = self.accepted.load(std::sync::atomic::Ordering::SeqCst);
+        self.held_below.send_replace(next);
+    }
+
+    /// Lets the held connections go on: what their clients sent meanwhile
+    /// (before closing them, too) reaches the broker now.
+    pub fn release_held(&self) {
+        self.held_below.send_replace(0);
+    }
+}
+
+/// What a connection's pumps obey: the mode, and the hold.
+#[derive(Clone)]
+struct Gates {
+    mode: watch::Receiver<ProxyMode>,
+    held_below: watch::Receiver<u64>,
+    /// This connection's number.
+    id: u64,
+}
+
+impl Gates {
+    /// The mode, or `Stall` while this connection is held.
+    fn current(&mut self) -> ProxyMode {
+        let held = self.id < *self.held_below.borrow_and_update();
+        match *self.mode.borrow_and_update() {
+            ProxyMode::Up if held => ProxyMode::Stall,
+            mode => mode,
+        }
+    }
+
+    /// Resolves when the mode or the hold changes; `false` once the proxy
+    /// is gone.
+    async fn changed(&mut self) -> bool {
+        tokio::select! {
+            m = self.mode.changed() => m.is_ok(),
+            h = self.held_below.changed() => h.is_ok(),
+        }
+    }
 }
 
 /// Sets where a [`Proxy`] forwards to; connections accepted before the
@@ -93,18 +158,20 @@ impl Drop for Proxy {
 
 async fn accept_loop(
     listener: TcpListener,
-    mode: watch::Receiver<ProxyMode>,
+    gates: Gates,
+    accepted: Arc<std::sync::atomic::AtomicU64>,
     upstream: watch::Receiver<Option<SocketAddr>>,
 ) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             continue;
         };
-        if *mode.borrow() == ProxyMode::Refuse {
+        if *gates.mode.borrow() == ProxyMode::Refuse {
             drop(client);
             continue;
         }
-        let mode = mode.clone();
+        let mut gates = gates.clone();
+        gates.id = accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut upstream = upstream.clone();
         tokio::spawn(async move {
             let Ok(target) = upstream.wait_for(Option::is_some).await.map(|a| a.unwrap()) else {
@@ -119,8 +186,8 @@ async fn accept_loop(
             let (sr, sw) = server.into_split();
             // When either direction ends, both sockets are dropped.
             tokio::select! {
-                _ = pump(cr, sw, mode.clone()) => {}
-                _ = pump(sr, cw, mode) => {}
+                _ = pump(cr, sw, gates.clone()) => {}
+                _ = pump(sr, cw, gates) => {}
             }
         });
     }
@@ -131,15 +198,14 @@ async fn accept_loop(
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut mode: watch::Receiver<ProxyMode>,
+    mut gates: Gates,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let current = *mode.borrow_and_update();
-        match current {
+        match gates.current() {
             ProxyMode::Refuse => return,
             ProxyMode::Stall => {
-                if mode.changed().await.is_err() {
+                if !gates.changed().await {
                     return;
                 }
                 continue;
@@ -147,8 +213,8 @@ async fn pump(
             ProxyMode::Up => {}
         }
         tokio::select! {
-            changed = mode.changed() => {
-                if changed.is_err() {
+            changed = gates.changed() => {
+                if !changed {
                     return;
                 }
             }
