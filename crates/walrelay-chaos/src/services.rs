@@ -105,16 +105,7 @@ impl Services {
         .await??;
         let brokers = match brokers {
             1 => {
-                let proxy = Proxy::bind().await?;
-                let advertised = proxy.addr().to_string();
-                let upstream = proxy.upstream_setter();
-                let kind = BrokerKind::from_env()?;
-                let broker = tokio::task::spawn_blocking(move || {
-                    TestBroker::start_advertising(kind, &advertised, move |port| {
-                        upstream.set(([127, 0, 0, 1], port).into())
-                    })
-                })
-                .await??;
+                let (proxy, broker) = proxied_broker().await?;
                 for (topic, partitions) in TOPICS {
                     broker.create_topic(topic, partitions)?;
                 }
@@ -202,6 +193,22 @@ impl Services {
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
+}
+
+/// The broker `WALRELAY_BROKER` names, advertising a [`Proxy`] in front
+/// of it, so that every client connects through the proxy.
+pub async fn proxied_broker() -> Result<(Proxy, TestBroker)> {
+    let proxy = Proxy::bind().await?;
+    let advertised = proxy.addr().to_string();
+    let upstream = proxy.upstream_setter();
+    let kind = BrokerKind::from_env()?;
+    let broker = tokio::task::spawn_blocking(move || {
+        TestBroker::start_advertising(kind, &advertised, move |port| {
+            upstream.set(([127, 0, 0, 1], port).into())
+        })
+    })
+    .await??;
+    Ok((proxy, broker))
 }
 
 /// Appends to `path`.

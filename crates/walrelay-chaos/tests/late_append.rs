@@ -16,9 +16,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use walrelay_chaos::proxy::Proxy;
-use walrelay_testkit::{
-    await_condition, read_until_quiet, BrokerKind, ClusterOptions, TestBroker, TestDb,
-};
+use walrelay_testkit::{await_condition, read_until_quiet, ClusterOptions, TestDb};
 
 const TOPIC: &str = "orders";
 const ROUNDS: usize = 3;
@@ -36,16 +34,7 @@ struct Measured {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_produce_request_delivered_after_the_next_sessions_tail_read_duplicates_never_loses(
 ) -> Result<()> {
-    let proxy = Proxy::bind().await?;
-    let advertised = proxy.addr().to_string();
-    let upstream = proxy.upstream_setter();
-    let kind = BrokerKind::from_env()?;
-    let broker = tokio::task::spawn_blocking(move || {
-        TestBroker::start_advertising(kind, &advertised, move |port| {
-            upstream.set(([127, 0, 0, 1], port).into())
-        })
-    })
-    .await??;
+    let (proxy, broker) = walrelay_chaos::services::proxied_broker().await?;
     broker.create_topic(TOPIC, 2)?;
     let db = TestDb::start(ClusterOptions::default(), "").await?;
     let dir = tempfile::tempdir()?;

@@ -491,6 +491,13 @@ async fn a_topic_whose_partitions_grew_is_not_fenced_and_loses_nothing() -> Resu
         let (_, json) =
             support::walrelay_status(&env, &global, &["--kafka", "--topic", "orders", "--json"])?;
         let v: serde_json::Value = serde_json::from_str(&json).context(json.clone())?;
+        // The source record `setup` wrote; the relay confirmed nothing
+        // since.
+        ensure!(
+            v["source_record"]["state"] == "no_event_yet"
+                && v["source_record"]["topic"] == "walrelay.sources",
+            "status --kafka reports the source record: {json}"
+        );
         let t = &v["kafka"]["topics"][0];
         Ok((
             t["fenced"] == true,

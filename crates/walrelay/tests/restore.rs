@@ -12,7 +12,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -694,12 +694,26 @@ async fn check_delivered_after_snapshot(
 
 /// Apache Kafka only: the records are expired with DeleteRecords, which
 /// Tansu does not serve.
-fn on_apache_kafka(env: &Env) -> bool {
-    let kafka = env.broker().kind() == walrelay_testkit::BrokerKind::Kafka;
+/// On Apache Kafka: an environment after [`relay_then_restore_snapshot`]
+/// (the environment, its bootstrap, the relay's log, the highest key's
+/// LSN); `None` elsewhere.
+async fn restored_snapshot() -> Result<Option<(Env, String, PathBuf, Lsn)>> {
+    if !on_apache_kafka()? {
+        return Ok(None);
+    }
+    let mut env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    let log = env.cluster.dir().join("relay.log");
+    let highest = relay_then_restore_snapshot(&mut env, &bootstrap, &log).await?;
+    Ok(Some((env, bootstrap, log, highest)))
+}
+
+fn on_apache_kafka() -> Result<bool> {
+    let kafka = walrelay_testkit::BrokerKind::from_env()? == walrelay_testkit::BrokerKind::Kafka;
     if !kafka {
         eprintln!("the snapshot restores run on Apache Kafka (the Apache Kafka stage)");
     }
-    kafka
+    Ok(kafka)
 }
 
 /// A volume snapshot restored while the topic still holds what was
@@ -707,13 +721,9 @@ fn on_apache_kafka(env: &Env) -> bool {
 /// would refuse too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_snapshot_restored_with_the_records_kept_is_refused() -> Result<()> {
-    let mut env = Env::start().await?;
-    if !on_apache_kafka(&env) {
+    let Some((env, bootstrap, log, _)) = restored_snapshot().await? else {
         return Ok(());
-    }
-    let bootstrap = env.bootstrap();
-    let log = env.cluster.dir().join("relay.log");
-    relay_then_restore_snapshot(&mut env, &bootstrap, &log).await?;
+    };
     snapshot_refused_then_delivered(&env, &bootstrap, &log, true).await
 }
 
@@ -723,13 +733,9 @@ async fn a_volume_snapshot_restored_with_the_records_kept_is_refused() -> Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_snapshot_restored_after_the_records_expired_is_refused_by_the_source_record(
 ) -> Result<()> {
-    let mut env = Env::start().await?;
-    if !on_apache_kafka(&env) {
+    let Some((env, bootstrap, log, _)) = restored_snapshot().await? else {
         return Ok(());
-    }
-    let bootstrap = env.bootstrap();
-    let log = env.cluster.dir().join("relay.log");
-    relay_then_restore_snapshot(&mut env, &bootstrap, &log).await?;
+    };
     env.broker().delete_records_to_end(TOPIC)?;
     snapshot_refused_then_delivered(&env, &bootstrap, &log, false).await
 }
@@ -741,13 +747,9 @@ async fn a_volume_snapshot_restored_after_the_records_expired_is_refused_by_the_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restored_snapshot_that_wrote_past_the_recorded_key_must_reproduce_its_event(
 ) -> Result<()> {
-    let mut env = Env::start().await?;
-    if !on_apache_kafka(&env) {
+    let Some((env, bootstrap, log, highest)) = restored_snapshot().await? else {
         return Ok(());
-    }
-    let bootstrap = env.bootstrap();
-    let log = env.cluster.dir().join("relay.log");
-    let highest = relay_then_restore_snapshot(&mut env, &bootstrap, &log).await?;
+    };
     env.broker().delete_records_to_end(TOPIC)?;
     write_wal(&env, 1).await?;
     ensure!(
@@ -764,13 +766,9 @@ async fn a_restored_snapshot_that_wrote_past_the_recorded_key_must_reproduce_its
 async fn a_snapshot_restore_with_the_source_record_deleted_warns_and_the_tails_refuse_it(
 ) -> Result<()> {
     use rdkafka::producer::{FutureProducer, FutureRecord};
-    let mut env = Env::start().await?;
-    if !on_apache_kafka(&env) {
+    let Some((env, bootstrap, log, _)) = restored_snapshot().await? else {
         return Ok(());
-    }
-    let bootstrap = env.bootstrap();
-    let log = env.cluster.dir().join("relay.log");
-    relay_then_restore_snapshot(&mut env, &bootstrap, &log).await?;
+    };
     let source = format!("{}/postgres/walrelay", env.system_identifier().await?);
     let producer: FutureProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
@@ -804,10 +802,10 @@ async fn a_snapshot_restore_with_the_source_record_deleted_warns_and_the_tails_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepting_a_lost_slot_under_the_old_source_is_refused_when_the_source_record_shows_keys_going_back(
 ) -> Result<()> {
-    let mut env = Env::start().await?;
-    if !on_apache_kafka(&env) {
+    if !on_apache_kafka()? {
         return Ok(());
     }
+    let mut env = Env::start().await?;
     let bootstrap = env.bootstrap();
     env.create_topics(&[TOPIC])?;
     let config = env.config(&bootstrap);
