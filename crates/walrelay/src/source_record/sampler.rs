@@ -8,8 +8,8 @@
 //! candidate is taken. So the recorded event lags the newest confirmed one
 //! by about an interval. The session's periodic tick arms the sampler, so
 //! the per-record cost is reading one flag (no clock) and keeping the last
-//! record's key, topic and value (two reference counts): a clean stop
-//! records the very last event it confirmed ([`Sampler::at_stop`]).
+//! record's key, partition and commit time in place: a clean stop records
+//! the very last event it confirmed ([`Sampler::at_stop`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,13 +78,34 @@ impl Sampler {
             self.armed = false;
             self.taken_at = self.now;
         }
-        self.last = Some(Last {
-            key,
-            topic: topic.clone(),
-            partition,
-            timestamp_ms,
-            value: value.cloned(),
-        });
+        // In place, and without touching a reference count while the
+        // topic stays the same: this runs for every record. A value is
+        // kept only where it is the identity (no commit time).
+        let value = if timestamp_ms.is_none() {
+            value.cloned()
+        } else {
+            None
+        };
+        match &mut self.last {
+            Some(last) => {
+                last.key = key;
+                last.partition = partition;
+                last.timestamp_ms = timestamp_ms;
+                last.value = value;
+                if !Arc::ptr_eq(&last.topic, topic) {
+                    last.topic = Arc::clone(topic);
+                }
+            }
+            None => {
+                self.last = Some(Last {
+                    key,
+                    topic: Arc::clone(topic),
+                    partition,
+                    timestamp_ms,
+                    value,
+                });
+            }
+        }
     }
 
     /// A clean stop confirmed up to `lsn`: the last record sent, if that
@@ -195,5 +216,16 @@ mod tests {
             "the last is not confirmed: the candidate is"
         );
         assert_eq!(Sampler::new(Duration::from_secs(1)).at_stop(Lsn(1)), None);
+        // A non-transactional message is known by its value.
+        let mut s = Sampler::new(Duration::from_secs(1));
+        let topic: Arc<str> = Arc::from("audit");
+        let value = Bytes::from_static(b"{\"id\": 7}");
+        s.sent(EventKey::new(0x100, 0x100), &topic, 1, Some(5), None);
+        s.sent(EventKey::new(0x200, 0x200), &topic, 2, None, Some(&value));
+        let last = s.at_stop(Lsn(0x201)).unwrap();
+        assert_eq!(
+            (last.topic.as_str(), last.partition, last.identity),
+            ("audit", 2, EventIdentity::of(None, Some(&value[..])))
+        );
     }
 }
