@@ -23,8 +23,8 @@
 //!
 //! # What is recorded
 //!
-//! A sampled event whose key was confirmed to PostgreSQL (everything up
-//! to it is in Kafka), with what identifies it beyond its key
+//! A sampled event that the session confirmed (Kafka acknowledged it and
+//! everything before it), with what identifies it beyond its key
 //! ([`EventIdentity`]: its transaction's commit time, or a digest of a
 //! non-transactional message's value), and the server and slot it came
 //! from. Written as confirmation advances, at most once per
@@ -138,7 +138,8 @@ pub struct SourceRecord {
     pub system_identifier: String,
     pub timeline: u32,
     pub slot: String,
-    /// A recent event of the source, confirmed to PostgreSQL; `None`
+    /// A recent event of the source that Kafka acknowledged with
+    /// everything before it (what the session confirms); `None`
     /// until the source confirmed one (`setup` writes the record first).
     pub event: Option<RecordedEvent>,
     /// The slot's confirmed position when this was written.
