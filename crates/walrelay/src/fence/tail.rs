@@ -30,7 +30,6 @@ use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::{FenceError, Layout, OwnRecord, PartitionTail};
@@ -333,29 +332,21 @@ impl Reading<'_> {
 /// An error of the reader: fatal (denied, the topic gone), or the text to
 /// report if the read times out (none for the unused group's).
 fn read_error(topic: &str, e: KafkaError) -> Result<Option<String>, FenceError> {
-    match e.rdkafka_error_code() {
-        // librdkafka looks up the group of any consumer with a group.id
-        // (it assigns partitions only to one); the reader does not use
-        // it, so it needs no ACL on it.
-        Some(RDKafkaErrorCode::GroupAuthorizationFailed) => {
+    match reader_error(e.rdkafka_error_code()) {
+        ReaderError::UnusedGroup => {
             tracing::debug!("tail fence reader: the unused group: {e}");
-            return Ok(None);
+            Ok(None)
         }
-        Some(code) if is_denied(code) => {
-            return Err(FenceError::Denied {
-                topic: topic.to_owned(),
-                code,
-            })
-        }
-        Some(code @ RDKafkaErrorCode::UnknownTopicOrPartition) => {
-            return Err(FenceError::Read {
-                topic: topic.to_owned(),
-                message: format!("{code}: the topic was deleted or is being recreated"),
-            })
-        }
-        _ => {}
+        ReaderError::Denied(code) => Err(FenceError::Denied {
+            topic: topic.to_owned(),
+            code,
+        }),
+        ReaderError::TopicGone(code) => Err(FenceError::Read {
+            topic: topic.to_owned(),
+            message: format!("{code}: the topic was deleted or is being recreated"),
+        }),
+        ReaderError::Transient => Ok(Some(e.to_string())),
     }
-    Ok(Some(e.to_string()))
 }
 
 /// The fence's error for a failed metadata request of `topic`.
@@ -438,7 +429,7 @@ fn own_record<M: Message>(msg: &M, source: &[u8]) -> Option<OwnRecord> {
     })
 }
 
-use crate::kafka::acl::is_denied;
+use crate::kafka::acl::{is_denied, reader_error, ReaderError};
 
 fn to_i32(partition: u32) -> i32 {
     i32::try_from(partition).unwrap_or(i32::MAX)

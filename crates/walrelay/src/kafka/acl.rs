@@ -81,6 +81,32 @@ pub fn is_denied(code: RDKafkaErrorCode) -> bool {
     authorization_error(code).is_some()
 }
 
+/// What a group-less reader (the tail fence's, the source record's) makes
+/// of an error its poll returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReaderError {
+    /// librdkafka looks up the group of any consumer with a `group.id`
+    /// (it assigns partitions only to one); the reader does not use it,
+    /// so it needs no ACL on it: ignored.
+    UnusedGroup,
+    /// The principal may not read: fatal, name the ACL.
+    Denied(RDKafkaErrorCode),
+    /// The topic was deleted or is being recreated: fatal.
+    TopicGone(RDKafkaErrorCode),
+    /// Anything else: retried until the reader's deadline.
+    Transient,
+}
+
+/// Classifies a reader's error `code` ([`ReaderError`]).
+pub fn reader_error(code: Option<RDKafkaErrorCode>) -> ReaderError {
+    match code {
+        Some(RDKafkaErrorCode::GroupAuthorizationFailed) => ReaderError::UnusedGroup,
+        Some(code) if is_denied(code) => ReaderError::Denied(code),
+        Some(code @ RDKafkaErrorCode::UnknownTopicOrPartition) => ReaderError::TopicGone(code),
+        _ => ReaderError::Transient,
+    }
+}
+
 /// The message for an authorization error `code` met while `refused` was
 /// attempted (e.g. `Write on topic "orders"`), whose fix is to grant
 /// `needed`; `None` if `code` is no authorization error. A failed login

@@ -24,7 +24,7 @@ use walrelay_pgoutput::Lsn;
 
 use super::{RecordedEvent, SourceRecord};
 use crate::config::KafkaConfig;
-use crate::kafka::acl::Acl;
+use crate::kafka::acl::{reader_error, Acl, ReaderError};
 use crate::kafka::client::{client_config, KafkaClient};
 use crate::metrics::Metrics;
 
@@ -209,11 +209,15 @@ fn last_value_of(
         .map_err(|e| unavailable("assigning the partition", e))?;
     let deadline = std::time::Instant::now() + timeout;
     let mut found = None;
+    let mut last_error = None;
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
             return Err(Unavailable::Other(format!(
-                "reading topic \"{topic}\" did not reach offset {end} within {timeout:?}"
+                "reading topic \"{topic}\" did not reach offset {end} within {timeout:?}{}",
+                last_error
+                    .map(|e| format!(" (last error: {e})"))
+                    .unwrap_or_default()
             )));
         }
         match consumer.poll(left.min(Duration::from_millis(100))) {
@@ -230,10 +234,17 @@ fn last_value_of(
             Some(Err(KafkaError::PartitionEOF(_))) => return Ok(found),
             Some(Err(e)) => {
                 let what = format!("reading topic \"{topic}\"");
-                return Err(Unavailable::Other(match e.rdkafka_error_code() {
-                    Some(code) => explain(code, &what, &[Acl::topic("Read", topic)]),
-                    None => format!("{what}: {e}"),
-                }));
+                match reader_error(e.rdkafka_error_code()) {
+                    ReaderError::UnusedGroup => {}
+                    ReaderError::Denied(code) | ReaderError::TopicGone(code) => {
+                        return Err(Unavailable::Other(explain(
+                            code,
+                            &what,
+                            &[Acl::topic("Read", topic)],
+                        )))
+                    }
+                    ReaderError::Transient => last_error = Some(e.to_string()),
+                }
             }
         }
     }
