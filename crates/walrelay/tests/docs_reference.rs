@@ -737,7 +737,10 @@ fn the_slug_rule_matches_githubs() {
         slug("Lever: librdkafka's `linger.ms` on Kafka"),
         "lever-librdkafkas-lingerms-on-kafka"
     );
-    assert_eq!(slug("Micro-benchmarks: `hot_path`"), "micro-benchmarks-hot_path");
+    assert_eq!(
+        slug("Micro-benchmarks: `hot_path`"),
+        "micro-benchmarks-hot_path"
+    );
     assert_eq!(slug("See [relay](relay.md) now"), "see-relay-now");
     let text = "# A\n## Kept\n```sh\n# not a heading\n```\n## Kept\n### Kept\n";
     let found = anchors(text);
@@ -788,9 +791,10 @@ fn every_relative_link_of_the_docs_resolves() {
                     continue;
                 }
                 let known = anchor_cache.entry(linked.clone()).or_insert_with(|| {
-                    anchors(&fs::read_to_string(&linked).unwrap_or_else(|e| {
-                        panic!("cannot read {}: {e}", linked.display())
-                    }))
+                    anchors(
+                        &fs::read_to_string(&linked)
+                            .unwrap_or_else(|e| panic!("cannot read {}: {e}", linked.display())),
+                    )
                 });
                 if !known.contains(anchor) {
                     broken.push(format!(
@@ -800,7 +804,10 @@ fn every_relative_link_of_the_docs_resolves() {
             }
         }
     }
-    assert!(checked > 100, "only {checked} relative links found: the scan is broken");
+    assert!(
+        checked > 100,
+        "only {checked} relative links found: the scan is broken"
+    );
     assert!(
         broken.is_empty(),
         "broken relative links:\n{}",
