@@ -17,6 +17,10 @@
 //!   shown for that entry.
 //! - The exit codes of `walrelay status` in `docs/operations.md` match the
 //!   code.
+//! - Every relative Markdown link of `docs/*.md`, `README.md`,
+//!   `conformance/README.md`, `python/README.md` (and `java/README.md`
+//!   when there is one) names a file that exists and, with an anchor, a
+//!   heading of that file (GitHub's anchor rule).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -618,5 +622,195 @@ fn the_readme_is_a_front_door_whose_paths_exist() {
     assert!(
         unnamed.is_empty(),
         "README.md's layout table lacks {unnamed:?}"
+    );
+}
+
+// ---------------------------------------------------------------------
+// Relative links: every `[text](path)`, `[text](path#anchor)` and
+// `[text](#anchor)` of the user docs names a file that exists, and an
+// anchor names a heading of that file.
+
+/// The Markdown files whose relative links are checked.
+fn linked_docs() -> Vec<String> {
+    let root = repo_root();
+    let mut files: Vec<String> = fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    files.sort();
+    for file in [
+        "README.md",
+        "conformance/README.md",
+        "python/README.md",
+        "java/README.md",
+    ] {
+        if root.join(file).exists() {
+            files.push(file.to_owned());
+        }
+    }
+    files
+}
+
+/// The lines of a Markdown file outside fenced code blocks, numbered
+/// from 1.
+fn prose_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            out.push((i + 1, line));
+        }
+    }
+    out
+}
+
+/// GitHub's anchor for a heading: links reduced to their text, lowercase,
+/// every character but letters, digits, spaces, '-' and '_' dropped
+/// (backticks and other punctuation), spaces turned into '-'.
+fn slug(heading: &str) -> String {
+    let mut text = String::new();
+    let mut rest = heading.trim();
+    // `[text](target)` reads as `text`.
+    while let Some(open) = rest.find('[') {
+        let close = rest[open..].find("](").map(|c| open + c);
+        let end = close.and_then(|c| rest[c..].find(')').map(|e| c + e));
+        match (close, end) {
+            (Some(close), Some(end)) => {
+                text.push_str(&rest[..open]);
+                text.push_str(&rest[open + 1..close]);
+                rest = &rest[end + 1..];
+            }
+            _ => break,
+        }
+    }
+    text.push_str(rest);
+    text.to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings, duplicates suffixed -1, -2.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    for (_, line) in prose_lines(text) {
+        let hashes = line.chars().take_while(|&c| c == '#').count();
+        if !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let base = slug(&line[hashes..]);
+        let n = seen.entry(base.clone()).or_insert(0);
+        out.insert(if *n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// The targets of a line's inline links, `[text](target)`.
+fn link_targets(line: &str) -> Vec<&str> {
+    line.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .filter(|target| !target.is_empty() && !target.contains(char::is_whitespace))
+        .collect()
+}
+
+#[test]
+fn the_slug_rule_matches_githubs() {
+    assert_eq!(
+        slug("End-to-end bench (`walrelay-bench`)"),
+        "end-to-end-bench-walrelay-bench"
+    );
+    assert_eq!(
+        slug("Lever: librdkafka's `linger.ms` on Kafka"),
+        "lever-librdkafkas-lingerms-on-kafka"
+    );
+    assert_eq!(
+        slug("Micro-benchmarks: `hot_path`"),
+        "micro-benchmarks-hot_path"
+    );
+    assert_eq!(slug("See [relay](relay.md) now"), "see-relay-now");
+    let text = "# A\n## Kept\n```sh\n# not a heading\n```\n## Kept\n### Kept\n";
+    let found = anchors(text);
+    let expected: BTreeSet<String> = ["a", "kept", "kept-1", "kept-2"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(found, expected);
+    assert_eq!(
+        link_targets("see [a](x.md#b), [c](#d) and [e](https://f) `[g](h i)`"),
+        vec!["x.md#b", "#d", "https://f"]
+    );
+}
+
+#[test]
+fn every_relative_link_of_the_docs_resolves() {
+    let root = repo_root();
+    let mut anchor_cache: BTreeMap<PathBuf, BTreeSet<String>> = BTreeMap::new();
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in linked_docs() {
+        let text = read(&file);
+        let dir = Path::new(&file).parent().unwrap_or(Path::new(""));
+        for (number, line) in prose_lines(&text) {
+            for target in link_targets(line) {
+                if target.starts_with("http://")
+                    || target.starts_with("https://")
+                    || target.starts_with("mailto:")
+                {
+                    continue;
+                }
+                checked += 1;
+                let (path, anchor) = match target.split_once('#') {
+                    Some((path, anchor)) => (path, Some(anchor)),
+                    None => (target, None),
+                };
+                let linked = if path.is_empty() {
+                    root.join(&file)
+                } else {
+                    root.join(dir).join(path)
+                };
+                if !linked.exists() {
+                    broken.push(format!("{file}:{number}: {target}: no such file"));
+                    continue;
+                }
+                let Some(anchor) = anchor else { continue };
+                if linked.extension().and_then(|e| e.to_str()) != Some("md") {
+                    continue;
+                }
+                let known = anchor_cache.entry(linked.clone()).or_insert_with(|| {
+                    anchors(
+                        &fs::read_to_string(&linked)
+                            .unwrap_or_else(|e| panic!("cannot read {}: {e}", linked.display())),
+                    )
+                });
+                if !known.contains(anchor) {
+                    broken.push(format!(
+                        "{file}:{number}: {target}: no heading with that anchor"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 100,
+        "only {checked} relative links found: the scan is broken"
+    );
+    assert!(
+        broken.is_empty(),
+        "broken relative links:\n{}",
+        broken.join("\n")
     );
 }
