@@ -214,7 +214,7 @@ pub fn read(
     }
     let tails = std::mem::take(&mut reading.tails);
     let elapsed = started.elapsed();
-    close_in_background(consumer);
+    crate::kafka::client::close_in_background(consumer);
     Ok(TopicTails {
         partitions: tails,
         elapsed,
@@ -248,17 +248,6 @@ fn wait_if_possible(
             );
             Ok(())
         }
-    }
-}
-
-/// Closing a librdkafka client takes 100-150 ms (its threads wind
-/// down); the session's first record need not wait for that.
-fn close_in_background(consumer: BaseConsumer<Quiet>) {
-    let close = std::thread::Builder::new()
-        .name("walrelay-fence-close".into())
-        .spawn(move || drop(consumer));
-    if let Err(e) = close {
-        tracing::debug!("closing the tail fence reader on this thread: {e}");
     }
 }
 

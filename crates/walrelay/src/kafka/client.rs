@@ -133,6 +133,18 @@ fn plain_producer(
     Ok(props)
 }
 
+/// Closing a librdkafka client takes 100-150 ms (its threads wind down):
+/// a session's start or its first record need not wait for that, so a
+/// client used for one read is dropped on a thread of its own.
+pub fn close_in_background<C: Send + 'static>(client: C) {
+    let close = std::thread::Builder::new()
+        .name("walrelay-kafka-close".into())
+        .spawn(move || drop(client));
+    if let Err(e) = close {
+        tracing::debug!("closing a Kafka client on this thread: {e}");
+    }
+}
+
 /// A librdkafka client configuration for `client` ([`properties`]).
 pub fn client_config(kafka: &KafkaConfig, client: KafkaClient) -> Result<ClientConfig, SinkError> {
     Ok(to_client_config(&properties(kafka, client)?))

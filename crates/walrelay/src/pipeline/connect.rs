@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::monitor::{self, Reports};
 use crate::sink::KafkaSink;
 use crate::source_record::kafka::Identity;
-use crate::source_record::start::{at_session_start, AtStart};
+use crate::source_record::start::{at_session_start, read_early, AtStart};
 
 /// A session's connections and starting point.
 pub(super) struct Connected {
@@ -120,6 +120,9 @@ pub(super) async fn connect(
             slot,
         )
     });
+    // Read while the rest is set up; checked once the server's WAL
+    // position is known (below).
+    let record_read = read_early(config, &source);
     let sink = KafkaSink::new(&crate::kafka::client::producer_config(&config.kafka))?;
     // Read even with relay.fence = false: the tails detect a restore.
     let fence_reader = Some(crate::kafka::client::client_config(
@@ -160,7 +163,7 @@ pub(super) async fn connect(
         start: confirmed,
         server_wal,
     };
-    let source_record = at_session_start(config, identity, &now, metrics).await?;
+    let source_record = at_session_start(config, identity, &now, metrics, record_read).await?;
     Ok(Connected {
         stream,
         sink,

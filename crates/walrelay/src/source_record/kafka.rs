@@ -143,6 +143,18 @@ fn read_blocking(
     let consumer: BaseConsumer = reader
         .create()
         .map_err(|e| unavailable("creating the Kafka reader", e))?;
+    let found = read_with(&consumer, topic, source, timeout);
+    crate::kafka::client::close_in_background(consumer);
+    found
+}
+
+/// [`read_blocking`] with its reader.
+fn read_with(
+    consumer: &BaseConsumer,
+    topic: &str,
+    source: &str,
+    timeout: Duration,
+) -> Result<Option<SourceRecord>, Unavailable> {
     let metadata = consumer
         .fetch_metadata(Some(topic), timeout)
         .map_err(|e| unavailable(&format!("reading the metadata of topic \"{topic}\""), e))?;
@@ -178,8 +190,7 @@ fn read_blocking(
     let mut end = high;
     while end > low {
         let start = (end - WINDOW).max(low);
-        if let Some(value) =
-            last_value_of(&consumer, topic, partition, source, start, end, timeout)?
+        if let Some(value) = last_value_of(consumer, topic, partition, source, start, end, timeout)?
         {
             return SourceRecord::decode(source, &value)
                 .map(Some)
@@ -266,7 +277,8 @@ pub struct Identity {
 pub struct Writer {
     latest: watch::Sender<Option<(RecordedEvent, Lsn)>>,
     task: tokio::task::JoinHandle<()>,
-    producer: FutureProducer,
+    /// `None` once dropped (on a thread of its own).
+    producer: Option<FutureProducer>,
     topic: String,
     identity: Identity,
 }
@@ -311,7 +323,7 @@ impl Writer {
         Ok(Writer {
             latest,
             task,
-            producer,
+            producer: Some(producer),
             topic: topic.to_owned(),
             identity,
         })
@@ -324,13 +336,15 @@ impl Writer {
 
     /// The session stops cleanly: write what it confirmed last (bounded
     /// by `timeout`), so that the record is as recent as it can be.
-    pub async fn finish(self, timeout: Duration) {
+    pub async fn finish(mut self, timeout: Duration) {
         self.task.abort();
-        let Some((event, confirmed)) = self.latest.borrow().clone() else {
+        let (Some((event, confirmed)), Some(producer)) =
+            (self.latest.borrow().clone(), self.producer.take())
+        else {
             return;
         };
         let result = write(
-            &self.producer,
+            &producer,
             &self.topic,
             &self.identity,
             Some(event),
@@ -341,12 +355,16 @@ impl Writer {
         if let Err(e) = result {
             warn!(topic = %self.topic, error = %e, "could not write the source record before stopping; the next session relies on the previous one");
         }
+        crate::kafka::client::close_in_background(producer);
     }
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(producer) = self.producer.take() {
+            crate::kafka::client::close_in_background(producer);
+        }
     }
 }
 

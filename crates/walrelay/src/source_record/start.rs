@@ -9,7 +9,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::kafka::{self, Identity, Unavailable, Writer};
-use super::{assess, Now, RecordedEvent, Verdict, WentBack};
+use super::{assess, Now, RecordedEvent, SourceRecord, Verdict, WentBack};
 use crate::config::Config;
 use crate::metrics::Metrics;
 
@@ -24,17 +24,43 @@ pub struct AtStart {
     pub writer: Option<Writer>,
 }
 
-/// Reads and checks the record of `identity.source_id`; an error when
-/// the server went back behind it.
+/// The read of a source's record, started early so that it overlaps the
+/// rest of the session's set-up (START_REPLICATION, the server's WAL
+/// position): a session start waits for the slower of the two only.
+pub struct PendingRead(tokio::task::JoinHandle<Result<Option<SourceRecord>, Unavailable>>);
+
+/// Starts reading the record of `source`.
+pub fn read_early(config: &Config, source: &str) -> PendingRead {
+    let (kafka, topic, source) = (
+        config.kafka.clone(),
+        config.relay.source_record_topic.clone(),
+        source.to_owned(),
+    );
+    let timeout = config.relay.fence_timeout.min(READ_TIMEOUT);
+    PendingRead(tokio::spawn(async move {
+        kafka::read(&kafka, &topic, &source, timeout).await
+    }))
+}
+
+impl Drop for PendingRead {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Checks the record [`read_early`] read for `identity.source_id`; an
+/// error when the server went back behind it.
 pub async fn at_session_start(
     config: &Config,
     identity: Identity,
     now: &Now<'_>,
     metrics: Option<&Metrics>,
+    mut pending: PendingRead,
 ) -> Result<AtStart, Box<WentBack>> {
     let topic = &config.relay.source_record_topic;
-    let timeout = config.relay.fence_timeout.min(READ_TIMEOUT);
-    let read = kafka::read(&config.kafka, topic, &identity.source_id, timeout).await;
+    let read = (&mut pending.0)
+        .await
+        .unwrap_or_else(|e| Err(Unavailable::Other(format!("the reading task: {e}"))));
     let (expect, available) = match &read {
         Ok(Some(record)) => {
             let expect = match assess(record, now)? {
