@@ -276,7 +276,7 @@ async fn slot_step(
     let slot_exists = before.is_some();
     // What this source published, from the record no retention deletes:
     // refused here when the server is behind it, before a slot is made.
-    let identity = source_record::kafka::Identity {
+    let identity = source_record::Identity {
         source_id: source.clone(),
         system_identifier: system.system_id.clone(),
         timeline: system.timeline,
@@ -324,9 +324,7 @@ async fn slot_step(
         let verdict = source_record::assess(
             record,
             &source_record::Now {
-                system_identifier: &system.system_id,
-                timeline: system.timeline,
-                slot,
+                identity: &identity,
                 start,
                 server_wal: system.xlogpos,
             },
@@ -444,7 +442,7 @@ const EVIDENCE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// tails).
 async fn source_record_step(
     config: &Config,
-    identity: &source_record::kafka::Identity,
+    identity: &source_record::Identity,
     steps: &mut Vec<Step>,
 ) -> (Option<source_record::SourceRecord>, bool) {
     let topic = &config.relay.source_record_topic;

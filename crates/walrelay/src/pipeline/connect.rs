@@ -18,8 +18,8 @@ use crate::error::RelayError;
 use crate::metrics::Metrics;
 use crate::monitor::{self, Reports};
 use crate::sink::KafkaSink;
-use crate::source_record::kafka::Identity;
 use crate::source_record::start::{at_session_start, read_early, AtStart};
+use crate::source_record::Identity;
 
 /// A session's connections and starting point.
 pub(super) struct Connected {
@@ -156,14 +156,15 @@ pub(super) async fn connect(
         timeline: system.timeline,
         slot: slot.to_owned(),
     };
-    let now = crate::source_record::Now {
-        system_identifier: &system.system_id,
-        timeline: system.timeline,
-        slot,
-        start: confirmed,
+    let source_record = at_session_start(
+        config,
+        identity,
+        confirmed,
         server_wal,
-    };
-    let source_record = at_session_start(config, identity, &now, metrics, record_read).await?;
+        metrics,
+        record_read,
+    )
+    .await?;
     Ok(Connected {
         stream,
         sink,

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use walrelay_pgoutput::Lsn;
 
-use super::{RecordedEvent, SourceRecord};
+use super::{Identity, RecordedEvent, SourceRecord};
 use crate::config::KafkaConfig;
 use crate::kafka::acl::{reader_error, Acl, ReaderError};
 use crate::kafka::client::{client_config, KafkaClient};
@@ -259,15 +259,6 @@ fn last_value_of(
             }
         }
     }
-}
-
-/// What every record of this session says besides its event.
-#[derive(Debug, Clone)]
-pub struct Identity {
-    pub source_id: String,
-    pub system_identifier: String,
-    pub timeline: u32,
-    pub slot: String,
 }
 
 /// Writes the source record as confirmation advances: the session offers

@@ -247,12 +247,20 @@ impl SourceRecord {
     }
 }
 
+/// The source, server and slot a session (or `setup`) works on: what
+/// every record it writes says besides its event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub source_id: String,
+    pub system_identifier: String,
+    pub timeline: u32,
+    pub slot: String,
+}
+
 /// What a session (or `setup`) knows of the server and the slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Now<'a> {
-    pub system_identifier: &'a str,
-    pub timeline: u32,
-    pub slot: &'a str,
+    pub identity: &'a Identity,
     /// Where the replay starts: the slot's confirmed position, or the
     /// server's WAL position for a slot about to be created.
     pub start: Lsn,
@@ -317,16 +325,17 @@ pub fn assess(record: &SourceRecord, now: &Now<'_>) -> Result<Verdict, Box<WentB
     };
     let key_lsn = event.key.high();
     if key_lsn >= now.server_wal.0 {
-        let other_system = if now.system_identifier == record.system_identifier {
+        let system = &now.identity.system_identifier;
+        let other_system = if *system == record.system_identifier {
             String::new()
         } else {
-            format!(", system {}", now.system_identifier)
+            format!(", system {system}")
         };
         return Err(Box::new(WentBack {
             record: record.clone(),
             event: event.clone(),
             server_wal: now.server_wal,
-            now_slot: now.slot.to_owned(),
+            now_slot: now.identity.slot.clone(),
             start: now.start,
             other_system,
         }));

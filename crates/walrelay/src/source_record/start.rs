@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::kafka::{self, Identity, Unavailable, Writer};
-use super::{assess, Now, RecordedEvent, SourceRecord, Verdict, WentBack};
+use super::kafka::{self, Unavailable, Writer};
+use super::{assess, Identity, Now, RecordedEvent, SourceRecord, Verdict, WentBack};
 use crate::config::Config;
 use crate::metrics::Metrics;
+use walrelay_pgoutput::Lsn;
 
 /// The longest a session start waits for the record.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -53,7 +54,8 @@ impl Drop for PendingRead {
 pub async fn at_session_start(
     config: &Config,
     identity: Identity,
-    now: &Now<'_>,
+    start: Lsn,
+    server_wal: Lsn,
     metrics: Option<&Metrics>,
     mut pending: PendingRead,
 ) -> Result<AtStart, Box<WentBack>> {
@@ -63,7 +65,12 @@ pub async fn at_session_start(
         .unwrap_or_else(|e| Err(Unavailable::Other(format!("the reading task: {e}"))));
     let (expect, available) = match &read {
         Ok(Some(record)) => {
-            let expect = match assess(record, now)? {
+            let now = Now {
+                identity: &identity,
+                start,
+                server_wal,
+            };
+            let expect = match assess(record, &now)? {
                 Verdict::Clear => None,
                 Verdict::Reproduce(event) => Some(event),
             };

@@ -17,11 +17,18 @@ fn record() -> SourceRecord {
     }
 }
 
-fn now(start: u64, server_wal: u64) -> Now<'static> {
-    Now {
-        system_identifier: "7312",
+fn identity(system: &str) -> Identity {
+    Identity {
+        source_id: "7312/app/walrelay".into(),
+        system_identifier: system.into(),
         timeline: 1,
-        slot: "walrelay",
+        slot: "walrelay".into(),
+    }
+}
+
+fn now(identity: &Identity, start: u64, server_wal: u64) -> Now<'_> {
+    Now {
+        identity,
         start: Lsn(start),
         server_wal: Lsn(server_wal),
     }
@@ -29,6 +36,7 @@ fn now(start: u64, server_wal: u64) -> Now<'static> {
 
 #[test]
 fn the_record_round_trips_through_its_json() {
+    let ours = identity("7312");
     let r = record();
     let value = r.encode();
     let text = String::from_utf8(value.clone()).unwrap();
@@ -48,7 +56,10 @@ fn the_record_round_trips_through_its_json() {
         SourceRecord::decode(&r.source_id, &none_yet.encode()),
         Ok(none_yet.clone())
     );
-    assert_eq!(assess(&none_yet, &now(0x10, 0x20)), Ok(Verdict::Clear));
+    assert_eq!(
+        assess(&none_yet, &now(&ours, 0x10, 0x20)),
+        Ok(Verdict::Clear)
+    );
     assert_eq!(
         SourceRecord::decode(&r.source_id, &digest.encode()),
         Ok(digest)
@@ -102,8 +113,9 @@ fn identities_tell_events_at_the_same_key_apart() {
 
 #[test]
 fn a_server_at_or_behind_the_recorded_key_is_refused_with_both_positions() {
+    let ours = identity("7312");
     for wal in [0x4000, 0x5000] {
-        let e = assess(&record(), &now(0x4000, wal)).unwrap_err();
+        let e = assess(&record(), &now(&ours, 0x4000, wal)).unwrap_err();
         let text = e.to_string();
         for part in [
             "key 0000000000005000",
@@ -120,25 +132,31 @@ fn a_server_at_or_behind_the_recorded_key_is_refused_with_both_positions() {
         }
         assert!(!text.contains(", system "), "{text}");
     }
-    let other = Now {
-        system_identifier: "9999",
-        ..now(0x10, 0x20)
-    };
-    let text = assess(&record(), &other).unwrap_err().to_string();
+    let other = identity("9999");
+    let text = assess(&record(), &now(&other, 0x10, 0x20))
+        .unwrap_err()
+        .to_string();
     assert!(text.contains(", system 9999)"), "{text}");
 }
 
 #[test]
 fn a_replay_through_the_recorded_key_must_reproduce_it_and_one_after_it_is_clear() {
+    let ours = identity("7312");
     assert_eq!(
-        assess(&record(), &now(0x4000, 0x9000)),
+        assess(&record(), &now(&ours, 0x4000, 0x9000)),
         Ok(Verdict::Reproduce(record().event.unwrap()))
     );
     assert_eq!(
-        assess(&record(), &now(0x5000, 0x9000)),
+        assess(&record(), &now(&ours, 0x5000, 0x9000)),
         Ok(Verdict::Reproduce(record().event.unwrap())),
         "a slot at the commit's start replays that transaction"
     );
-    assert_eq!(assess(&record(), &now(0x5001, 0x9000)), Ok(Verdict::Clear));
-    assert_eq!(assess(&record(), &now(0x5100, 0x5100)), Ok(Verdict::Clear));
+    assert_eq!(
+        assess(&record(), &now(&ours, 0x5001, 0x9000)),
+        Ok(Verdict::Clear)
+    );
+    assert_eq!(
+        assess(&record(), &now(&ours, 0x5100, 0x5100)),
+        Ok(Verdict::Clear)
+    );
 }
