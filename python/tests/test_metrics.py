@@ -54,3 +54,18 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_new_registry_never_gets_a_freed_ones_metrics():
+    # CPython reuses a freed object's id: keyed by id alone, a test's new
+    # registry once got metrics registered in a dead one.
+    import gc
+
+    from prometheus_client import CollectorRegistry
+
+    for _ in range(50):
+        registry = CollectorRegistry()
+        Metrics.for_registry(registry).parked_records_set(3)
+        assert registry.get_sample_value("walrelay_consumer_parked_records") == 3
+        del registry
+        gc.collect()

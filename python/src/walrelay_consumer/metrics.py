@@ -23,7 +23,9 @@ log = logging.getLogger("walrelay_consumer")
 _BATCH_BUCKETS = (1.0, 2.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0)
 _SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0)
 
-_shared: dict[int, Metrics] = {}
+# Keyed by the registry's id, holding the registry itself: a registry freed
+# and a new one given the same id must not get the dead one's metrics.
+_shared: dict[int, tuple[Any, Metrics]] = {}
 _shared_lock = threading.Lock()
 
 
@@ -85,10 +87,11 @@ class Metrics:
     def for_registry(cls, registry: Any = None) -> Metrics:
         """The process's one :class:`Metrics` for ``registry``."""
         with _shared_lock:
-            key = id(registry)
-            metrics = _shared.get(key)
-            if metrics is None:
-                metrics = _shared[key] = cls(registry)
+            entry = _shared.get(id(registry))
+            if entry is not None and entry[0] is registry:
+                return entry[1]
+            metrics = cls(registry)
+            _shared[id(registry)] = (registry, metrics)
             return metrics
 
     def committed(self, topic: str, partition: int, records: int, seconds: float, outcome: BatchOutcome) -> None:
