@@ -41,7 +41,9 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) latency_seconds: Option<f64>,
     /// Seconds of live load at the first rate before each latency mode's
-    /// measured rates, not counted [default: 5; quick: 1].
+    /// measured rates, not counted: each mode runs on a fresh broker, whose
+    /// JVM compiles its hot paths over its first 20-30 s [default: 30;
+    /// quick: 1].
     #[arg(long)]
     pub(crate) latency_warmup_seconds: Option<f64>,
     /// Rates for the latency runs, events/s; "max" is as fast as the
@@ -49,7 +51,8 @@ pub(crate) struct Cli {
     #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000,max")]
     pub(crate) rates: Vec<String>,
     /// Only these latency modes: plain, dual, wr_msg, wr_outbox, wr_msg_l20,
-    /// poll_outbox, dbz (default all).
+    /// poll_outbox, dbz, wr_bin, wr_base (default all; wr_bin and wr_base,
+    /// the binaries' A/B, only with --baseline-bin).
     #[arg(long, value_delimiter = ',')]
     pub(crate) latency_modes: Vec<String>,
     /// Only these workloads (ids such as msg-100tx-200b; default all).
@@ -97,7 +100,8 @@ pub(crate) struct Cli {
     /// A second walrelay binary (e.g. the previous commit's) drained in the
     /// same repeats as `--walrelay-bin`, back to back, which goes first
     /// alternating: the report gives this build's drain over the
-    /// baseline's, pair by pair.
+    /// baseline's, pair by pair; and both run the latency modes wr_bin and
+    /// wr_base as their own processes, for the latency A/B.
     #[arg(long, env = "WALRELAY_BENCH_BASELINE_BIN")]
     pub(crate) baseline_bin: Option<PathBuf>,
     /// Drain with walrelay only: skip the decode limit, the produce limit

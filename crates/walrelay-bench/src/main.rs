@@ -127,7 +127,15 @@ async fn main() -> Result<()> {
                 .await
                 .context("starting PostgreSQL and the broker for the latency runs")?;
         }
-        latencies(&cli, &run, &mut env, &run_dir, &mut results).await?;
+        latencies(
+            &cli,
+            &run,
+            scratch_dir.path(),
+            &mut env,
+            &run_dir,
+            &mut results,
+        )
+        .await?;
     }
     if !cli.no_consumer {
         if !cli.no_drain && cli.no_latency {
@@ -382,27 +390,56 @@ async fn drains(
     Ok(first_seq)
 }
 
-/// The latency runs: each mode at each rate, on a fresh broker.
-async fn latencies(
-    cli: &Cli,
-    run: &Run,
-    env: &mut BenchEnv,
-    run_dir: &Path,
-    results: &mut Results,
-) -> Result<()> {
-    let latency_modes: Vec<Mode> = Mode::ALL
-        .into_iter()
-        .filter(|m| cli.latency_modes.is_empty() || cli.latency_modes.iter().any(|t| t == m.tag()))
-        // Debezium's tuned variant, unless it is not run at all.
-        .filter(|m| *m != Mode::DebeziumOutbox || !run.debezium_variants.is_empty())
-        .collect();
+/// The latency modes to run: `--latency-modes`, or all of them, the
+/// tuned Debezium only when Debezium runs, and the binaries' A/B pair only
+/// with `--baseline-bin`.
+fn latency_modes(cli: &Cli, run: &Run) -> Result<Vec<Mode>> {
     if let Some(t) = cli
         .latency_modes
         .iter()
         .find(|t| !Mode::ALL.iter().any(|m| m.tag() == t.as_str()))
     {
-        bail!("--latency-modes: no mode {t:?} (plain, dual, wr_msg, wr_outbox, wr_msg_l20, poll_outbox, dbz)");
+        let all: Vec<&str> = Mode::ALL.iter().map(|m| m.tag()).collect();
+        bail!("--latency-modes: no mode {t:?} ({})", all.join(", "));
     }
+    let chosen = |m: &Mode| {
+        if cli.latency_modes.is_empty() {
+            match m {
+                Mode::DebeziumOutbox => !run.debezium_variants.is_empty(),
+                Mode::WalrelayBinary | Mode::BaselineBinary => cli.baseline_bin.is_some(),
+                _ => true,
+            }
+        } else {
+            cli.latency_modes.iter().any(|t| t == m.tag())
+                && (*m != Mode::DebeziumOutbox || !run.debezium_variants.is_empty())
+        }
+    };
+    let modes: Vec<Mode> = Mode::ALL.into_iter().filter(chosen).collect();
+    if modes.contains(&Mode::BaselineBinary) && cli.baseline_bin.is_none() {
+        bail!("--latency-modes wr_base needs --baseline-bin");
+    }
+    let binary = modes
+        .iter()
+        .any(|m| matches!(m, Mode::WalrelayBinary | Mode::BaselineBinary));
+    if binary && !run.walrelay_bin.is_file() {
+        bail!(
+            "the binaries' latency modes run {} (--walrelay-bin): build it first (cargo build --release -p walrelay)",
+            run.walrelay_bin.display()
+        );
+    }
+    Ok(modes)
+}
+
+/// The latency runs: each mode at each rate, on a fresh broker.
+async fn latencies(
+    cli: &Cli,
+    run: &Run,
+    scratch: &Path,
+    env: &mut BenchEnv,
+    run_dir: &Path,
+    results: &mut Results,
+) -> Result<()> {
+    let latency_modes = latency_modes(cli, run)?;
     let options = latency::LatencyOptions {
         rates: run.rates.clone(),
         duration: Duration::from_secs_f64(run.latency_secs),
@@ -412,11 +449,25 @@ async fn latencies(
         warmup: Duration::from_secs_f64(cli.latency_warmup_seconds.unwrap_or(if run.quick {
             1.0
         } else {
-            5.0
+            latency::DEFAULT_WARMUP_SECONDS
         })),
+        walrelay_bin: run.walrelay_bin.clone(),
+        baseline_bin: cli.baseline_bin.clone(),
+        scratch: scratch.to_owned(),
     };
     for r in 0..run.repeats {
-        for mode in latency_modes.iter().copied() {
+        // The A/B pair runs back to back, which of the two goes first
+        // alternating by repeat (as the drains' pairs do).
+        let mut order = latency_modes.clone();
+        if r % 2 == 1 {
+            if let (Some(a), Some(b)) = (
+                order.iter().position(|m| *m == Mode::WalrelayBinary),
+                order.iter().position(|m| *m == Mode::BaselineBinary),
+            ) {
+                order.swap(a, b);
+            }
+        }
+        for mode in order {
             // A fresh broker per mode: a broker holding the previous
             // runs' records answers measurably slower (Tansu's memory
             // storage only grows).

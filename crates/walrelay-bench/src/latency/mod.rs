@@ -54,6 +54,17 @@ pub mod stalls;
 pub(crate) use load::{connect_clients, generate};
 pub use run::run_mode;
 
+/// The default unmeasured load before each mode's measured rates. Each
+/// mode runs on a fresh broker, and a JVM broker compiles its hot paths
+/// over its first 20-30 s of load: on two cores that compilation competes
+/// with the path being measured. In one run, three back-to-back stretches
+/// of 20 s at 5k/s after a 5 s warm-up gave p99s of 9.2, 7.3 and 7.2 ms
+/// (plain producer), 13.7, 8.0 and 11.4 (walrelay, messages) and 38.2,
+/// 10.3 and 8.5 (walrelay, outbox): the first stretch measures the
+/// broker's warm-up, more so for the path with more processes in it (the
+/// walsender and the relay).
+pub const DEFAULT_WARMUP_SECONDS: f64 = 30.0;
+
 /// An event waiting longer than this for its ack is part of a stall.
 pub const STALL_MS: f64 = 50.0;
 
@@ -73,6 +84,11 @@ pub struct LatencyOptions {
     pub kafka_properties: Vec<(String, String)>,
     /// Live load at the first rate before the measured rates, not counted.
     pub warmup: Duration,
+    /// The binary of the `wr_bin` mode, and the baseline's (`wr_base`).
+    pub walrelay_bin: std::path::PathBuf,
+    pub baseline_bin: Option<std::path::PathBuf>,
+    /// Where the binaries' configurations and logs go.
+    pub scratch: std::path::PathBuf,
 }
 
 /// walrelay's configuration for the bench: `slot` of the bench

@@ -3,11 +3,12 @@
 //! the polling relay or a Debezium worker; and where each one's acks are.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -39,10 +40,12 @@ pub(super) enum AckSource {
     /// The polling relay's or the plain producer's list, by sequence
     /// number.
     Listed(Acks),
-    /// walrelay's trace: its acks by idempotency key, and their count.
+    /// walrelay's trace: its acks by idempotency key, and their count;
+    /// and when each record was handed to the producer.
     Traced {
         acks: Arc<Mutex<Vec<(u128, Instant)>>>,
         count: Arc<AtomicU64>,
+        produced: Arc<Mutex<Vec<(u128, Instant)>>>,
     },
     /// Debezium has no ack hook: the consumer's receipts.
     Received,
@@ -77,20 +80,38 @@ impl AckSource {
             }
             AckSource::Traced { acks, .. } => acks,
         };
-        let by_key: HashMap<u128, u64> = consumer
-            .seen
-            .lock()
-            .expect("lock")
-            .iter()
-            .filter_map(|s| s.key.map(|k| (k, s.seq)))
-            .collect();
-        wal_acks
-            .lock()
-            .expect("lock")
-            .iter()
-            .filter_map(|(k, at)| by_key.get(k).map(|seq| (*seq, *at)))
-            .collect()
+        by_seq(wal_acks, consumer)
     }
+
+    /// When walrelay handed each event to its producer, by sequence
+    /// number; `None` for the other modes.
+    pub fn produced_by_seq(&self, consumer: &TimestampingConsumer) -> Option<Vec<(u64, Instant)>> {
+        match self {
+            AckSource::Traced { produced, .. } => Some(by_seq(produced, consumer)),
+            _ => None,
+        }
+    }
+}
+
+/// walrelay's trace times (by idempotency key) by sequence number, through
+/// the consumer's records.
+fn by_seq(
+    by_key_times: &Mutex<Vec<(u128, Instant)>>,
+    consumer: &TimestampingConsumer,
+) -> Vec<(u64, Instant)> {
+    let by_key: HashMap<u128, u64> = consumer
+        .seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter_map(|s| s.key.map(|k| (k, s.seq)))
+        .collect();
+    by_key_times
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter_map(|(k, at)| by_key.get(k).map(|seq| (*seq, *at)))
+        .collect()
 }
 
 /// Starts what relays in `mode` into `topic` (walrelay and Debezium on
@@ -110,7 +131,82 @@ pub(super) async fn start(
         }
         Mode::PollingOutbox => polling(env, topic, options.polling, stop).await,
         Mode::DebeziumOutbox => debezium(env, slot, stop).await,
+        Mode::WalrelayBinary | Mode::BaselineBinary => {
+            let bin = match mode {
+                Mode::BaselineBinary => options
+                    .baseline_bin
+                    .as_deref()
+                    .context("the baseline's latency mode needs --baseline-bin")?,
+                _ => options.walrelay_bin.as_path(),
+            };
+            binary(env, bin, slot, topic, options, stop).await
+        }
     }
+}
+
+/// A walrelay binary as its own process on a fresh `slot` (the bench's
+/// configuration, as the drains run it); acks are the consumer's
+/// receipts (an older build has no trace of its own to read). It stops
+/// at SIGTERM and must exit 0.
+async fn binary(
+    env: &BenchEnv,
+    bin: &Path,
+    slot: &str,
+    topic: &str,
+    options: &LatencyOptions,
+    stop: watch::Receiver<bool>,
+) -> Result<Relay> {
+    env.create_slot(slot).await?;
+    let config = options.scratch.join(format!("latency-{slot}.toml"));
+    crate::drain::write_walrelay_config(
+        &config,
+        env,
+        slot,
+        topic,
+        topic,
+        &options.kafka_properties,
+        true,
+    )?;
+    let log = options.scratch.join(format!("latency-{slot}.log"));
+    let logf = std::fs::File::create(&log)?;
+    let mut child = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .args(["--log", "warn"])
+        .arg("run")
+        .stdin(std::process::Stdio::null())
+        .stdout(logf.try_clone()?)
+        .stderr(logf)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut stop = stop;
+    let task = tokio::spawn(async move {
+        let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+        while !*stop.borrow() {
+            tokio::select! {
+                changed = stop.changed() => if changed.is_err() { break },
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if let Some(status) = child.try_wait()? {
+                        bail!("walrelay exited early ({status}): {}", log_text());
+                    }
+                }
+            }
+        }
+        let pid = child.id().to_string();
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()?;
+        let status = tokio::task::spawn_blocking(move || child.wait()).await??;
+        if !status.success() {
+            bail!("walrelay did not stop cleanly ({status}): {}", log_text());
+        }
+        Ok(())
+    });
+    Ok(Relay {
+        task,
+        acks: AckSource::Received,
+        reference: None,
+    })
 }
 
 /// The references: nothing relays, the generator produces itself with
@@ -153,13 +249,20 @@ async fn walrelay(
     }
     let wal_acks: Arc<Mutex<Vec<(u128, Instant)>>> = Arc::default();
     let ack_count = Arc::new(AtomicU64::new(0));
+    let wal_produced: Arc<Mutex<Vec<(u128, Instant)>>> = Arc::default();
     let (trace_tx, mut trace_rx) = mpsc::unbounded_channel();
-    let (acks, count) = (wal_acks.clone(), ack_count.clone());
+    let (acks, count, produced) = (wal_acks.clone(), ack_count.clone(), wal_produced.clone());
     tokio::spawn(async move {
         while let Some(t) = trace_rx.recv().await {
-            if let Trace::Acked { key, .. } = t {
-                acks.lock().expect("lock").push((key.0, Instant::now()));
-                count.fetch_add(1, Ordering::Relaxed);
+            match t {
+                Trace::Acked { key, .. } => {
+                    acks.lock().expect("lock").push((key.0, Instant::now()));
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+                Trace::Produced { key, .. } => {
+                    produced.lock().expect("lock").push((key.0, Instant::now()));
+                }
+                _ => {}
             }
         }
     });
@@ -173,6 +276,7 @@ async fn walrelay(
         acks: AckSource::Traced {
             acks: wal_acks,
             count: ack_count,
+            produced: wal_produced,
         },
         reference: None,
     })

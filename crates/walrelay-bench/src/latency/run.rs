@@ -142,14 +142,15 @@ impl Run {
             .await
             .context("the relay did not stop within 60 s")?;
         self.consumer.stop()?;
-        match self.mode {
-            // Its walsender may hold the slot for a moment after the stop.
-            Mode::DebeziumOutbox => crate::debezium::drop_slot_when_free(env, &self.slot).await?,
-            Mode::WalrelayMessages | Mode::WalrelayOutbox | Mode::WalrelayMessagesLinger20 => {
-                env.drop_slot(&self.slot).await?
-            }
-            // No slot.
-            Mode::PlainProducer | Mode::DualWrite | Mode::PollingOutbox => {}
+        // Debezium's walsender may hold the slot for a moment after the
+        // stop; the binaries' too.
+        if matches!(
+            self.mode,
+            Mode::DebeziumOutbox | Mode::WalrelayBinary | Mode::BaselineBinary
+        ) {
+            crate::debezium::drop_slot_when_free(env, &self.slot).await?;
+        } else if self.mode.has_slot() {
+            env.drop_slot(&self.slot).await?;
         }
         Ok(relay_end)
     }
@@ -287,10 +288,24 @@ impl Load<'_> {
         let (ack_h, early) = histogram(&commit_at, &acks)?;
         let consumed: Vec<(u64, Instant)> = seen.iter().map(|s| (s.seq, s.at)).collect();
         let (cons_h, _) = histogram(&commit_at, &consumed)?;
+        let produced = run.relay.acks.produced_by_seq(&run.consumer);
+        let commit_to_produce = match &produced {
+            Some(produced) => Some(Percentiles::of(&histogram(&commit_at, produced)?.0)),
+            None => None,
+        };
         let waits = waits(&acks, &commit_at, t);
         let ack_stalls = stalls::find(&waits, STALL_MS, 0.1, 8);
         if let Ok(dir) = std::env::var("WALRELAY_BENCH_LATENCY_CSV") {
-            write_waits_csv(&dir, &run.tag, rate, &waits)?;
+            let produce_waits = produced.map(|p| waits_by_seq(&p, &commit_at));
+            write_waits_csv(
+                &dir,
+                &run.tag,
+                rate,
+                &waits_by_seq(&acks, &commit_at),
+                produce_waits,
+                t,
+                &commit_at,
+            )?;
         }
         if ack_h.len() != events || cons_h.len() != events {
             bail!(
@@ -302,12 +317,15 @@ impl Load<'_> {
             );
         }
         tracing::info!(
-            "latency {} rate {:?}: {} events, {:.0}/s, ack p99 {:.2} ms",
+            "latency {} rate {:?}: {} events, {:.0}/s, ack p50 {:.2} p99 {:.2} ms, produce p50 {:?} p99 {:?} ms",
             run.mode.label(),
             rate,
             events,
             events as f64 / elapsed,
-            Percentiles::of(&ack_h).p99
+            Percentiles::of(&ack_h).p50,
+            Percentiles::of(&ack_h).p99,
+            commit_to_produce.as_ref().map(|p| p.p50),
+            commit_to_produce.as_ref().map(|p| p.p99),
         );
         Ok(Some(LatencyRun {
             mode: run.mode,
@@ -317,6 +335,7 @@ impl Load<'_> {
             events,
             commit_to_ack: Percentiles::of(&ack_h),
             commit_to_consumer: Percentiles::of(&cons_h),
+            commit_to_produce,
             ack_before_commit_reply: early,
             ack_stalls,
         }))
@@ -339,19 +358,57 @@ fn waits(
         .collect()
 }
 
-/// Every event's (commit time after the rate's start, ms to its ack) as
-/// CSV in `dir`, for a closer look at a run (`WALRELAY_BENCH_LATENCY_CSV`).
-fn write_waits_csv(dir: &str, tag: &str, rate: Option<u64>, waits: &[(f64, f64)]) -> Result<()> {
+/// ms from each event's commit to `at`, by sequence number.
+fn waits_by_seq(at: &[(u64, Instant)], commit_at: &HashMap<u64, Instant>) -> HashMap<u64, f64> {
+    at.iter()
+        .filter_map(|(seq, at)| {
+            let c = commit_at.get(seq)?;
+            Some((
+                *seq,
+                at.saturating_duration_since(*c).as_secs_f64() * 1000.0,
+            ))
+        })
+        .collect()
+}
+
+/// Every event's (commit time after the rate's `start`, ms to its ack,
+/// and for walrelay ms to its hand-over to the producer) as CSV in `dir`,
+/// for a closer look at a run (`WALRELAY_BENCH_LATENCY_CSV`).
+fn write_waits_csv(
+    dir: &str,
+    tag: &str,
+    rate: Option<u64>,
+    ack_ms: &HashMap<u64, f64>,
+    produce_ms: Option<HashMap<u64, f64>>,
+    start: Instant,
+    commit_at: &HashMap<u64, Instant>,
+) -> Result<()> {
     use std::io::Write;
     std::fs::create_dir_all(dir)?;
     let rate = rate.map_or("max".to_string(), |r| r.to_string());
     let path = std::path::Path::new(dir).join(format!("{tag}_{rate}.csv"));
     let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
-    writeln!(f, "commit_s,ack_ms")?;
-    let mut sorted = waits.to_vec();
-    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for (at, ms) in sorted {
-        writeln!(f, "{at:.4},{ms:.3}")?;
+    writeln!(f, "commit_s,ack_ms,produce_ms")?;
+    let mut rows: Vec<(f64, f64, Option<f64>)> = ack_ms
+        .iter()
+        .filter_map(|(seq, ms)| {
+            let at = commit_at
+                .get(seq)?
+                .saturating_duration_since(start)
+                .as_secs_f64();
+            Some((
+                at,
+                *ms,
+                produce_ms.as_ref().and_then(|p| p.get(seq).copied()),
+            ))
+        })
+        .collect();
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (at, ms, produce) in rows {
+        match produce {
+            Some(p) => writeln!(f, "{at:.4},{ms:.3},{p:.3}")?,
+            None => writeln!(f, "{at:.4},{ms:.3},")?,
+        }
     }
     Ok(())
 }

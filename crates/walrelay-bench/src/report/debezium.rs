@@ -353,6 +353,7 @@ mod tests {
             events: 100,
             commit_to_ack: p,
             commit_to_consumer: p,
+            commit_to_produce: None,
             ack_before_commit_reply: 0,
             ack_stalls: Vec::new(),
         }

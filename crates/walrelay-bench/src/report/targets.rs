@@ -180,6 +180,11 @@ impl Results {
                 met: (!rows.is_empty()).then(|| rows.iter().all(|l| l.ack.p99 <= limit)),
             });
         }
+        out.extend(latency_ratio_target(
+            &lat,
+            p99_of(Mode::PlainProducer, Some(5000)),
+        ));
+        out.extend(latency_ab_target(&lat));
         out
     }
 
@@ -284,5 +289,140 @@ impl Results {
         out.extend(self.debezium_targets());
         out.extend(super::consumer::targets(&self.consumer));
         out
+    }
+}
+
+/// At 5k events/s walrelay's commit-to-ack p99 is at most 1.2x the
+/// plain producer's in the same run: the broker's cost is the
+/// machine's, the rest is the replication path's.
+fn latency_ratio_target(lat: &[LatencySummary], plain: Option<f64>) -> Option<TargetCheck> {
+    let plain = plain?;
+    let rows: Vec<(&LatencySummary, f64)> = lat
+        .iter()
+        .filter(|l| {
+            l.target_rate == Some(5000)
+                && matches!(l.mode, Mode::WalrelayMessages | Mode::WalrelayOutbox)
+        })
+        .map(|l| (l, l.ack.p99 / plain))
+        .collect();
+    Some(TargetCheck {
+        target: "latency: walrelay commit-to-ack p99 <= 1.2x the plain producer's at 5k events/s"
+            .into(),
+        measured: rows
+            .iter()
+            .map(|(l, r)| format!("{} {r:.2}x", l.mode.label()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        met: (!rows.is_empty()).then(|| rows.iter().all(|(_, r)| *r <= 1.2)),
+    })
+}
+
+/// The latency A/B of two builds, both run as their own process: this
+/// build's commit-to-consumer p99 at each rate over the baseline's, at
+/// most 1.2x (one stall moves a p99 by more than 10 %, so a smaller
+/// regression needs more repeats to be seen).
+fn latency_ab_target(lat: &[LatencySummary]) -> Option<TargetCheck> {
+    let pairs: Vec<(Option<u64>, f64)> = lat
+        .iter()
+        .filter(|l| l.mode == Mode::WalrelayBinary)
+        .filter_map(|l| {
+            let base = lat
+                .iter()
+                .find(|b| b.mode == Mode::BaselineBinary && b.target_rate == l.target_rate)?;
+            Some((l.target_rate, l.consumer.p99 / base.consumer.p99))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    Some(TargetCheck {
+        target: "latency A/B: this build's commit-to-consumer p99 <= 1.2x the baseline binary's"
+            .into(),
+        measured: pairs
+            .iter()
+            .map(|(rate, r)| {
+                let rate = rate.map_or("max".into(), |r| format!("{:.1}k/s", r as f64 / 1000.0));
+                format!("{rate} {r:.2}x")
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        met: Some(pairs.iter().all(|(_, r)| *r <= 1.2)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runs::{LatencyRun, Percentiles};
+
+    fn run(mode: Mode, p99_ack: f64, p99_consumer: f64) -> LatencyRun {
+        let p = |p99: f64| Percentiles {
+            p50: p99 / 2.0,
+            p99,
+            p999: p99,
+            max: p99,
+        };
+        LatencyRun {
+            mode,
+            repeat: 0,
+            target_rate: Some(5000),
+            achieved_rate: 5000.0,
+            events: 100,
+            commit_to_ack: p(p99_ack),
+            commit_to_consumer: p(p99_consumer),
+            commit_to_produce: None,
+            ack_before_commit_reply: 0,
+            ack_stalls: Vec::new(),
+        }
+    }
+
+    fn targets(latency: Vec<LatencyRun>) -> Vec<TargetCheck> {
+        Results {
+            latency,
+            ..Results::for_tests(Vec::new(), 1)
+        }
+        .latency_targets()
+    }
+
+    #[test]
+    fn walrelays_p99_is_judged_against_the_plain_producers() {
+        let t = targets(vec![
+            run(Mode::PlainProducer, 8.0, 8.5),
+            run(Mode::WalrelayMessages, 9.0, 9.5),
+            run(Mode::WalrelayOutbox, 9.8, 10.0),
+        ]);
+        let ratio = t
+            .iter()
+            .find(|t| t.target.contains("1.2x the plain"))
+            .unwrap();
+        // 9.8 / 8.0 = 1.225: over 1.2x although under 10 ms.
+        assert_eq!(ratio.met, Some(false), "{ratio:?}");
+        assert!(
+            ratio.measured.contains("walrelay, messages 1.12x"),
+            "{ratio:?}"
+        );
+        let absolute = t.iter().find(|t| t.target.contains("<= 10 ms")).unwrap();
+        assert_eq!(absolute.met, Some(true), "{absolute:?}");
+        assert!(
+            !t.iter().any(|t| t.target.contains("A/B")),
+            "no A/B without both binaries"
+        );
+    }
+
+    #[test]
+    fn the_ab_compares_the_binaries_commit_to_consumer() {
+        let t = targets(vec![
+            run(Mode::WalrelayBinary, 0.0, 12.0),
+            run(Mode::BaselineBinary, 0.0, 10.5),
+        ]);
+        let ab = t.iter().find(|t| t.target.contains("A/B")).unwrap();
+        assert_eq!(ab.measured, "5.0k/s 1.14x");
+        assert_eq!(ab.met, Some(true));
+        let t = targets(vec![
+            run(Mode::WalrelayBinary, 0.0, 13.0),
+            run(Mode::BaselineBinary, 0.0, 10.0),
+        ]);
+        let ab = t.iter().find(|t| t.target.contains("A/B")).unwrap();
+        assert_eq!(ab.met, Some(false), "1.3x is a regression");
     }
 }

@@ -30,10 +30,31 @@ pub enum Mode {
     /// "ack" is the consumer's receipt (no ack hook).
     #[serde(rename = "debezium tuned, outbox")]
     DebeziumOutbox,
+    /// `--walrelay-bin` run as its own process (as users run it), messages;
+    /// "ack" is the consumer's receipt. With [`Mode::BaselineBinary`]: the
+    /// latency A/B of two builds.
+    #[serde(rename = "walrelay binary, messages")]
+    WalrelayBinary,
+    /// `--baseline-bin`, the same way.
+    #[serde(rename = "baseline binary, messages")]
+    BaselineBinary,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 7] = [
+    /// Modes that decode a slot of their own, dropped after the run.
+    pub fn has_slot(self) -> bool {
+        matches!(
+            self,
+            Mode::WalrelayMessages
+                | Mode::WalrelayOutbox
+                | Mode::WalrelayMessagesLinger20
+                | Mode::WalrelayBinary
+                | Mode::BaselineBinary
+                | Mode::DebeziumOutbox
+        )
+    }
+
+    pub const ALL: [Mode; 9] = [
         Mode::PlainProducer,
         Mode::DualWrite,
         Mode::WalrelayMessages,
@@ -41,6 +62,8 @@ impl Mode {
         Mode::WalrelayMessagesLinger20,
         Mode::PollingOutbox,
         Mode::DebeziumOutbox,
+        Mode::WalrelayBinary,
+        Mode::BaselineBinary,
     ];
 
     pub fn label(self) -> &'static str {
@@ -52,6 +75,8 @@ impl Mode {
             Mode::WalrelayMessagesLinger20 => "walrelay linger.ms=20, messages",
             Mode::PollingOutbox => "polling relay, outbox",
             Mode::DebeziumOutbox => "Debezium tuned, outbox (ack = consumer's receipt)",
+            Mode::WalrelayBinary => "walrelay binary, messages (ack = consumer's receipt)",
+            Mode::BaselineBinary => "baseline binary, messages (ack = consumer's receipt)",
         }
     }
 
@@ -60,7 +85,9 @@ impl Mode {
             Mode::PlainProducer
             | Mode::DualWrite
             | Mode::WalrelayMessages
-            | Mode::WalrelayMessagesLinger20 => Kind::Messages,
+            | Mode::WalrelayMessagesLinger20
+            | Mode::WalrelayBinary
+            | Mode::BaselineBinary => Kind::Messages,
             Mode::WalrelayOutbox | Mode::PollingOutbox | Mode::DebeziumOutbox => Kind::Outbox,
         }
     }
@@ -75,6 +102,8 @@ impl Mode {
             Mode::WalrelayMessagesLinger20 => "wr_msg_l20",
             Mode::PollingOutbox => "poll_outbox",
             Mode::DebeziumOutbox => "dbz",
+            Mode::WalrelayBinary => "wr_bin",
+            Mode::BaselineBinary => "wr_base",
         }
     }
 }
@@ -112,6 +141,11 @@ pub struct LatencyRun {
     pub events: u64,
     pub commit_to_ack: Percentiles,
     pub commit_to_consumer: Percentiles,
+    /// walrelay's modes: from the commit reply to the moment the relay
+    /// handed the record to its producer (PostgreSQL's decoding and
+    /// walrelay's own path), the part of commit → ack before Kafka.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_to_produce: Option<Percentiles>,
     /// Events acknowledged before the client had its commit reply (counted
     /// as 0 ms).
     pub ack_before_commit_reply: u64,
