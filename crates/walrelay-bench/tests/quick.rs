@@ -142,8 +142,20 @@ fn quick_mode_writes_a_report_with_every_tool() {
     // The two references (plain producer, dual write) run the fixed rate
     // only: "as fast as it can" means nothing to a producer that waits for
     // nothing. The four relay modes run both.
-    // Debezium's (tuned, outbox) is the fifth relay mode.
-    assert_eq!(latency.len(), 2 + 5 * 2, "seven modes");
+    // Debezium's (tuned, outbox) is the fifth relay mode; with a baseline
+    // binary, the two binaries as their own processes are the sixth and
+    // seventh (the latency A/B).
+    assert_eq!(latency.len(), 2 + 7 * 2, "nine modes");
+    for binary in ["walrelay binary, messages", "baseline binary, messages"] {
+        assert!(
+            latency.iter().any(|l| l["mode"] == binary),
+            "no {binary} row"
+        );
+    }
+    assert!(
+        latest.contains("latency A/B: this build's commit-to-consumer p99"),
+        "{latest}"
+    );
     assert!(
         latency
             .iter()
