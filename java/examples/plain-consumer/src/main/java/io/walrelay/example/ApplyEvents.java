@@ -3,6 +3,7 @@ package io.walrelay.example;
 import io.walrelay.consumer.ConsumerLoop;
 import io.walrelay.consumer.Delivery;
 import io.walrelay.consumer.Migration;
+import io.walrelay.consumer.OnPoison;
 import io.walrelay.consumer.Settings;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
@@ -25,8 +26,13 @@ import org.postgresql.ds.PGSimpleDataSource;
  * <pre>
  * java -cp target/classes:$(cat target/classpath.txt) io.walrelay.example.ApplyEvents \
  *     --bootstrap kafka:9092 --jdbc-url 'jdbc:postgresql://db/app?user=app' --group billing --topic orders \
- *     [--instance-id ID] [--commit-interval-ms 1000] [--kafka-property k=v ...]
+ *     [--instance-id ID] [--commit-interval-ms 1000] [--pool-size 4] [--max-batch-records 1000] \
+ *     [--max-batch-bytes 4194304] [--handler-timeout-ms N] [--on-poison stop|park] [--kafka-property k=v ...]
  * </pre>
+ *
+ * <p>The settings' flags take the Rust example's names ({@code apply_events});
+ * left out, each keeps the library's default ({@link Settings#DEFAULT}: no
+ * handler timeout, stop on a poison record).
  *
  * <p>SIGTERM stops it cleanly (the batches in flight finish, offsets are
  * committed, the group is left) and it prints its counters. It prints
@@ -42,6 +48,30 @@ public final class ApplyEvents {
             + "SELECT * FROM unnest(?::text[], ?::text[], ?::int4[], ?::int8[])";
 
     private ApplyEvents() {}
+
+    /** The library's settings from the flags given, its defaults for the others. */
+    static Settings settings(Map<String, String> opts) {
+        Settings s = Settings.DEFAULT.withCommitInterval(
+                Duration.ofMillis(Long.parseLong(opts.getOrDefault("--commit-interval-ms", "1000"))));
+        if (opts.containsKey("--pool-size")) {
+            s = s.withPoolSize(Integer.parseInt(opts.get("--pool-size")));
+        }
+        if (opts.containsKey("--max-batch-records")) {
+            s = s.withMaxBatchRecords(Integer.parseInt(opts.get("--max-batch-records")));
+        }
+        if (opts.containsKey("--max-batch-bytes")) {
+            s = s.withMaxBatchBytes(Long.parseLong(opts.get("--max-batch-bytes")));
+        }
+        if (opts.containsKey("--handler-timeout-ms")) {
+            s = s.withHandlerTimeout(Duration.ofMillis(Long.parseLong(opts.get("--handler-timeout-ms"))));
+        }
+        String poison = opts.getOrDefault("--on-poison", "stop");
+        return switch (poison) {
+            case "stop" -> s.withOnPoison(OnPoison.STOP);
+            case "park" -> s.withOnPoison(OnPoison.PARK);
+            default -> throw new IllegalArgumentException("--on-poison takes stop or park, not " + poison);
+        };
+    }
 
     public static void main(String[] args) throws Exception {
         Map<String, String> opts = new HashMap<>();
@@ -62,7 +92,9 @@ public final class ApplyEvents {
         if (args.length % 2 != 0 || topics.isEmpty() || !opts.keySet().containsAll(
                 List.of("--bootstrap", "--jdbc-url", "--group"))) {
             System.err.println("usage: ApplyEvents --bootstrap HOST:PORT --jdbc-url URL --group G --topic T "
-                    + "[--topic T ...] [--instance-id ID] [--commit-interval-ms N] [--kafka-property k=v ...]");
+                    + "[--topic T ...] [--instance-id ID] [--commit-interval-ms N] [--pool-size N] "
+                    + "[--max-batch-records N] [--max-batch-bytes N] [--handler-timeout-ms N] [--on-poison stop|park] "
+                    + "[--kafka-property k=v ...]");
             System.exit(2);
         }
         PGSimpleDataSource ds = new PGSimpleDataSource();
@@ -76,8 +108,7 @@ public final class ApplyEvents {
         if (opts.containsKey("--instance-id")) {
             kafka.put("group.instance.id", opts.get("--instance-id"));
         }
-        Settings settings = Settings.DEFAULT.withCommitInterval(
-                Duration.ofMillis(Long.parseLong(opts.getOrDefault("--commit-interval-ms", "1000"))));
+        Settings settings = settings(opts);
         ConsumerLoop loop = new ConsumerLoop(kafka, topics, ds, settings);
         Thread main = Thread.currentThread();
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
