@@ -314,7 +314,7 @@ impl Results {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::{LatencyRun, Percentiles, ToolRun};
+    use crate::runs::{LatencyRun, ToolRun};
     use crate::workload::{Kind, Workload};
 
     fn run(tool: Tool, workload: &str, events_per_s: f64, cpu: f64, rss: u64) -> ToolRun {
@@ -339,24 +339,7 @@ mod tests {
     }
 
     fn latency(mode: Mode, rate: u64, p99: f64) -> LatencyRun {
-        let p = Percentiles {
-            p50: p99 / 2.0,
-            p99,
-            p999: p99,
-            max: p99,
-        };
-        LatencyRun {
-            mode,
-            repeat: 0,
-            target_rate: Some(rate),
-            achieved_rate: rate as f64,
-            events: 100,
-            commit_to_ack: p,
-            commit_to_consumer: p,
-            commit_to_produce: None,
-            ack_before_commit_reply: 0,
-            ack_stalls: Vec::new(),
-        }
+        LatencyRun::for_tests(mode, rate, p99, p99)
     }
 
     fn results(drain: Vec<ToolRun>, latency: Vec<LatencyRun>) -> Results {

@@ -355,27 +355,10 @@ fn latency_ab_target(lat: &[LatencySummary]) -> Option<TargetCheck> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::{LatencyRun, Percentiles};
+    use crate::runs::LatencyRun;
 
     fn run(mode: Mode, p99_ack: f64, p99_consumer: f64) -> LatencyRun {
-        let p = |p99: f64| Percentiles {
-            p50: p99 / 2.0,
-            p99,
-            p999: p99,
-            max: p99,
-        };
-        LatencyRun {
-            mode,
-            repeat: 0,
-            target_rate: Some(5000),
-            achieved_rate: 5000.0,
-            events: 100,
-            commit_to_ack: p(p99_ack),
-            commit_to_consumer: p(p99_consumer),
-            commit_to_produce: None,
-            ack_before_commit_reply: 0,
-            ack_stalls: Vec::new(),
-        }
+        LatencyRun::for_tests(mode, 5000, p99_ack, p99_consumer)
     }
 
     fn targets(latency: Vec<LatencyRun>) -> Vec<TargetCheck> {

@@ -108,6 +108,32 @@ impl Mode {
     }
 }
 
+#[cfg(test)]
+impl LatencyRun {
+    /// A run at `rate` whose percentiles are each half the p99 (p50) or the
+    /// p99 (p99.9, max), for the report's tests.
+    pub fn for_tests(mode: Mode, rate: u64, ack_p99: f64, consumer_p99: f64) -> LatencyRun {
+        let p = |p99: f64| Percentiles {
+            p50: p99 / 2.0,
+            p99,
+            p999: p99,
+            max: p99,
+        };
+        LatencyRun {
+            mode,
+            repeat: 0,
+            target_rate: Some(rate),
+            achieved_rate: rate as f64,
+            events: 100,
+            commit_to_ack: p(ack_p99),
+            commit_to_consumer: p(consumer_p99),
+            commit_to_produce: None,
+            ack_before_commit_reply: 0,
+            ack_stalls: Vec::new(),
+        }
+    }
+}
+
 /// Percentiles in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Percentiles {
