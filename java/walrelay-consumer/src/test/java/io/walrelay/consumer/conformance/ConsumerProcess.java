@@ -24,11 +24,9 @@ public final class ConsumerProcess {
         Map<String, Object> kafka = new HashMap<>();
         kafka.put("bootstrap.servers", bootstrap);
         kafka.put("group.id", group);
-        kafka.put("heartbeat.interval.ms", "1000");
+        Servers.groupSettings(kafka, args.length <= 6);
         if (args.length > 6) {
             kafka.put("group.instance.id", args[6]);
-        } else {
-            kafka.put("session.timeout.ms", "6000");
         }
         ConsumerLoop loop = new ConsumerLoop(kafka, List.of(topic), TestPostgres.dataSource(url),
                 Settings.DEFAULT.withCommitInterval(Duration.ofMillis(interval)));

@@ -22,6 +22,36 @@ final class Servers {
 
     private Servers() {}
 
+    /**
+     * The consumer group protocol the consumers use: {@code classic} (the
+     * default) or Kafka 4's {@code consumer} (KIP-848), from
+     * {@code $WALRELAY_GROUP_PROTOCOL}.
+     */
+    static String groupProtocol() {
+        String p = System.getenv().getOrDefault("WALRELAY_GROUP_PROTOCOL", "classic");
+        if (!p.equals("classic") && !p.equals("consumer")) {
+            throw new IllegalArgumentException("WALRELAY_GROUP_PROTOCOL is classic or consumer, not " + p);
+        }
+        return p;
+    }
+
+    /**
+     * The group settings of every consumer of the suite: short session
+     * timeouts so that a killed member's partitions move within seconds.
+     * The classic protocol takes them from the client; the consumer protocol
+     * refuses them there and takes them from the broker
+     * ({@link TestKafka}'s {@code group.consumer.*}).
+     */
+    static void groupSettings(java.util.Map<String, Object> config, boolean sessionTimeout) {
+        config.put("group.protocol", groupProtocol());
+        if (groupProtocol().equals("classic")) {
+            config.put("heartbeat.interval.ms", "1000");
+            if (sessionTimeout) {
+                config.put("session.timeout.ms", "6000");
+            }
+        }
+    }
+
     /** The repository's root (the surefire property {@code walrelay.repo}). */
     static Path repo() {
         return Path.of(System.getProperty("walrelay.repo", "../..")).toAbsolutePath().normalize();

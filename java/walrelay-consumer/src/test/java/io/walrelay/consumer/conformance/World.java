@@ -277,8 +277,7 @@ final class World implements AutoCloseable {
         Map<String, Object> config = new HashMap<>();
         config.put("bootstrap.servers", kafka.bootstrap());
         config.put("group.id", group);
-        config.put("session.timeout.ms", "6000");
-        config.put("heartbeat.interval.ms", "1000");
+        Servers.groupSettings(config, true);
         config.put("reconnect.backoff.ms", "20");
         config.put("reconnect.backoff.max.ms", "500");
         ConsumerLoop loop = new ConsumerLoop(config, List.of(topic), TestPostgres.dataSource(url), settings(step));
