@@ -1,7 +1,9 @@
 //! Everything walrelay says to Kafka outside the producer's records:
 //!
-//! * [`client`]: walrelay's configuration as librdkafka properties, for
-//!   every client it creates;
+//! * [`properties`]: the `[kafka]` settings and the producer's
+//!   properties, [`policy`]: the checks on every client's properties,
+//!   [`client`]: the properties of each client walrelay creates, and
+//!   [`ClientError`], why they were refused;
 //! * [`metadata`]: what a metadata answer says of one topic;
 //! * [`acl`]: authorization errors as the ACL to grant;
 //! * [`durability_report`]: `walrelay status --kafka`;
@@ -16,5 +18,10 @@ pub mod acl;
 pub mod client;
 pub mod conn;
 pub mod durability_report;
+mod error;
 pub mod metadata;
+pub mod policy;
+pub mod properties;
 pub mod wire;
+
+pub use error::ClientError;
