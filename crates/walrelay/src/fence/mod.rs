@@ -77,13 +77,9 @@
 //! `relay.fence = false` (which also reads no tail, so it cannot detect a
 //! WAL that went back).
 
-pub mod api_versions;
 pub mod decide;
 pub mod durability;
 pub mod error;
-/// The old path of [`crate::kafka::wire`].
-pub use crate::kafka::wire as kafka_wire;
-pub mod log_end;
 pub mod replay;
 pub mod session;
 pub mod settings;

@@ -28,8 +28,9 @@ use rdkafka::client::DefaultClientContext;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::fence::durability::{self, StrictMinIsr};
+use crate::fence::durability;
 use crate::kafka::client::{client_config, KafkaClient};
+use crate::kafka::requests::api_versions::StrictMinIsr;
 
 /// How long each Kafka request may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -145,7 +146,7 @@ pub async fn report(config: &Config, requested: &[String], source: &str) -> Kafk
         }
     };
     let (strict, strict_why) =
-        crate::fence::api_versions::cluster_strict_min_isr(&admin, TIMEOUT).await;
+        crate::kafka::requests::api_versions::cluster_strict_min_isr(&admin, TIMEOUT).await;
     let mut out = KafkaDurability {
         strict_min_isr: match strict {
             StrictMinIsr::Yes => "yes",

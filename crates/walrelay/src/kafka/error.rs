@@ -1,9 +1,17 @@
-//! The Kafka wing's error: why walrelay refused a Kafka client's
-//! properties, or librdkafka refused to create the client. Its own type,
-//! not the producer's [`SinkError`](crate::sink::SinkError), because every
-//! client (the verifier, the fence's reader, the admin client) is built
-//! from the same properties; the producer turns it into its own error
-//! (`From<ClientError> for SinkError`), unchanged in what it says.
+//! The Kafka wing's errors:
+//!
+//! * [`ClientError`]: why walrelay refused a Kafka client's properties, or
+//!   librdkafka refused to create the client. Not the producer's
+//!   [`SinkError`](crate::sink::SinkError), because every client (the
+//!   verifier, the fence's reader, the admin client) is built from the same
+//!   properties; the producer turns it into its own error
+//!   (`From<ClientError> for SinkError`), unchanged in what it says.
+//! * [`RequestError`]: why one of walrelay's own requests
+//!   ([`super::requests`], over [`super::conn`]) got no usable answer. The
+//!   callers treat every kind alike today (the fence does not wait, the
+//!   brokers' release stays unknown: duplicates at worst, never a loss),
+//!   but the kinds say where it failed: walrelay cannot connect as its
+//!   client would, the connection failed, or the answer was not readable.
 
 use rdkafka::error::KafkaError;
 
@@ -59,4 +67,29 @@ impl ClientError {
             other => ClientError::Create(other.to_string()),
         }
     }
+}
+
+/// Why one of walrelay's own requests to a broker got no usable answer.
+/// Each message names the server and the step, as the WARN and the
+/// fence's errors quote it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// walrelay cannot connect as its Kafka client does (a setting
+    /// [`super::conn::settings`] refuses to approximate: a Kerberos or
+    /// OAuth login, a keystore, ...).
+    #[error("{0}")]
+    Unsupported(String),
+    /// Connecting, the TLS handshake, the SASL login, sending or receiving
+    /// failed.
+    #[error("{0}")]
+    Connection(String),
+    /// The broker's answer was not one walrelay can read, or it answered
+    /// with an error code for the whole request.
+    #[error("{0}")]
+    Response(String),
+    /// librdkafka could not read the cluster's metadata (which brokers to
+    /// ask).
+    #[error("{0}")]
+    Metadata(String),
 }

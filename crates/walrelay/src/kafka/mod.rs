@@ -22,6 +22,7 @@ mod error;
 pub mod metadata;
 pub mod policy;
 pub mod properties;
+pub mod requests;
 pub mod wire;
 
-pub use error::ClientError;
+pub use error::{ClientError, RequestError};
