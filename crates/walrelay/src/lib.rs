@@ -41,8 +41,7 @@ pub mod http;
 pub mod kafka;
 /// Old paths of the [`kafka`] modules.
 pub use kafka::{
-    acl as kafka_acl, client as kafka_client, conn as broker_conn,
-    durability_report as kafka_durability, metadata as kafka_metadata,
+    acl as kafka_acl, client as kafka_client, conn as broker_conn, metadata as kafka_metadata,
 };
 pub mod key;
 pub mod metrics;

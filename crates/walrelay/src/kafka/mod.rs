@@ -6,7 +6,6 @@
 //!   [`ClientError`], why they were refused;
 //! * [`metadata`]: what a metadata answer says of one topic;
 //! * [`acl`]: authorization errors as the ACL to grant;
-//! * [`durability_report`]: `walrelay status --kafka`;
 //! * [`conn`]: walrelay's own broker connections (TLS, SASL) for the two
 //!   requests librdkafka cannot send, and [`wire`], reading their answers.
 //!
@@ -17,7 +16,6 @@
 pub mod acl;
 pub mod client;
 pub mod conn;
-pub mod durability_report;
 mod error;
 pub mod metadata;
 pub mod policy;

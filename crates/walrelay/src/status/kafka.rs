@@ -20,6 +20,11 @@
 //! cluster's topics an outbox topic template matches. Topics the
 //! application names in `walrelay.emit(...)` are known only to it: name
 //! them with `--topic`.
+//!
+//! It lives with the status command rather than in the Kafka wing: it is
+//! a report that puts the fence's rule and decisions ([`crate::fence`])
+//! next to the cluster's answers, and the Kafka wing imports neither the
+//! fence nor the commands.
 
 use std::time::Duration;
 
