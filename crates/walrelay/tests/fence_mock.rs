@@ -12,8 +12,8 @@ use rdkafka::producer::{BaseProducer, DefaultProducerContext, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
 use walrelay::fence::{tail, FenceError};
 use walrelay::fence::{Layout, PartitionTail, TopicFence, TopicLayout};
+use walrelay::kafka::client::{client_config, KafkaClient};
 use walrelay::kafka::properties::KafkaConfig;
-use walrelay::kafka_client::{client_config, KafkaClient};
 use walrelay::key::EventKey;
 use walrelay_testkit::relay_headers;
 
