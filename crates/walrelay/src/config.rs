@@ -355,18 +355,7 @@ impl Config {
                 "must be greater than zero (to turn the tail fence off, set relay.fence = false)",
             ));
         }
-        // Delivery guarantees, TLS and SASL consistency, and librdkafka's
-        // own parsing of every property. Secrets and files are read only
-        // when the producer is created (`walrelay run`), so that `setup`
-        // and `status` run where the relay's Kafka secrets are not.
-        crate::kafka::client::producer_config(&self.kafka)
-            .validate_settings()
-            .map_err(|e| match e {
-                crate::kafka::ClientError::Config { property, reason } => {
-                    invalid(format!("kafka.properties.{property:?}"), reason)
-                }
-                other => invalid("kafka.properties", other.to_string()),
-            })?;
+        self.validate_kafka()?;
         if self.relay.max_in_flight_events == 0 || self.relay.max_in_flight_bytes == 0 {
             return Err(invalid(
                 "relay.max_in_flight_*",
@@ -426,6 +415,22 @@ impl Config {
             }
         }
         self.validate_dead_letter()
+    }
+
+    /// `[kafka]`: delivery guarantees, TLS and SASL consistency, and
+    /// librdkafka's own parsing of every property, by the checks every
+    /// Kafka client gets ([`crate::kafka::policy`]). Secrets and files are
+    /// read only when the producer is created (`walrelay run`), so that
+    /// `setup` and `status` run where the relay's Kafka secrets are not.
+    fn validate_kafka(&self) -> Result<(), ConfigError> {
+        crate::kafka::client::producer_config(&self.kafka)
+            .validate_settings()
+            .map_err(|e| match e {
+                crate::kafka::ClientError::Config { property, reason } => {
+                    invalid(format!("kafka.properties.{property:?}"), reason)
+                }
+                other => invalid("kafka.properties", other.to_string()),
+            })
     }
 
     /// The dead-letter topic must be a valid name and must not be a topic
