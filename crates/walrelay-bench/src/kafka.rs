@@ -12,7 +12,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
-use walrelay::sink::SinkConfig;
+use walrelay::kafka::properties::SinkConfig;
 
 use crate::env::PARTITIONS;
 use crate::workload::{seq_of_payload, Kind, Workload};

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, ConfigError, HeaderSet, KafkaConfig, MessageRoute, OutboxConfig};
+use crate::config::{Config, ConfigError, HeaderSet, MessageRoute, OutboxConfig};
+use crate::kafka::properties::KafkaConfig;
 
 /// Relay a PostgreSQL logical replication slot to Kafka, with ordered
 /// 128-bit idempotency keys so consumers can process every event exactly

@@ -5,13 +5,13 @@
 //! `walrelay.example.toml` at the repository root documents every option
 //! and is parsed by a test, so it cannot drift from this module.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
 use crate::envelope::is_valid_topic;
+use crate::kafka::properties::KafkaConfig;
 
 /// Errors in the configuration, each naming the option.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +45,9 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub postgres: PostgresConfig,
+    /// `[kafka]`: defined with the properties walrelay makes of it for
+    /// each Kafka client ([`crate::kafka::properties`]), so that the Kafka
+    /// wing needs nothing from this module.
     pub kafka: KafkaConfig,
     pub relay: RelayConfig,
     /// Raw logical-message routes: prefix → topic.
@@ -108,19 +111,6 @@ impl Default for PostgresConfig {
     }
 }
 
-/// `Debug` shows secret property values as `<redacted>` (secret
-/// references such as `env:NAME` as written; see [`crate::secrets`]).
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct KafkaConfig {
-    pub bootstrap_servers: String,
-    /// Any librdkafka producer property, passed as-is; walrelay refuses
-    /// only values that would weaken its delivery guarantees, and
-    /// inconsistent TLS/SASL settings. Secret properties (`sasl.password`,
-    /// ...) may be `env:NAME` or `file:/path` (see [`crate::secrets`]).
-    pub properties: BTreeMap<String, String>,
-}
-
 impl std::fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let url = walrelay_pg::Config::parse(&self.url)
@@ -137,27 +127,6 @@ impl std::fmt::Debug for PostgresConfig {
             )
             .field("slot_failover", &self.slot_failover)
             .finish()
-    }
-}
-
-impl std::fmt::Debug for KafkaConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaConfig")
-            .field("bootstrap_servers", &self.bootstrap_servers)
-            .field(
-                "properties",
-                &crate::secrets::DisplayProperties(&self.properties),
-            )
-            .finish()
-    }
-}
-
-impl Default for KafkaConfig {
-    fn default() -> Self {
-        KafkaConfig {
-            bootstrap_servers: "127.0.0.1:9092".into(),
-            properties: BTreeMap::new(),
-        }
     }
 }
 
@@ -386,18 +355,7 @@ impl Config {
                 "must be greater than zero (to turn the tail fence off, set relay.fence = false)",
             ));
         }
-        // Delivery guarantees, TLS and SASL consistency, and librdkafka's
-        // own parsing of every property. Secrets and files are read only
-        // when the producer is created (`walrelay run`), so that `setup`
-        // and `status` run where the relay's Kafka secrets are not.
-        crate::sink::SinkConfig::new(&self.kafka.bootstrap_servers, self.kafka.properties.clone())
-            .validate_settings()
-            .map_err(|e| match e {
-                crate::sink::SinkError::Config { property, reason } => {
-                    invalid(format!("kafka.properties.{property:?}"), reason)
-                }
-                other => invalid("kafka.properties", other.to_string()),
-            })?;
+        self.validate_kafka()?;
         if self.relay.max_in_flight_events == 0 || self.relay.max_in_flight_bytes == 0 {
             return Err(invalid(
                 "relay.max_in_flight_*",
@@ -457,6 +415,22 @@ impl Config {
             }
         }
         self.validate_dead_letter()
+    }
+
+    /// `[kafka]`: delivery guarantees, TLS and SASL consistency, and
+    /// librdkafka's own parsing of every property, by the checks every
+    /// Kafka client gets ([`crate::kafka::policy`]). Secrets and files are
+    /// read only when the producer is created (`walrelay run`), so that
+    /// `setup` and `status` run where the relay's Kafka secrets are not.
+    fn validate_kafka(&self) -> Result<(), ConfigError> {
+        crate::kafka::client::producer_config(&self.kafka)
+            .validate_settings()
+            .map_err(|e| match e {
+                crate::kafka::ClientError::Config { property, reason } => {
+                    invalid(format!("kafka.properties.{property:?}"), reason)
+                }
+                other => invalid("kafka.properties", other.to_string()),
+            })
     }
 
     /// The dead-letter topic must be a valid name and must not be a topic

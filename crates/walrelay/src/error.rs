@@ -9,6 +9,7 @@ use walrelay_pgoutput::{DecodeError, Lsn, RowError};
 
 use crate::checkpoint::AckError;
 use crate::fence::FenceError;
+use crate::kafka::ClientError;
 use crate::key::KeyError;
 use crate::publication::{self, PublicationError};
 use crate::route::RouteError;
@@ -101,6 +102,15 @@ pub enum RelayError {
          relays the rest again with the same keys"
     )]
     ServerGoingAway { why: String, confirmed: Lsn },
+}
+
+/// A Kafka client's properties refused (the fence's reader, its admin
+/// client): the session ends as it does when the producer's are, with
+/// [`RelayError::Kafka`] and the same message, metric label and fix.
+impl From<ClientError> for RelayError {
+    fn from(error: ClientError) -> Self {
+        RelayError::Kafka(error.into())
+    }
 }
 
 impl RelayError {

@@ -30,8 +30,8 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, info, warn};
 
-use crate::config::KafkaConfig;
 use crate::kafka::client::{self as kafka_client, KafkaClient};
+use crate::kafka::properties::{to_client_config, KafkaConfig};
 use crate::metrics::{self, Metrics};
 
 /// How often [`KafkaProbe`] asks Kafka for metadata.
@@ -237,7 +237,7 @@ fn probe_loop(kafka: &KafkaConfig, metrics: &Metrics, stop: &std_mpsc::Receiver<
             // Resolved each time a client is created, like the producer's:
             // a secret file that appears or rotates later is picked up.
             None => match probe_properties(kafka).and_then(|p| {
-                kafka_client::to_client_config(&p)
+                to_client_config(&p)
                     .create::<BaseProducer>()
                     .map_err(|e| format!("cannot create a Kafka client: {e}"))
             }) {

@@ -10,22 +10,33 @@
 //! | [`key`] | the idempotency key of each event (docs/contract.md; the key type itself is in `walrelay_contract`) |
 //! | [`envelope`] | the `walrelay.emit` envelope format |
 //! | [`route`] | which record an event becomes: topic, key, value, headers (`route/`: the router and base headers, logical messages, outbox rows, dead letters) |
+//! | [`record`] | the Kafka record as walrelay builds it, and the names of its reserved headers |
 //! | [`partition`] | deterministic partitioning (Java-compatible murmur2) |
-//! | [`fence`] | the tail fence: what a replay need not write again |
+//! | [`fence`] | the tail fence's decisions: what a replay need not write again, whether the replay reproduces it, whether a readable record was acknowledged (`fence/`: the layout and fingerprint, decide, replay, durability, the topic settings and tail reads it decides from, the per-session state) |
 //! | [`source_record`] | what each source published, in a compacted topic no retention empties, and the restore check made from it |
-//! | [`sink`] | the idempotent Kafka producer and its delivery reports (`sink/`: the producer, its configuration, the property policy, librdkafka's callbacks, errors) |
+//! | [`kafka`] | the Kafka wing, everything but the producer's records: the `[kafka]` settings and each client's properties with their checks, walrelay's own requests (ApiVersions, log end) and connections, metadata, ACL advice, [`kafka::ClientError`] and [`kafka::RequestError`] |
+//! | [`sink`] | the idempotent Kafka producer: sending, its delivery deadline, delivery reports, librdkafka's callbacks, [`sink::SinkError`] |
 //! | [`checkpoint`] | which LSN may be confirmed, given what Kafka acknowledged |
 //! | [`pipeline`] | the loop tying them together, and restarts from the slot |
 //! | [`error`] | the relay's error type, with what to do about each |
 //! | [`metrics`], [`http`] | Prometheus metrics, `/metrics`, `/healthz`, `/readyz` |
 //! | [`publication`], [`monitor`] | what the publication must contain for the configuration; the periodic check while `run` runs |
 //! | [`setup`] | `walrelay setup`: helpers, publication, slot |
-//! | [`status`] | `walrelay status`: the slot as PostgreSQL sees it |
+//! | [`slot_record`] | what `setup` remembers of the slot it created (`walrelay.slots`), and the decision made from it |
+//! | [`published`] | whether Kafka already holds records of a source: `setup`'s evidence when the slot and its row are both missing |
+//! | [`slot_failover`] | whether a PostgreSQL failover keeps what walrelay published (failover slots, synchronized standbys) |
+//! | [`status`] | `walrelay status`: the slot as PostgreSQL sees it; with `--kafka`, the topics' durability and the fence's verdict ([`status::kafka`]) |
 //! | [`verify`] | `walrelay verify`: read topics back and check what a high-water-mark consumer needs |
 //! | [`config`], [`cli`] | configuration file, environment and flags |
 //! | [`shutdown`] | SIGTERM/SIGINT and the stop channel |
 //! | [`secrets`] | Kafka secrets from files and environment variables, never shown |
-//! | [`kafka_acl`] | which ACL a Kafka authorization error means is missing, and the fix |
+//!
+//! Imports among the relay's Kafka side run one way, without a cycle:
+//! [`kafka`] imports none of the others (of the crate, only [`secrets`]);
+//! [`config`] imports [`kafka`] (the `[kafka]` section and its checks);
+//! [`route`] imports [`config`]; [`sink`] imports [`kafka`]; [`metrics`]
+//! imports [`route`] and [`sink`] (their error kinds are labels);
+//! [`fence`] imports [`config`], [`kafka`] and [`metrics`].
 
 #![forbid(unsafe_code)]
 
@@ -39,11 +50,6 @@ pub mod fence;
 pub use walrelay_contract::envelope;
 pub mod http;
 pub mod kafka;
-/// Old paths of the [`kafka`] modules.
-pub use kafka::{
-    acl as kafka_acl, client as kafka_client, conn as broker_conn,
-    durability_report as kafka_durability, metadata as kafka_metadata,
-};
 pub mod key;
 pub mod metrics;
 pub mod monitor;

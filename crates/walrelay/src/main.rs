@@ -115,12 +115,7 @@ async fn main() -> anyhow::Result<()> {
             };
             if args.kafka || !args.topics.is_empty() {
                 status.kafka = Some(
-                    walrelay::kafka::durability_report::report(
-                        &config,
-                        &args.topics,
-                        &status.source_id,
-                    )
-                    .await,
+                    walrelay::status::kafka::report(&config, &args.topics, &status.source_id).await,
                 );
                 status.source_record = Some(
                     walrelay::source_record::status::read_status(&config, &status.source_id).await,

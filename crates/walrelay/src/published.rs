@@ -46,7 +46,7 @@ pub async fn find(
     };
     let names: Vec<String> = existing.iter().map(|(name, _)| name.clone()).collect();
     let mut found: Option<Published> = None;
-    for topic in crate::kafka::durability_report::topics_to_report(config, &[], &names) {
+    for topic in crate::status::kafka::topics_to_report(config, &[], &names) {
         let Some(&(_, partitions)) = existing.iter().find(|(name, _)| *name == topic) else {
             continue;
         };

@@ -19,7 +19,7 @@
 //! ```
 //!
 //! References are resolved each time a producer is created
-//! ([`crate::sink::SinkConfig::effective_properties`]), so a rotated secret
+//! ([`crate::kafka::properties::SinkConfig::effective_properties`]), so a rotated secret
 //! file is picked up when the relay reconnects, and they are checked once
 //! when the configuration is validated, so that a missing file or variable
 //! stops `walrelay run` before it connects. A reference is not a secret:

@@ -22,12 +22,13 @@ use support::{
 use tokio::sync::{mpsc, watch};
 use walrelay::config::{Config, OutboxConfig};
 use walrelay::envelope;
+use walrelay::kafka::properties::SinkConfig;
 use walrelay::key::EventKey;
 use walrelay::metrics::Metrics;
 use walrelay::pipeline::{self, RelayError, Trace, DEAD_LETTER_HINT};
 use walrelay::record::Record;
 use walrelay::setup;
-use walrelay::sink::{KafkaSink, Recovery, SinkConfig, SinkError};
+use walrelay::sink::{KafkaSink, Recovery, SinkError};
 use walrelay_pgoutput::Lsn;
 use walrelay_testkit::{await_condition, read_until_quiet, ConsumedRecord};
 

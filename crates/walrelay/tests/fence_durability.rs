@@ -24,10 +24,11 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use walrelay::config::Config;
-use walrelay::fence::durability::{NotProvenAcked, StrictMinIsr};
+use walrelay::fence::durability::NotProvenAcked;
 use walrelay::fence::session::SessionFence;
 use walrelay::fence::{TopicFence, Unfenced};
-use walrelay::kafka_client::{client_config, KafkaClient};
+use walrelay::kafka::client::{client_config, KafkaClient};
+use walrelay::kafka::requests::api_versions::StrictMinIsr;
 use walrelay_testkit::{read_until_quiet, KafkaCluster, KafkaHome, KafkaOptions};
 
 /// Three nodes of `home`, with `features` at format, which notice a killed
@@ -259,7 +260,7 @@ async fn from_kafka_3_7_the_high_watermark_waits_even_without_elr_so_replicated_
     // metadata.version, which each 4.1.1 node reports in its ApiVersions
     // response.
     let live = bootstrap.split(',').next().context("a bootstrap server")?;
-    let (strict, why) = walrelay::fence::api_versions::strict_min_isr_of(
+    let (strict, why) = walrelay::kafka::requests::api_versions::strict_min_isr_of(
         &[live.to_owned(), "127.0.0.1:1".to_owned()],
         &walrelay::kafka::conn::Settings::plaintext(),
         Duration::from_secs(10),

@@ -10,10 +10,10 @@ use rdkafka::message::Header;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, DefaultProducerContext, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
-use walrelay::config::KafkaConfig;
 use walrelay::fence::{tail, FenceError};
 use walrelay::fence::{Layout, PartitionTail, TopicFence, TopicLayout};
-use walrelay::kafka_client::{client_config, KafkaClient};
+use walrelay::kafka::client::{client_config, KafkaClient};
+use walrelay::kafka::properties::KafkaConfig;
 use walrelay::key::EventKey;
 use walrelay_testkit::relay_headers;
 

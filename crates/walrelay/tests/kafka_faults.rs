@@ -244,7 +244,7 @@ async fn below_min_isr_the_relay_confirms_nothing_and_resumes_by_itself() -> Res
     );
     // Records the leader appended while under min ISR are above the high
     // watermark until the follower is back: the fence of each later
-    // session waits for them to become readable (fence/log_end.rs), so it
+    // session waits for them to become readable (kafka/requests/readable.rs), so it
     // skips them instead of writing them again.
     ensure!(
         duplicates == 0,

@@ -16,9 +16,11 @@ use bytes::Bytes;
 use support::{Env, WAIT};
 use tokio::sync::watch;
 use walrelay::config::Config;
+use walrelay::kafka::properties::SinkConfig;
+use walrelay::kafka::ClientError;
 use walrelay::pipeline;
 use walrelay::record::Record;
-use walrelay::sink::{KafkaSink, SinkConfig, SinkError};
+use walrelay::sink::{KafkaSink, SinkError};
 use walrelay_testkit::{read_topics, TestCa};
 
 const PASSWORD: &str = "pa55-w0rd-never-shown";
@@ -33,9 +35,9 @@ fn sink_config(bootstrap: &str, properties: &[(&str, &str)]) -> SinkConfig {
     )
 }
 
-fn config_error(result: Result<(), SinkError>) -> (String, String) {
+fn config_error(result: Result<(), ClientError>) -> (String, String) {
     match result {
-        Err(SinkError::Config { property, reason }) => (property, reason),
+        Err(ClientError::Config { property, reason }) => (property, reason),
         other => panic!("expected a configuration error, got {other:?}"),
     }
 }
@@ -76,7 +78,7 @@ fn logs_text() -> String {
 
 #[test]
 fn librdkafka_is_built_with_tls_and_sasl_scram() {
-    let features = walrelay::sink::builtin_features();
+    let features = walrelay::kafka::policy::builtin_features();
     for needed in ["ssl", "sasl_plain", "sasl_scram", "sasl_oauthbearer"] {
         assert!(
             features.iter().any(|f| f == needed),

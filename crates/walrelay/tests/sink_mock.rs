@@ -17,9 +17,10 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
+use walrelay::kafka::properties::SinkConfig;
 use walrelay::key::EventKey;
 use walrelay::record::Record;
-use walrelay::sink::{Delivery, KafkaSink, Recovery, SinkConfig, SinkError};
+use walrelay::sink::{DeliveryReport, KafkaSink, Recovery, SinkError};
 
 type Cluster = MockCluster<'static, DefaultProducerContext>;
 
@@ -68,7 +69,7 @@ fn record(topic: &Arc<str>, i: u64) -> Record {
     }
 }
 
-async fn deliveries(sink: &mut KafkaSink, n: usize) -> Vec<Delivery> {
+async fn deliveries(sink: &mut KafkaSink, n: usize) -> Vec<DeliveryReport> {
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
@@ -82,7 +83,7 @@ async fn deliveries(sink: &mut KafkaSink, n: usize) -> Vec<Delivery> {
 
 /// Checks that every delivery succeeded in the partition it was sent to,
 /// and that offsets increase with `seq` in each partition.
-fn assert_all_delivered(deliveries: &[Delivery], sent: &HashMap<u64, u32>) {
+fn assert_all_delivered(deliveries: &[DeliveryReport], sent: &HashMap<u64, u32>) {
     assert_eq!(deliveries.len(), sent.len());
     let mut by_partition: BTreeMap<i32, Vec<(u64, i64)>> = BTreeMap::new();
     for d in deliveries {

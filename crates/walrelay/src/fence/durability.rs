@@ -27,7 +27,7 @@
 //!   smaller than that, so the high watermark passing a record completes
 //!   its request with success;
 //! - the brokers hold the high watermark under min ISR (**Kafka 3.7 or
-//!   later**, [`super::api_versions`]).
+//!   later**, [`crate::kafka::requests::api_versions`]).
 //!
 //! Everywhere else (a replicated topic with `min.insync.replicas` of 2 or
 //! more on an older or unidentified broker, or where walrelay could not
@@ -36,27 +36,7 @@
 
 use std::fmt;
 
-/// Whether the brokers keep the high watermark still while a partition's
-/// in-sync set is below `min.insync.replicas` (Kafka 3.7 and later).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StrictMinIsr {
-    /// Kafka 3.7 or later.
-    Yes,
-    /// An older Kafka.
-    No,
-    /// Not learned (a TLS listener, no answer): treated as no.
-    Unknown,
-}
-
-impl fmt::Display for StrictMinIsr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            StrictMinIsr::Yes => "yes (Kafka 3.7 or later)",
-            StrictMinIsr::No => "no (older than Kafka 3.7)",
-            StrictMinIsr::Unknown => "unknown",
-        })
-    }
-}
+use crate::kafka::requests::api_versions::StrictMinIsr;
 
 /// What the broker reports of a topic.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use rdkafka::types::RDKafkaErrorCode;
 use walrelay_pgoutput::Lsn;
 
+use crate::kafka::requests::readable;
 use crate::key::EventKey;
 
 /// Why the tail of a topic could not be read.
@@ -43,11 +44,11 @@ pub enum FenceError {
         "the tail fence waited relay.fence_timeout ({timeout:?}) for the leaders of topic \"{topic}\" to make \
          what they hold readable, and {}; walrelay confirms nothing meanwhile and tries again, and goes on \
          by itself once the partitions are whole again",
-        super::log_end::describe(behind)
+        readable::describe(behind)
     )]
     Behind {
         topic: String,
-        behind: Vec<super::log_end::Behind>,
+        behind: Vec<readable::Behind>,
         timeout: Duration,
     },
     /// A key of this source in Kafka lies ahead of the server's WAL.

@@ -19,6 +19,21 @@
 //!    it, or a fence key ahead of the server's WAL, stops the relay with
 //!    [`FenceError::WalWentBack`] or [`FenceError::NotReproduced`].
 //!
+//! | module | owns |
+//! |---|---|
+//! | this one | the `walrelay-layout` header ([`Layout`]) and the routing fingerprint |
+//! | [`decide`] | a topic's fence from its partitions' tails (pure) |
+//! | [`replay`] | the check that the replay reproduces the fence (pure) |
+//! | [`durability`] | whether a readable record was acknowledged (pure), from [`settings`], the topic's settings as the cluster reports them |
+//! | [`tail`] | reading the partitions' tails (through librdkafka) |
+//! | [`session`] | one session's fence: reads, decides and logs once per topic |
+//! | [`error`] | [`FenceError`], each with the fix |
+//!
+//! The requests the fence needs that librdkafka cannot send (the brokers'
+//! release, each leader's log end) are the Kafka wing's
+//! ([`crate::kafka::requests`]); the fence imports them, and the Kafka
+//! wing imports nothing of the fence.
+//!
 //! # Why skipping is sound
 //!
 //! Take a record `e` for partition `p`, with key at or below the fence key
@@ -77,13 +92,9 @@
 //! `relay.fence = false` (which also reads no tail, so it cannot detect a
 //! WAL that went back).
 
-pub mod api_versions;
 pub mod decide;
 pub mod durability;
 pub mod error;
-/// The old path of [`crate::kafka::wire`].
-pub use crate::kafka::wire as kafka_wire;
-pub mod log_end;
 pub mod replay;
 pub mod session;
 pub mod settings;

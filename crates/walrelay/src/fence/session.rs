@@ -9,11 +9,12 @@ use rdkafka::config::ClientConfig;
 use tracing::{info, warn};
 
 use super::decide::Decision;
-use super::durability::{self, StrictMinIsr};
+use super::durability;
 use super::tail;
 use super::FenceError;
 use super::{Layout, TopicFence, TopicLayout, Unfenced};
 use crate::config::Config;
+use crate::kafka::requests::api_versions::{self, StrictMinIsr};
 use crate::key::EventKey;
 use crate::metrics::Metrics;
 
@@ -106,7 +107,7 @@ pub struct SessionFence {
     admin: Option<ClientConfig>,
     /// Whether the brokers hold the high watermark under min ISR, asked
     /// once per session, when a replicated topic first needs it
-    /// ([`super::api_versions`]).
+    /// ([`api_versions`]).
     strict_min_isr: tokio::sync::OnceCell<StrictMinIsr>,
     source: Bytes,
     /// For each topic's routing fingerprint.
@@ -243,7 +244,7 @@ impl SessionFence {
         // Every broker of the cluster, from the metadata the admin client
         // reads (it is only asked where an admin client is configured).
         let (strict, why) = match &self.admin {
-            Some(admin) => super::api_versions::cluster_strict_min_isr(admin, self.timeout).await,
+            Some(admin) => api_versions::cluster_strict_min_isr(admin, self.timeout).await,
             None => (
                 StrictMinIsr::Unknown,
                 Some("no admin client configured".to_owned()),

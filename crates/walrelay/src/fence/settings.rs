@@ -2,7 +2,7 @@
 //! from the cluster: a topic's `min.insync.replicas` and
 //! `unclean.leader.election.enable` (DescribeConfigs); whether the brokers
 //! hold the high watermark under min ISR comes from
-//! [`super::api_versions`].
+//! [`crate::kafka::requests::api_versions`].
 //!
 //! Failures are not errors: a setting walrelay could not read is
 //! "unknown", and the rule treats unknown as the unsafe answer (the topic
@@ -14,7 +14,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 
-use super::durability::{StrictMinIsr, TopicSettings};
+use super::durability::TopicSettings;
+use crate::kafka::requests::api_versions::StrictMinIsr;
 
 /// The topic settings the rule reads.
 const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";

@@ -22,6 +22,14 @@
 //! The reader reads committed records only (`isolation.level` is pinned in
 //! `kafka/client.rs`), so an aborted transactional copy of a record is
 //! never taken for one of ours.
+//!
+//! On a replicated topic the read first waits until what the leaders hold
+//! is readable ([`await_topic_readable`], walrelay's own requests in
+//! `kafka/requests`). The read itself stays here, with the fence, though it
+//! is I/O: it goes through librdkafka rather than a request of walrelay's,
+//! and what it keeps ([`OwnRecord`], [`PartitionTail`]) and how it fails
+//! ([`FenceError`], naming `relay.fence_timeout` and the fix) are the
+//! fence's, which the Kafka wing does not import.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -33,65 +41,11 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::{FenceError, Layout, OwnRecord, PartitionTail};
+use crate::kafka::acl::{is_denied, reader_error, ReaderError};
+use crate::kafka::conn::Settings;
+use crate::kafka::requests::readable::await_topic_readable;
 use crate::key::EventKey;
 use crate::record::header;
-
-/// [`super::log_end::await_readable`] for `topic`'s partitions: what each
-/// leader held when asked is readable before the tail is read, so the
-/// fence sees the records an ended session left unreplicated instead of
-/// writing them again. The leaders are asked over walrelay's own
-/// connections, made as `settings` say; one per leader, kept for the wait.
-fn wait_until_readable(
-    consumer: &BaseConsumer<Quiet>,
-    settings: &crate::kafka::conn::Settings,
-    topic: &str,
-    partitions: u32,
-    deadline: Instant,
-) -> Result<(), Vec<super::log_end::Behind>> {
-    use crate::kafka::conn::Connection;
-    let step = |deadline: Instant| {
-        deadline
-            .saturating_duration_since(Instant::now())
-            .clamp(Duration::from_millis(10), Duration::from_secs(2))
-    };
-    let all: Vec<i32> = (0..partitions).map(to_i32).collect();
-    let mut connections: HashMap<String, Connection> = HashMap::new();
-    super::log_end::await_readable(
-        &all,
-        deadline,
-        || {
-            let md = consumer
-                .fetch_metadata(Some(topic), step(deadline))
-                .map_err(|e| e.to_string())?;
-            let address = |id: i32| {
-                md.brokers()
-                    .iter()
-                    .find(|b| b.id() == id)
-                    .map(|b| format!("{}:{}", b.host(), b.port()))
-            };
-            Ok(md
-                .topics()
-                .iter()
-                .filter(|t| t.name() == topic)
-                .flat_map(|t| t.partitions())
-                .filter_map(|p| address(p.leader()).map(|a| (p.id(), a)))
-                .collect())
-        },
-        |leader, ps| {
-            let connection = match connections.entry(leader.to_owned()) {
-                std::collections::hash_map::Entry::Occupied(c) => c.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(Connection::open(leader, settings, step(deadline))?)
-                }
-            };
-            let answer = super::log_end::ask(connection, topic, ps);
-            if answer.is_err() {
-                connections.remove(leader);
-            }
-            answer
-        },
-    )
-}
 
 /// How far back a partition is read when its last record is another
 /// source's.
@@ -222,7 +176,7 @@ pub fn read(
     })
 }
 
-/// [`wait_until_readable`] where walrelay can connect to the leaders as
+/// [`await_topic_readable`] where walrelay can connect to the leaders as
 /// the client does; a WARN where it cannot.
 fn wait_if_possible(
     consumer: &BaseConsumer<Quiet>,
@@ -232,8 +186,8 @@ fn wait_if_possible(
     deadline: Instant,
     timeout: Duration,
 ) -> Result<(), FenceError> {
-    match crate::kafka::conn::Settings::from_client_config(config) {
-        Ok(settings) => wait_until_readable(consumer, &settings, topic, partitions, deadline)
+    match Settings::from_client_config(config) {
+        Ok(settings) => await_topic_readable(consumer, &settings, topic, partitions, deadline)
             .map_err(|behind| FenceError::Behind {
                 topic: topic.to_owned(),
                 behind,
@@ -417,8 +371,6 @@ fn own_record<M: Message>(msg: &M, source: &[u8]) -> Option<OwnRecord> {
         layout,
     })
 }
-
-use crate::kafka::acl::{is_denied, reader_error, ReaderError};
 
 fn to_i32(partition: u32) -> i32 {
     i32::try_from(partition).unwrap_or(i32::MAX)

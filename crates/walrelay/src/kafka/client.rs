@@ -4,7 +4,7 @@
 //!
 //! | client | properties |
 //! |---|---|
-//! | [`KafkaClient::Producer`] (`walrelay run`) | [`SinkConfig::effective_properties`]: walrelay's defaults, the user's properties, the enforced delivery guarantees |
+//! | [`KafkaClient::Producer`] (`walrelay run`) | [`SinkConfig::effective_properties`] ([`super::properties`]): walrelay's defaults, the user's properties, the enforced delivery guarantees |
 //! | [`KafkaClient::Probe`] (`/readyz`) | the producer's, under the client id `<client.id>-probe` |
 //! | [`KafkaClient::Verify`] (`walrelay verify`) | reader defaults, the user's properties, then what makes it a read-only reader |
 //! | [`KafkaClient::Fence`] (`walrelay run`) | the reader's, under the client id `<client.id>-fence`, reporting partition ends, committed records only |
@@ -22,12 +22,9 @@ use std::collections::BTreeMap;
 
 use rdkafka::config::ClientConfig;
 
-use crate::config::KafkaConfig;
-use crate::sink::{check_security, SinkConfig, SinkError};
-
-/// Lives with the sink's configuration, which needs it to validate, so that
-/// imports run one way: this module depends on the sink, never back.
-pub use crate::sink::to_client_config;
+use super::error::ClientError;
+use super::policy::check_security;
+use super::properties::{to_client_config, KafkaConfig, SinkConfig};
 
 /// Which Kafka client the properties are for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +60,7 @@ pub fn producer_config(kafka: &KafkaConfig) -> SinkConfig {
 pub fn properties(
     kafka: &KafkaConfig,
     client: KafkaClient,
-) -> Result<BTreeMap<String, String>, SinkError> {
+) -> Result<BTreeMap<String, String>, ClientError> {
     match client {
         KafkaClient::Producer => producer_config(kafka).effective_properties(),
         KafkaClient::Probe => {
@@ -119,7 +116,7 @@ pub fn properties(
 fn plain_producer(
     kafka: &KafkaConfig,
     suffix: &str,
-) -> Result<BTreeMap<String, String>, SinkError> {
+) -> Result<BTreeMap<String, String>, ClientError> {
     let mut props = user_properties(kafka)?;
     // An admin client is a producer handle to librdkafka: with these it
     // would ask for a producer id it never uses.
@@ -146,7 +143,10 @@ pub fn close_in_background<C: Send + 'static>(client: C) {
 }
 
 /// A librdkafka client configuration for `client` ([`properties`]).
-pub fn client_config(kafka: &KafkaConfig, client: KafkaClient) -> Result<ClientConfig, SinkError> {
+pub fn client_config(
+    kafka: &KafkaConfig,
+    client: KafkaClient,
+) -> Result<ClientConfig, ClientError> {
     Ok(to_client_config(&properties(kafka, client)?))
 }
 
@@ -161,9 +161,9 @@ const VERIFY_DEFAULTS: &[(&str, &str)] = &[
 
 /// The user's properties, secrets resolved and TLS/SASL checked, with the
 /// bootstrap servers.
-fn user_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, SinkError> {
+fn user_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, ClientError> {
     let mut user =
-        crate::secrets::resolve_properties(&kafka.properties).map_err(|e| SinkError::Config {
+        crate::secrets::resolve_properties(&kafka.properties).map_err(|e| ClientError::Config {
             property: e.property().to_owned(),
             reason: e.detail(),
         })?;
@@ -176,7 +176,7 @@ fn user_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, Sink
     Ok(user)
 }
 
-fn verify_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, SinkError> {
+fn verify_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, ClientError> {
     let user = user_properties(kafka)?;
     let mut props: BTreeMap<String, String> = VERIFY_DEFAULTS
         .iter()

@@ -1,20 +1,30 @@
-//! Everything walrelay says to Kafka outside the producer's records:
+//! The Kafka wing: everything walrelay says to Kafka outside the
+//! producer's records, and what every Kafka client is built from.
 //!
-//! * [`client`]: walrelay's configuration as librdkafka properties, for
-//!   every client it creates;
-//! * [`metadata`]: what a metadata answer says of one topic;
-//! * [`acl`]: authorization errors as the ACL to grant;
-//! * [`durability_report`]: `walrelay status --kafka`;
-//! * [`conn`]: walrelay's own broker connections (TLS, SASL) for the two
-//!   requests librdkafka cannot send, and [`wire`], reading their answers.
+//! | module | owns |
+//! |---|---|
+//! | [`properties`] | the `[kafka]` settings ([`properties::KafkaConfig`]), the producer's properties ([`properties::SinkConfig`]: walrelay's defaults, the user's, the enforced guarantees), property maps as librdkafka configurations |
+//! | [`policy`] | the checks on every client's properties: guarantees, TLS/SASL, files named |
+//! | [`client`] | the properties of each client walrelay creates (producer, probe, verifier, fence reader, admin, source record) |
+//! | [`requests`] | walrelay's own requests: ApiVersions (the brokers' release), log end, the wait until the leaders' records are readable |
+//! | [`conn`], [`wire`] | walrelay's own broker connections (TLS, SASL) for those requests, and reading their answers |
+//! | [`metadata`] | what a metadata answer says of one topic |
+//! | [`acl`] | authorization errors as the ACL to grant |
+//! | `error` | [`ClientError`] (properties refused, a client not created) and [`RequestError`] (a request of walrelay's without a usable answer) |
 //!
-//! The old top-level paths (`crate::kafka::client`, `crate::kafka::acl`,
-//! `crate::kafka::metadata`, `crate::kafka::durability_report`,
-//! `crate::kafka::conn`) remain as aliases.
+//! Nothing here imports the producer ([`crate::sink`]), the fence
+//! ([`crate::fence`]), the commands or [`crate::config`]: they import this
+//! wing, so the checks on Kafka properties, run by the configuration's
+//! validation and by every client, have one home and no cycle.
 
 pub mod acl;
 pub mod client;
 pub mod conn;
-pub mod durability_report;
+mod error;
 pub mod metadata;
+pub mod policy;
+pub mod properties;
+pub mod requests;
 pub mod wire;
+
+pub use error::{ClientError, RequestError};

@@ -1,6 +1,6 @@
 //! Reading Kafka protocol responses field by field, for the requests
-//! walrelay sends itself ([`super::api_versions`], [`super::log_end`],
-//! and the SASL exchange of [`crate::kafka::conn`]):
+//! walrelay sends itself ([`super::requests`], and the SASL exchange of
+//! [`super::conn`]):
 //! big-endian integers, unsigned varints and tagged fields, each read
 //! checked against the bytes left.
 

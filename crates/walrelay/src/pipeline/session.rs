@@ -36,7 +36,7 @@ use crate::key::EventKey;
 use crate::metrics::{Metrics, TopicCounters};
 use crate::monitor::{self, Outcome, Reports};
 use crate::record::Record;
-use crate::sink::{Delivery, KafkaSink, SinkError};
+use crate::sink::{DeliveryReport, KafkaSink, SinkError};
 use crate::source_record::kafka::Writer;
 use crate::source_record::sampler::Sampler;
 
@@ -99,7 +99,7 @@ enum Action {
     Shutdown,
     /// A publication check reported (`false`: the check task is gone).
     Checked(bool),
-    Delivery(Delivery),
+    Delivery(DeliveryReport),
     /// Time to check the delivery deadline.
     Tick,
     Message(Option<Result<ReplicationMessage, walrelay_pg::Error>>),
@@ -332,7 +332,7 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    fn on_delivery(&mut self, d: Delivery) -> Result<(), RelayError> {
+    fn on_delivery(&mut self, d: DeliveryReport) -> Result<(), RelayError> {
         match d.result {
             Ok((partition, offset)) => {
                 self.tracker.ack(d.seq)?;

@@ -1,9 +1,9 @@
 //! The sink's errors and what the relay should do about each.
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::RDKafkaErrorCode;
 use tracing::warn;
 
-use crate::secrets::{is_secret_property, REDACTED};
+use crate::kafka::ClientError;
 
 /// What the relay should do about a [`SinkError`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub enum Recovery {
 #[non_exhaustive]
 pub enum SinkError {
     /// A producer property is invalid or would weaken the delivery
-    /// guarantees.
+    /// guarantees ([`ClientError::Config`]).
     #[error("Kafka producer property `{property}`: {reason}")]
     Config {
         /// The property's name.
@@ -31,7 +31,8 @@ pub enum SinkError {
         /// Why it is rejected (never contains a secret value).
         reason: String,
     },
-    /// librdkafka refused to create the producer.
+    /// librdkafka refused to create the producer
+    /// ([`ClientError::Create`]).
     #[error("cannot create the Kafka producer: {0}")]
     Create(String),
     /// librdkafka's queue is full: wait for deliveries and send again.
@@ -151,14 +152,18 @@ pub enum SinkError {
     },
 }
 
-impl SinkError {
-    pub(super) fn config(property: &str, reason: String) -> Self {
-        SinkError::Config {
-            property: property.to_owned(),
-            reason,
+/// The producer's properties refused, or librdkafka refusing to create
+/// it: the same variants and messages the sink always had.
+impl From<ClientError> for SinkError {
+    fn from(error: ClientError) -> Self {
+        match error {
+            ClientError::Config { property, reason } => SinkError::Config { property, reason },
+            ClientError::Create(message) => SinkError::Create(message),
         }
     }
+}
 
+impl SinkError {
     /// What the relay should do about this error.
     pub fn recovery(&self) -> Recovery {
         match self {
@@ -208,28 +213,6 @@ impl SinkError {
 /// or the broker's limit (in a delivery report).
 pub(super) fn is_too_large(code: Option<RDKafkaErrorCode>) -> bool {
     code == Some(RDKafkaErrorCode::MessageSizeTooLarge)
-}
-
-/// A librdkafka configuration or creation error, with secret values left out.
-pub(super) fn create_error(error: KafkaError) -> SinkError {
-    match error {
-        KafkaError::ClientConfig(_, description, property, value) => {
-            let reason = if is_secret_property(&property) {
-                // librdkafka's description may quote the value.
-                let description = if value.is_empty() {
-                    description
-                } else {
-                    description.replace(&value, REDACTED)
-                };
-                format!("invalid value: {description}")
-            } else {
-                format!("{description} (value `{value}`)")
-            };
-            SinkError::Config { property, reason }
-        }
-        KafkaError::ClientCreation(message) => SinkError::Create(message),
-        other => SinkError::Create(other.to_string()),
-    }
 }
 
 impl SinkError {

@@ -8,7 +8,7 @@
 //! `enable.idempotence=true`, `acks=all`, `enable.gapless.guarantee=true`,
 //! at most 5 in-flight requests per connection and FIFO queuing; a user
 //! property that would weaken any of them is rejected with
-//! [`SinkError::Config`]. Every other librdkafka property is passed through
+//! [`SinkError::Config`] ([`crate::kafka::policy`]). Every other librdkafka property is passed through
 //! as-is.
 //!
 //! Delivery reports are produced by librdkafka on the producer's own polling
@@ -19,12 +19,17 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | this one | [`KafkaSink`]: creating the producer, partition counts, sending, delivery reports, flushing |
-//! | `config` | [`SinkConfig`], walrelay's defaults and the effective properties |
-//! | `policy` | the guarantee and TLS/SASL checks on user properties |
+//! | this one | [`KafkaSink`]: creating the producer, its delivery deadline ([`producer_properties`]), partition counts, sending, delivery reports, flushing |
 //! | `context` | librdkafka's callbacks: delivery reports, rate-limited log lines |
 //! | `error` | [`SinkError`] and the [`Recovery`] each one calls for |
+//!
+//! The properties it is created with ([`SinkConfig`]: walrelay's defaults,
+//! the user's properties, the enforced guarantees) and their checks are
+//! every Kafka client's, so they live in the Kafka wing
+//! ([`crate::kafka::properties`], [`crate::kafka::policy`]); this module
+//! imports them, never the reverse.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,28 +40,19 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, PurgeConfig, ThreadedProducer};
 
 use crate::kafka::metadata::{topic_metadata, TopicMetadata};
+use crate::kafka::properties::{to_client_config, SinkConfig, DEFAULT_MESSAGE_TIMEOUT_MS};
+use crate::kafka::ClientError;
 use crate::record::Record;
 use crate::secrets::redact;
 
-mod config;
 mod context;
 mod error;
-mod policy;
 
-pub use config::{
-    producer_properties, to_client_config, SinkConfig, DEFAULT_MESSAGE_TIMEOUT_MS,
-    DEFAULT_METADATA_TIMEOUT, DEFAULT_QUEUE_MAX_MESSAGES,
-};
 pub use context::{DeliveryReport, LIBRDKAFKA_LOG_INTERVAL};
-
-/// The old name of [`DeliveryReport`] (`Delivery` is the consumer's
-/// record type in `walrelay-consumer`).
-pub type Delivery = DeliveryReport;
 pub use error::{Recovery, SinkError};
-pub use policy::{builtin_features, check_files, check_security, MAX_IN_FLIGHT_REQUESTS};
 
 use context::{DeliveryQueue, SinkContext};
-use error::{create_error, is_too_large};
+use error::is_too_large;
 
 type Inner = ThreadedProducer<SinkContext>;
 
@@ -111,7 +107,7 @@ impl KafkaSink {
         };
         let producer: Inner = client_config
             .create_with_context(context)
-            .map_err(create_error)?;
+            .map_err(ClientError::from_rdkafka)?;
         Ok(KafkaSink {
             producer: Arc::new(producer),
             deliveries,
@@ -398,5 +394,82 @@ fn partition_count(producer: &Inner, topic: &str, timeout: Duration) -> Result<u
         }
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// The properties of walrelay's own producer, and the delivery timeout
+/// the relay enforces itself: librdkafka gets `message.timeout.ms=0`
+/// (never time a record out), and the user's `message.timeout.ms` (or
+/// `delivery.timeout.ms`; 30 s by default) becomes the relay's own
+/// deadline, `None` for `0` (wait forever, as in librdkafka).
+///
+/// Why: `enable.gapless.guarantee` does not cover records failed by
+/// `message.timeout.ms`. librdkafka times out a queued record, bumps the
+/// producer's epoch and sends the records queued after it: the partition
+/// gets a gap (measured in the chaos run with PostgreSQL failovers: a
+/// broker stalled past the timeout, 828 events of one session missing
+/// from the wire while later ones of the same session were written, and
+/// the next session's tail fence then skipped them as already in Kafka).
+/// The relay's deadline instead purges everything not yet sent before it
+/// fails the session, so what reaches the broker is a prefix of each
+/// partition's records.
+pub fn producer_properties(
+    props: &BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, Option<Duration>) {
+    let mut props = props.clone();
+    let configured = ["message.timeout.ms", "delivery.timeout.ms"]
+        .iter()
+        .find_map(|name| props.remove(*name))
+        .unwrap_or_else(|| DEFAULT_MESSAGE_TIMEOUT_MS.to_string());
+    // librdkafka accepts 0 to 900000 ms (checked when the configuration
+    // is validated, before this); anything unparsable is left to it.
+    let timeout = match configured.trim().parse::<u64>() {
+        Ok(0) => None,
+        Ok(ms) => Some(Duration::from_millis(ms)),
+        Err(_) => {
+            props.insert("message.timeout.ms".to_owned(), configured);
+            return (
+                props,
+                Some(Duration::from_millis(DEFAULT_MESSAGE_TIMEOUT_MS.into())),
+            );
+        }
+    };
+    props.insert("message.timeout.ms".to_owned(), "0".to_owned());
+    (props, timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn librdkafka_never_times_a_record_out_and_the_relay_keeps_the_timeout() {
+        let (lib, timeout) = producer_properties(&props(&[("message.timeout.ms", "30000")]));
+        assert_eq!(lib["message.timeout.ms"], "0");
+        assert_eq!(timeout, Some(Duration::from_secs(30)));
+
+        // The alias, replaced by the one name librdkafka gets.
+        let (lib, timeout) = producer_properties(&props(&[("delivery.timeout.ms", "5000")]));
+        assert_eq!(lib["message.timeout.ms"], "0");
+        assert!(!lib.contains_key("delivery.timeout.ms"));
+        assert_eq!(timeout, Some(Duration::from_secs(5)));
+
+        // 0 is librdkafka's "forever": the relay waits forever too.
+        let (lib, timeout) = producer_properties(&props(&[("message.timeout.ms", "0")]));
+        assert_eq!(lib["message.timeout.ms"], "0");
+        assert_eq!(timeout, None);
+
+        // None set (the defaults always set it): walrelay's default.
+        let (lib, timeout) = producer_properties(&props(&[("linger.ms", "5")]));
+        assert_eq!(lib["message.timeout.ms"], "0");
+        assert_eq!(lib["linger.ms"], "5");
+        assert_eq!(timeout, Some(Duration::from_secs(30)));
     }
 }

@@ -23,9 +23,9 @@ use tracing::{info, warn};
 use walrelay_pgoutput::Lsn;
 
 use super::{Identity, RecordedEvent, SourceRecord};
-use crate::config::KafkaConfig;
 use crate::kafka::acl::{reader_error, Acl, ReaderError};
 use crate::kafka::client::{client_config, KafkaClient};
+use crate::kafka::properties::KafkaConfig;
 use crate::metrics::Metrics;
 
 /// The topic's settings when `setup` creates it: compacted (one live

@@ -15,8 +15,8 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::config::KafkaConfig;
 use crate::kafka::metadata::{topic_metadata, TopicMetadata};
+use crate::kafka::properties::KafkaConfig;
 
 use super::analysis::{Analyzer, Report};
 use super::render::StoppedBy;

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::config::KafkaConfig;
+use crate::kafka::properties::KafkaConfig;
 
 pub use analysis::{
     analyze, Analyzer, Finding, PartitionReport, Report, SourceReport, Totals, Verdict,

@@ -1,7 +1,7 @@
 //! walrelay's own connections to one Kafka broker, for the two requests
 //! librdkafka cannot send for it (the ApiVersions probe of
-//! [`crate::fence::api_versions`], the log-end ListOffsets of
-//! [`crate::fence::log_end`]).
+//! [`super::requests::api_versions`], the log-end ListOffsets of
+//! [`super::requests::log_end`]).
 //!
 //! Such a connection goes where the producer goes and as the producer
 //! does: over TLS when the producer's listener is `SSL` or `SASL_SSL`,
@@ -30,6 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use settings::SaslPlan;
+
+use super::RequestError;
 
 /// The largest response walrelay reads (its requests' answers are a few
 /// hundred bytes to a few kilobytes).
@@ -64,10 +66,15 @@ impl Settings {
 
     /// The settings of a client made from `config` (resolved: secrets
     /// already read), or why walrelay cannot connect as it would.
-    pub fn from_client_config(config: &rdkafka::ClientConfig) -> Result<Settings, String> {
-        let plan = settings::plan(|key| config.get(key))?;
+    pub fn from_client_config(config: &rdkafka::ClientConfig) -> Result<Settings, RequestError> {
+        let plan = settings::plan(|key| config.get(key)).map_err(RequestError::Unsupported)?;
         Ok(Settings {
-            tls: plan.tls.as_ref().map(tls::client_config).transpose()?,
+            tls: plan
+                .tls
+                .as_ref()
+                .map(tls::client_config)
+                .transpose()
+                .map_err(RequestError::Unsupported)?,
             sasl: plan.sasl.map(Arc::new),
         })
     }
@@ -127,6 +134,14 @@ impl Connection {
         server: &str,
         settings: &Settings,
         timeout: Duration,
+    ) -> Result<Connection, RequestError> {
+        Connection::establish(server, settings, timeout).map_err(RequestError::Connection)
+    }
+
+    fn establish(
+        server: &str,
+        settings: &Settings,
+        timeout: Duration,
     ) -> Result<Connection, String> {
         let tcp = connect(server, timeout)?;
         let stream = match &settings.tls {
@@ -154,7 +169,13 @@ impl Connection {
 
     /// Sends `request` (length-prefixed) and returns the response without
     /// its length prefix.
-    pub fn round_trip(&mut self, request: &[u8]) -> Result<Vec<u8>, String> {
+    pub fn round_trip(&mut self, request: &[u8]) -> Result<Vec<u8>, RequestError> {
+        self.send(request).map_err(RequestError::Connection)
+    }
+
+    /// [`round_trip`](Self::round_trip), its error as text (the SASL
+    /// exchange prefixes it with the server).
+    fn send(&mut self, request: &[u8]) -> Result<Vec<u8>, String> {
         let server = &self.server;
         self.stream
             .write_all(request)
@@ -178,12 +199,12 @@ impl Connection {
 
     fn authenticate(&mut self, sasl: &SaslPlan) -> Result<(), String> {
         use sasl::{authenticate_request, parse_authenticate, Mechanism};
-        let handshake = self.round_trip(&sasl::handshake_request(1, sasl.mechanism))?;
+        let handshake = self.send(&sasl::handshake_request(1, sasl.mechanism))?;
         sasl::parse_handshake(&handshake, 1, sasl.mechanism)?;
         let hash = match sasl.mechanism {
             Mechanism::Plain => {
                 let message = sasl::plain_message(&sasl.username, &sasl.password);
-                let answer = self.round_trip(&authenticate_request(2, &message))?;
+                let answer = self.send(&authenticate_request(2, &message))?;
                 return parse_authenticate(&answer, 2).map(drop);
             }
             Mechanism::ScramSha256 => scram::Hash::Sha256,
@@ -191,10 +212,10 @@ impl Connection {
         };
         let mut exchange =
             scram::Scram::new(hash, &sasl.username, &sasl.password, scram::random_nonce()?);
-        let answer = self.round_trip(&authenticate_request(2, &exchange.client_first()))?;
+        let answer = self.send(&authenticate_request(2, &exchange.client_first()))?;
         let server_first = parse_authenticate(&answer, 2)?;
         let client_final = exchange.client_final(&server_first)?;
-        let answer = self.round_trip(&authenticate_request(3, &client_final))?;
+        let answer = self.send(&authenticate_request(3, &client_final))?;
         exchange.verify_server_final(&parse_authenticate(&answer, 3)?)
     }
 }

@@ -9,8 +9,8 @@
 //! A setting walrelay cannot honour exactly (a Kerberos or OAuth login, a
 //! keystore, a revocation list, an inline CA) is not approximated: the
 //! plan fails with the property's name, and the caller goes without its
-//! own request (see [`crate::fence::api_versions`] and
-//! [`crate::fence::log_end`] for what that costs).
+//! own request (see [`crate::kafka::requests::api_versions`] and
+//! [`crate::kafka::requests::readable`] for what that costs).
 
 use std::path::PathBuf;
 

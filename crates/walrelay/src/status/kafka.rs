@@ -20,6 +20,11 @@
 //! cluster's topics an outbox topic template matches. Topics the
 //! application names in `walrelay.emit(...)` are known only to it: name
 //! them with `--topic`.
+//!
+//! It lives with the status command rather than in the Kafka wing: it is
+//! a report that puts the fence's rule and decisions ([`crate::fence`])
+//! next to the cluster's answers, and the Kafka wing imports neither the
+//! fence nor the commands.
 
 use std::time::Duration;
 
@@ -28,8 +33,9 @@ use rdkafka::client::DefaultClientContext;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::fence::durability::{self, StrictMinIsr};
+use crate::fence::durability;
 use crate::kafka::client::{client_config, KafkaClient};
+use crate::kafka::requests::api_versions::StrictMinIsr;
 
 /// How long each Kafka request may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -145,7 +151,7 @@ pub async fn report(config: &Config, requested: &[String], source: &str) -> Kafk
         }
     };
     let (strict, strict_why) =
-        crate::fence::api_versions::cluster_strict_min_isr(&admin, TIMEOUT).await;
+        crate::kafka::requests::api_versions::cluster_strict_min_isr(&admin, TIMEOUT).await;
     let mut out = KafkaDurability {
         strict_min_isr: match strict {
             StrictMinIsr::Yes => "yes",

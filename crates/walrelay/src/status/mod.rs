@@ -1,5 +1,7 @@
 //! `walrelay status`: the slot and publication as PostgreSQL sees them,
-//! for operators and scripts.
+//! for operators and scripts; with `--kafka`, the relay topics'
+//! durability settings and the tail fence's verdict on each ([`kafka`]),
+//! and this source's record ([`crate::source_record::status`]).
 //!
 //! Exit codes (see [`Health::exit_code`]):
 //!
@@ -13,6 +15,8 @@
 //! | 4 | the slot is at risk (`wal_status = unreserved`) or lags more than `--max-lag-bytes` |
 //! | 5 | with `--require-active`: the slot is fine but no relay streams from it |
 //! | 64 | the command line is invalid (see [`USAGE`]) |
+
+pub mod kafka;
 
 use serde::Serialize;
 use walrelay_pg::commands::quote_literal;
@@ -68,7 +72,7 @@ pub struct Status {
     pub health: Health,
     /// With `--kafka`: the topics' durability settings.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kafka: Option<crate::kafka::durability_report::KafkaDurability>,
+    pub kafka: Option<kafka::KafkaDurability>,
     /// With `--kafka`: this source's record ([`crate::source_record`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source_record: Option<crate::source_record::status::SourceRecordStatus>,
@@ -362,7 +366,7 @@ pub fn render(s: &Status) -> String {
         out.push_str(&crate::source_record::status::render(record));
     }
     if let Some(kafka) = &s.kafka {
-        out.push_str(&crate::kafka::durability_report::render(kafka));
+        out.push_str(&kafka::render(kafka));
     }
     out
 }

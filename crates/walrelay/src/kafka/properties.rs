@@ -1,25 +1,69 @@
-//! The producer's configuration and the properties it is created with:
-//! walrelay's defaults, the user's properties, the enforced guarantees.
+//! walrelay's Kafka settings (`[kafka]`: the brokers and the user's
+//! librdkafka properties) and the properties the producer is created
+//! with: walrelay's defaults, the user's properties, the enforced
+//! guarantees ([`SinkConfig::effective_properties`]), checked by
+//! [`super::policy`]. Every other client's properties start from the same
+//! settings ([`super::client`]), so the checks live here, in the Kafka
+//! wing, rather than with the producer that was their first user.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
+use serde::Deserialize;
 
-use super::error::{create_error, SinkError};
+use super::error::ClientError;
 use super::policy::{
     check_files, check_guarantees, check_ignored, check_security, find, ACKS, MAX_IN_FLIGHT,
     MAX_IN_FLIGHT_REQUESTS,
 };
 use crate::secrets::Redacted;
 
-/// How long [`KafkaSink::partitions`](super::KafkaSink::partitions) waits for a topic's metadata by default.
+/// `[kafka]`: the brokers and the user's librdkafka properties, as
+/// written (file, environment, flags: [`crate::config::Config::kafka`]),
+/// from which every client's properties are made ([`super::client`]).
+///
+/// `Debug` shows secret property values as `<redacted>` (secret
+/// references such as `env:NAME` as written; see [`crate::secrets`]).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    pub bootstrap_servers: String,
+    /// Any librdkafka producer property, passed as-is; walrelay refuses
+    /// only values that would weaken its delivery guarantees, and
+    /// inconsistent TLS/SASL settings. Secret properties (`sasl.password`,
+    /// ...) may be `env:NAME` or `file:/path` (see [`crate::secrets`]).
+    pub properties: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field(
+                "properties",
+                &crate::secrets::DisplayProperties(&self.properties),
+            )
+            .finish()
+    }
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            bootstrap_servers: "127.0.0.1:9092".into(),
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// How long [`KafkaSink::partitions`](crate::sink::KafkaSink::partitions) waits for a topic's metadata by default.
 pub const DEFAULT_METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default `queue.buffering.max.messages`. The relay bounds the number of
 /// records in flight itself; librdkafka's queue must be larger than that
-/// bound so that [`SinkError::QueueFull`] stays a backstop, not the normal
+/// bound so that [`SinkError::QueueFull`](crate::sink::SinkError::QueueFull) stays a backstop, not the normal
 /// flow control.
 pub const DEFAULT_QUEUE_MAX_MESSAGES: u32 = 1_000_000;
 
@@ -27,7 +71,8 @@ pub const DEFAULT_QUEUE_MAX_MESSAGES: u32 = 1_000_000;
 /// the session, which restarts the pipeline from the slot. librdkafka's own
 /// default (300 s) would hold every confirmed-LSN advance for five minutes
 /// before anyone notices that Kafka is gone. The relay enforces it itself,
-/// not librdkafka (see [`producer_properties`]).
+/// not librdkafka (see
+/// [`producer_properties`](crate::sink::producer_properties)).
 pub const DEFAULT_MESSAGE_TIMEOUT_MS: u32 = 30_000;
 
 /// Throughput defaults, each overridable by the user (under any alias).
@@ -83,7 +128,10 @@ const ALIASES: &[&[&str]] = &[
 
 const BOOTSTRAP: &[&str] = &["bootstrap.servers", "metadata.broker.list"];
 
-/// Producer configuration.
+/// The producer's configuration ([`crate::sink::KafkaSink::new`]; the
+/// readiness probe's properties are the producer's too). Named after the
+/// sink that uses it; it lives here because its checks are every
+/// client's.
 ///
 /// `Debug` shows secret property values (see [`crate::secrets::is_secret_property`]) as
 /// `<redacted>`.
@@ -92,9 +140,9 @@ pub struct SinkConfig {
     /// Comma-separated `host:port` list (librdkafka `bootstrap.servers`).
     pub bootstrap_servers: String,
     /// librdkafka properties, passed as-is except for the delivery
-    /// guarantees walrelay enforces (see the module documentation).
+    /// guarantees walrelay enforces (see [`crate::sink`]).
     pub properties: BTreeMap<String, String>,
-    /// How long [`KafkaSink::partitions`](super::KafkaSink::partitions) waits for a topic's metadata.
+    /// How long [`KafkaSink::partitions`](crate::sink::KafkaSink::partitions) waits for a topic's metadata.
     pub metadata_timeout: Duration,
 }
 
@@ -122,7 +170,7 @@ impl SinkConfig {
     /// resolved, and on inconsistent TLS or SASL settings
     /// ([`check_security`]). The result holds secrets in clear text: log it
     /// only through [`redact`](crate::secrets::redact).
-    pub fn effective_properties(&self) -> Result<BTreeMap<String, String>, SinkError> {
+    pub fn effective_properties(&self) -> Result<BTreeMap<String, String>, ClientError> {
         self.properties_with(Secrets::Resolve, false)
     }
 
@@ -132,11 +180,11 @@ impl SinkConfig {
         &self,
         secrets: Secrets,
         strict: bool,
-    ) -> Result<BTreeMap<String, String>, SinkError> {
+    ) -> Result<BTreeMap<String, String>, ClientError> {
         let user = &match secrets {
             Secrets::Resolve => {
                 let user = crate::secrets::resolve_properties(&self.properties).map_err(|e| {
-                    SinkError::Config {
+                    ClientError::Config {
                         property: e.property().to_owned(),
                         reason: e.detail(),
                     }
@@ -164,7 +212,7 @@ impl SinkConfig {
                 .filter(|name| user.contains_key(*name))
                 .collect();
             if set.len() > 1 {
-                return Err(SinkError::config(
+                return Err(ClientError::config(
                     set[1],
                     format!(
                         "`{}` and `{}` are aliases of one librdkafka property; set only one",
@@ -200,7 +248,7 @@ impl SinkConfig {
         match find(user, BOOTSTRAP) {
             Some((name, value)) => {
                 if !self.bootstrap_servers.is_empty() && value != self.bootstrap_servers {
-                    return Err(SinkError::config(
+                    return Err(ClientError::config(
                         name,
                         format!(
                             "conflicts with the configured bootstrap servers `{}`; set the \
@@ -211,7 +259,7 @@ impl SinkConfig {
                 }
             }
             None if self.bootstrap_servers.trim().is_empty() => {
-                return Err(SinkError::config(
+                return Err(ClientError::config(
                     "bootstrap.servers",
                     "no Kafka brokers configured".to_owned(),
                 ));
@@ -234,7 +282,7 @@ impl SinkConfig {
     /// a warning when the producer is created), then each name and value
     /// as librdkafka parses them. Creating the producer
     /// checks the rest (TLS files' contents, for one).
-    pub fn validate(&self) -> Result<(), SinkError> {
+    pub fn validate(&self) -> Result<(), ClientError> {
         self.validate_with(Secrets::Resolve)
     }
 
@@ -243,16 +291,16 @@ impl SinkConfig {
     /// that load the whole configuration but do not produce (`setup`,
     /// `status`, `config`), which may run where the relay's Kafka secrets
     /// and certificates are not.
-    pub fn validate_settings(&self) -> Result<(), SinkError> {
+    pub fn validate_settings(&self) -> Result<(), ClientError> {
         self.validate_with(Secrets::Placeholder)
     }
 
-    fn validate_with(&self, secrets: Secrets) -> Result<(), SinkError> {
+    fn validate_with(&self, secrets: Secrets) -> Result<(), ClientError> {
         let props = self.properties_with(secrets, true)?;
         to_client_config(&props)
             .create_native_config()
             .map(drop)
-            .map_err(create_error)
+            .map_err(ClientError::from_rdkafka)
     }
 }
 
@@ -275,89 +323,12 @@ impl fmt::Debug for SinkConfig {
     }
 }
 
-/// The properties of walrelay's own producer, and the delivery timeout
-/// the relay enforces itself: librdkafka gets `message.timeout.ms=0`
-/// (never time a record out), and the user's `message.timeout.ms` (or
-/// `delivery.timeout.ms`; 30 s by default) becomes the relay's own
-/// deadline, `None` for `0` (wait forever, as in librdkafka).
-///
-/// Why: `enable.gapless.guarantee` does not cover records failed by
-/// `message.timeout.ms`. librdkafka times out a queued record, bumps the
-/// producer's epoch and sends the records queued after it: the partition
-/// gets a gap (measured in the chaos run with PostgreSQL failovers: a
-/// broker stalled past the timeout, 828 events of one session missing
-/// from the wire while later ones of the same session were written, and
-/// the next session's tail fence then skipped them as already in Kafka).
-/// The relay's deadline instead purges everything not yet sent before it
-/// fails the session, so what reaches the broker is a prefix of each
-/// partition's records.
-pub fn producer_properties(
-    props: &BTreeMap<String, String>,
-) -> (BTreeMap<String, String>, Option<Duration>) {
-    let mut props = props.clone();
-    let configured = ["message.timeout.ms", "delivery.timeout.ms"]
-        .iter()
-        .find_map(|name| props.remove(*name))
-        .unwrap_or_else(|| DEFAULT_MESSAGE_TIMEOUT_MS.to_string());
-    // librdkafka accepts 0 to 900000 ms (checked when the configuration
-    // is validated, before this); anything unparsable is left to it.
-    let timeout = match configured.trim().parse::<u64>() {
-        Ok(0) => None,
-        Ok(ms) => Some(Duration::from_millis(ms)),
-        Err(_) => {
-            props.insert("message.timeout.ms".to_owned(), configured);
-            return (
-                props,
-                Some(Duration::from_millis(DEFAULT_MESSAGE_TIMEOUT_MS.into())),
-            );
-        }
-    };
-    props.insert("message.timeout.ms".to_owned(), "0".to_owned());
-    (props, timeout)
-}
-
 /// A property map as a librdkafka client configuration (for every Kafka
-/// client walrelay creates; `kafka_client` builds each one with it).
+/// client walrelay creates; [`super::client`] builds each one with it).
 pub fn to_client_config(props: &BTreeMap<String, String>) -> ClientConfig {
     let mut c = ClientConfig::new();
     for (name, value) in props {
         c.set(name, value);
     }
     c
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
-
-    #[test]
-    fn librdkafka_never_times_a_record_out_and_the_relay_keeps_the_timeout() {
-        let (lib, timeout) = producer_properties(&props(&[("message.timeout.ms", "30000")]));
-        assert_eq!(lib["message.timeout.ms"], "0");
-        assert_eq!(timeout, Some(Duration::from_secs(30)));
-
-        // The alias, replaced by the one name librdkafka gets.
-        let (lib, timeout) = producer_properties(&props(&[("delivery.timeout.ms", "5000")]));
-        assert_eq!(lib["message.timeout.ms"], "0");
-        assert!(!lib.contains_key("delivery.timeout.ms"));
-        assert_eq!(timeout, Some(Duration::from_secs(5)));
-
-        // 0 is librdkafka's "forever": the relay waits forever too.
-        let (lib, timeout) = producer_properties(&props(&[("message.timeout.ms", "0")]));
-        assert_eq!(lib["message.timeout.ms"], "0");
-        assert_eq!(timeout, None);
-
-        // None set (the defaults always set it): walrelay's default.
-        let (lib, timeout) = producer_properties(&props(&[("linger.ms", "5")]));
-        assert_eq!(lib["message.timeout.ms"], "0");
-        assert_eq!(lib["linger.ms"], "5");
-        assert_eq!(timeout, Some(Duration::from_secs(30)));
-    }
 }

@@ -35,11 +35,36 @@
 //! The encoding and decoding are pure functions ([`request`],
 //! [`parse_response`]), tested byte for byte below.
 
+use std::fmt;
 use std::time::Duration;
 
-use super::durability::StrictMinIsr;
 use crate::kafka::conn::{Connection, Settings};
 use crate::kafka::wire::Reader;
+use crate::kafka::RequestError;
+
+/// Whether the brokers keep the high watermark still while a partition's
+/// in-sync set is below `min.insync.replicas` (Kafka 3.7 and later): what
+/// the brokers' ApiVersions answers tell, and one input of the tail
+/// fence's durability rule (`fence::durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrictMinIsr {
+    /// Kafka 3.7 or later.
+    Yes,
+    /// An older Kafka.
+    No,
+    /// Not learned (a TLS listener, no answer): treated as no.
+    Unknown,
+}
+
+impl fmt::Display for StrictMinIsr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StrictMinIsr::Yes => "yes (Kafka 3.7 or later)",
+            StrictMinIsr::No => "no (older than Kafka 3.7)",
+            StrictMinIsr::Unknown => "unknown",
+        })
+    }
+}
 
 const PRODUCE: i16 = 0;
 /// The first Produce version of Kafka 3.7, the first release with a strict
@@ -103,7 +128,11 @@ fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
 /// Produce API's version range tells the release, the finalized features
 /// the cluster's `metadata.version`. A broker too old for v3 (before 2.4)
 /// answers `UNSUPPORTED_VERSION`.
-pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<Release, String> {
+pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<Release, RequestError> {
+    read_response(bytes, correlation_id).map_err(RequestError::Response)
+}
+
+fn read_response(bytes: &[u8], correlation_id: i32) -> Result<Release, String> {
     let mut r = Reader::new(bytes);
     let got = r.i32()?;
     if got != correlation_id {
@@ -177,14 +206,14 @@ fn finalized_metadata_version(field: &[u8]) -> Result<Option<i16>, String> {
 pub fn cluster_brokers(
     config: &rdkafka::ClientConfig,
     timeout: Duration,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, RequestError> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let client: BaseConsumer = config
         .create()
-        .map_err(|e| format!("creating a client for the metadata: {e}"))?;
+        .map_err(|e| RequestError::Metadata(format!("creating a client for the metadata: {e}")))?;
     let metadata = client
         .fetch_metadata(None, timeout)
-        .map_err(|e| format!("fetching the cluster's metadata: {e}"))?;
+        .map_err(|e| RequestError::Metadata(format!("fetching the cluster's metadata: {e}")))?;
     Ok(metadata
         .brokers()
         .iter()
@@ -214,11 +243,11 @@ pub async fn cluster_strict_min_isr(
     let config = config.clone();
     let brokers = tokio::task::spawn_blocking(move || cluster_brokers(&config, timeout))
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| RequestError::Metadata(e.to_string()))
         .and_then(|listed| listed);
     match brokers {
         Ok(brokers) => strict_min_isr_of(&brokers, &settings, timeout).await,
-        Err(e) => (StrictMinIsr::Unknown, Some(e)),
+        Err(e) => (StrictMinIsr::Unknown, Some(e.to_string())),
     }
 }
 
@@ -234,7 +263,7 @@ pub async fn strict_min_isr_of(
     for broker in brokers {
         let (broker, settings) = (broker.clone(), settings.clone());
         asking.spawn_blocking(move || {
-            let answer = ask(&broker, &settings, timeout);
+            let answer = ask(&broker, &settings, timeout).map_err(|e| e.to_string());
             (broker, answer)
         });
     }
@@ -307,7 +336,7 @@ pub fn combine(answers: &[(String, Result<Release, String>)]) -> (StrictMinIsr, 
 }
 
 /// One broker's answer; blocking, each step bounded by `timeout`.
-fn ask(server: &str, settings: &Settings, timeout: Duration) -> Result<Release, String> {
+fn ask(server: &str, settings: &Settings, timeout: Duration) -> Result<Release, RequestError> {
     const CORRELATION_ID: i32 = 0x5752_4c59;
     let answer =
         Connection::open(server, settings, timeout)?.round_trip(&request(CORRELATION_ID))?;
@@ -422,7 +451,10 @@ mod tests {
         old.extend_from_slice(&35i16.to_be_bytes());
         assert_eq!(parse_response(&old, 7), Ok(release(StrictMinIsr::No, None)));
         let ok = response(7, 11);
-        assert!(parse_response(&ok, 8).unwrap_err().contains("correlation"));
+        assert!(parse_response(&ok, 8)
+            .unwrap_err()
+            .to_string()
+            .contains("correlation"));
         for cut in 4..ok.len() {
             assert!(parse_response(&ok[..cut], 7).is_err(), "cut at {cut}");
         }

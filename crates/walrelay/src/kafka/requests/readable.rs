@@ -1,5 +1,4 @@
-//! A partition's log end offset, for the fence's wait until what the
-//! leader holds is readable.
+//! The tail fence's wait until what each leader holds is readable.
 //!
 //! The fence reads a partition up to its high watermark. On a replicated
 //! topic the leader appends a record before its followers copy it; the
@@ -9,147 +8,26 @@
 //! next session's fence, which would write them again, and duplicates once
 //! the followers catch up (or, while the partition is under
 //! `min.insync.replicas`, once it is back in sync). So the fence first
-//! asks the leader for its log end offset and waits until the high
-//! watermark reaches it: then everything appended before the session
-//! began is either readable or gone with a truncation.
+//! asks the leader for its log end offset ([`log_end`]) and waits until
+//! the high watermark reaches it: then everything appended before the
+//! session began is either readable or gone with a truncation.
 //!
-//! Consumers cannot ask for the log end: ListOffsets answers them with the
-//! high watermark. A request with the debugging replica id (-2) gets the
-//! log end (Kafka's `Partition.fetchOffsetForTimestamp` bounds the answer
-//! by the isolation level only for consumer requests) and needs only
-//! Describe on the topic. librdkafka cannot send it, so walrelay sends its
-//! own ListOffsets v2 to the partition's leader, over a connection made
-//! as the producer's are ([`crate::kafka::conn`]: TLS, SASL). The high
-//! watermark comes from the same leader, asked as a consumer with
-//! `read_uncommitted`: the fence's reader runs `read_committed`, whose
-//! watermark is the last stable offset, which another producer's open
-//! transaction holds back however well replicated the partition is.
 //! Where walrelay cannot connect as the producer does (see
 //! [`crate::kafka::conn::settings`]) the fence does not wait, and a replay
 //! after a crash may write the unreplicated tail again (duplicates, never
 //! a loss).
 //!
-//! The encoding and decoding are pure functions ([`request`],
-//! [`parse_response`]), tested byte for byte below, and so is the wait
-//! ([`await_readable`]).
+//! The wait itself is a pure function of two look-ups ([`await_readable`],
+//! tested below); [`await_topic_readable`] gives it the leaders from a
+//! consumer's metadata and asks them over walrelay's own connections.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use crate::kafka::conn::Connection;
-use crate::kafka::wire::Reader;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 
-const LIST_OFFSETS: i16 = 2;
-/// `ListOffsetsRequest.DEBUGGING_REPLICA_ID`: answered with the log end.
-pub const DEBUGGING_REPLICA_ID: i32 = -2;
-/// `ListOffsetsRequest.CONSUMER_REPLICA_ID`: answered with the high
-/// watermark under `read_uncommitted`.
-pub const CONSUMER_REPLICA_ID: i32 = -1;
-/// `ListOffsetsRequest.LATEST_TIMESTAMP`.
-const LATEST: i64 = -1;
-/// `IsolationLevel.READ_UNCOMMITTED`.
-const READ_UNCOMMITTED: u8 = 0;
-
-/// A ListOffsets v2 request (header v1) for the latest offset of
-/// `partitions` of `topic` as `replica_id` sees it (`read_uncommitted`),
-/// length-prefixed.
-#[must_use]
-pub fn request(correlation_id: i32, replica_id: i32, topic: &str, partitions: &[i32]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(32 + topic.len() + 12 * partitions.len());
-    body.extend_from_slice(&LIST_OFFSETS.to_be_bytes());
-    body.extend_from_slice(&2i16.to_be_bytes());
-    body.extend_from_slice(&correlation_id.to_be_bytes());
-    let client_id = b"walrelay-fence";
-    body.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
-    body.extend_from_slice(client_id);
-    body.extend_from_slice(&replica_id.to_be_bytes());
-    body.push(READ_UNCOMMITTED);
-    body.extend_from_slice(&1i32.to_be_bytes()); // one topic
-    body.extend_from_slice(&(topic.len() as i16).to_be_bytes());
-    body.extend_from_slice(topic.as_bytes());
-    body.extend_from_slice(&(partitions.len() as i32).to_be_bytes());
-    for p in partitions {
-        body.extend_from_slice(&p.to_be_bytes());
-        body.extend_from_slice(&LATEST.to_be_bytes());
-    }
-    let mut framed = Vec::with_capacity(body.len() + 4);
-    framed.extend_from_slice(&(body.len() as i32).to_be_bytes());
-    framed.extend_from_slice(&body);
-    framed
-}
-
-/// One partition's answer: an offset, or Kafka's error code.
-pub type Answer = (i32, Result<i64, i16>);
-
-/// A ListOffsets v2 response (without its length prefix): each
-/// partition's offset or error code.
-pub fn parse_response(bytes: &[u8], correlation_id: i32) -> Result<Vec<Answer>, String> {
-    let mut r = Reader::new(bytes);
-    let got = r.i32()?;
-    if got != correlation_id {
-        return Err(format!("correlation id {got}, expected {correlation_id}"));
-    }
-    let _throttle_ms = r.i32()?;
-    let mut out = Vec::new();
-    for _ in 0..r.count()? {
-        r.string()?;
-        for _ in 0..r.count()? {
-            let partition = r.i32()?;
-            let error = r.i16()?;
-            let _timestamp = r.i64()?;
-            let offset = r.i64()?;
-            out.push((partition, if error == 0 { Ok(offset) } else { Err(error) }));
-        }
-    }
-    Ok(out)
-}
-
-/// What a leader holds of one partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Offsets {
-    pub log_end: i64,
-    pub high_watermark: i64,
-}
-
-/// One partition's offsets, or Kafka's error code.
-pub type PartitionOffsets = (i32, Result<Offsets, i16>);
-
-/// Asks the leader on `connection` for the log end and the high
-/// watermark of `partitions` of `topic` (two requests).
-pub fn ask(
-    connection: &mut Connection,
-    topic: &str,
-    partitions: &[i32],
-) -> Result<Vec<PartitionOffsets>, String> {
-    let mut one = |correlation_id: i32, replica_id: i32| {
-        let answer =
-            connection.round_trip(&request(correlation_id, replica_id, topic, partitions))?;
-        parse_response(&answer, correlation_id)
-    };
-    let ends = one(0x4c45_4f32, DEBUGGING_REPLICA_ID)?;
-    let highs: BTreeMap<i32, Result<i64, i16>> =
-        one(0x4857_4d32, CONSUMER_REPLICA_ID)?.into_iter().collect();
-    Ok(ends
-        .into_iter()
-        .map(|(p, end)| {
-            let high = highs
-                .get(&p)
-                .copied()
-                .unwrap_or(Err(UNKNOWN_TOPIC_OR_PARTITION));
-            (
-                p,
-                end.and_then(|log_end| {
-                    high.map(|high_watermark| Offsets {
-                        log_end,
-                        high_watermark,
-                    })
-                }),
-            )
-        })
-        .collect())
-}
-
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+use super::log_end::{self, PartitionOffsets};
+use crate::kafka::conn::{Connection, Settings};
 
 /// Kafka error codes a partition answers with while its leadership
 /// moves: ask again (the leaders are looked up again).
@@ -186,7 +64,8 @@ pub enum Lag {
 }
 
 /// The partitions in `behind`, what each lacks, and what to do: the
-/// middle of [`super::FenceError::Behind`]'s message.
+/// middle of the tail fence's error when it gave up waiting
+/// (`fence::FenceError::Behind`).
 #[must_use]
 pub fn describe(behind: &[Behind]) -> String {
     let parts: Vec<String> = behind
@@ -240,7 +119,7 @@ pub fn describe(behind: &[Behind]) -> String {
 /// reached the log end its current leader reported when first asked, or
 /// `deadline`. `leaders` looks up each partition's leader (`host:port`;
 /// a partition without one is left out), `offsets` asks a leader
-/// ([`ask`]). Returns the partitions still behind at the deadline, each
+/// ([`log_end::ask`]). Returns the partitions still behind at the deadline, each
 /// with why.
 ///
 /// A leader that does not answer at all is a leadership on the move, as
@@ -361,60 +240,70 @@ pub fn await_readable(
     }
 }
 
+/// [`await_readable`] for the partitions `0..partitions` of `topic`: what
+/// each leader held when asked is readable before the tail is read, so the
+/// fence sees the records an ended session left unreplicated instead of
+/// writing them again. The leaders come from `consumer`'s metadata and are
+/// asked over walrelay's own connections, made as `settings` say; one per
+/// leader, kept for the wait. Blocking.
+pub fn await_topic_readable<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    settings: &Settings,
+    topic: &str,
+    partitions: u32,
+    deadline: Instant,
+) -> Result<(), Vec<Behind>> {
+    let step = |deadline: Instant| {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .clamp(Duration::from_millis(10), Duration::from_secs(2))
+    };
+    let all: Vec<i32> = (0..partitions)
+        .map(|p| i32::try_from(p).unwrap_or(i32::MAX))
+        .collect();
+    let mut connections: HashMap<String, Connection> = HashMap::new();
+    await_readable(
+        &all,
+        deadline,
+        || {
+            let md = consumer
+                .fetch_metadata(Some(topic), step(deadline))
+                .map_err(|e| e.to_string())?;
+            let address = |id: i32| {
+                md.brokers()
+                    .iter()
+                    .find(|b| b.id() == id)
+                    .map(|b| format!("{}:{}", b.host(), b.port()))
+            };
+            Ok(md
+                .topics()
+                .iter()
+                .filter(|t| t.name() == topic)
+                .flat_map(|t| t.partitions())
+                .filter_map(|p| address(p.leader()).map(|a| (p.id(), a)))
+                .collect())
+        },
+        |leader, ps| {
+            let connection = match connections.entry(leader.to_owned()) {
+                std::collections::hash_map::Entry::Occupied(c) => c.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => v.insert(
+                    Connection::open(leader, settings, step(deadline))
+                        .map_err(|e| e.to_string())?,
+                ),
+            };
+            let answer = log_end::ask(connection, topic, ps).map_err(|e| e.to_string());
+            if answer.is_err() {
+                connections.remove(leader);
+            }
+            answer
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_request_is_list_offsets_v2_for_the_latest_offset_read_uncommitted() {
-        let r = request(7, DEBUGGING_REPLICA_ID, "ab", &[0, 3]);
-        let mut want = vec![0, 2, 0, 2, 0, 0, 0, 7, 0, 14];
-        want.extend_from_slice(b"walrelay-fence");
-        want.extend_from_slice(&(-2i32).to_be_bytes()); // debugging replica
-        want.push(0); // read_uncommitted
-        want.extend_from_slice(&[0, 0, 0, 1, 0, 2, b'a', b'b', 0, 0, 0, 2]);
-        for p in [0i32, 3] {
-            want.extend_from_slice(&p.to_be_bytes());
-            want.extend_from_slice(&(-1i64).to_be_bytes()); // latest
-        }
-        assert_eq!(&r[..4], &(want.len() as i32).to_be_bytes());
-        assert_eq!(&r[4..], &want[..]);
-        let consumer = request(7, CONSUMER_REPLICA_ID, "ab", &[0, 3]);
-        assert_eq!(&consumer[28..32], &(-1i32).to_be_bytes());
-    }
-
-    fn response(correlation: i32, partitions: &[(i32, i16, i64)]) -> Vec<u8> {
-        let mut b = correlation.to_be_bytes().to_vec();
-        b.extend_from_slice(&[0, 0, 0, 0]); // throttle
-        b.extend_from_slice(&[0, 0, 0, 1, 0, 2, b'a', b'b']);
-        b.extend_from_slice(&(partitions.len() as i32).to_be_bytes());
-        for (p, error, offset) in partitions {
-            b.extend_from_slice(&p.to_be_bytes());
-            b.extend_from_slice(&error.to_be_bytes());
-            b.extend_from_slice(&(-1i64).to_be_bytes());
-            b.extend_from_slice(&offset.to_be_bytes());
-        }
-        b
-    }
-
-    #[test]
-    fn each_partition_gets_its_offset_or_its_error() {
-        let got = parse_response(&response(7, &[(0, 0, 42), (3, 6, -1)]), 7).unwrap();
-        assert_eq!(got, vec![(0, Ok(42)), (3, Err(6))]);
-    }
-
-    #[test]
-    fn garbage_and_a_wrong_correlation_are_errors() {
-        let ok = response(7, &[(0, 0, 42)]);
-        assert!(parse_response(&ok, 8).unwrap_err().contains("correlation"));
-        for cut in 4..ok.len() {
-            assert!(parse_response(&ok[..cut], 7).is_err(), "cut at {cut}");
-        }
-        let mut huge = 7i32.to_be_bytes().to_vec();
-        huge.extend_from_slice(&[0, 0, 0, 0]);
-        huge.extend_from_slice(&i32::MAX.to_be_bytes());
-        assert!(parse_response(&huge, 7).unwrap_err().contains("entries"));
-    }
+    use crate::kafka::requests::log_end::Offsets;
 
     use std::cell::Cell;
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use rdkafka::config::ClientConfig;
 
-use super::error::SinkError;
+use super::error::ClientError;
 
 /// The highest `max.in.flight.requests.per.connection` walrelay accepts: the
 /// idempotent producer keeps per-partition order only up to 5 (the broker
@@ -47,10 +47,10 @@ fn require_true(
     props: &BTreeMap<String, String>,
     name: &'static str,
     why: &str,
-) -> Result<(), SinkError> {
+) -> Result<(), ClientError> {
     match props.get(name).map(|v| parse_bool(v)) {
         None | Some(Some(true)) => Ok(()),
-        Some(_) => Err(SinkError::config(
+        Some(_) => Err(ClientError::config(
             name,
             format!("walrelay requires {name}=true: {why}"),
         )),
@@ -58,7 +58,7 @@ fn require_true(
 }
 
 /// Rejects user properties that would weaken the delivery guarantees.
-pub(super) fn check_guarantees(props: &BTreeMap<String, String>) -> Result<(), SinkError> {
+pub(super) fn check_guarantees(props: &BTreeMap<String, String>) -> Result<(), ClientError> {
     require_true(
         props,
         "enable.idempotence",
@@ -76,7 +76,7 @@ pub(super) fn check_guarantees(props: &BTreeMap<String, String>) -> Result<(), S
     if let Some((name, value)) = find(props, ACKS) {
         let value = value.trim();
         if !(value.eq_ignore_ascii_case("all") || value == "-1") {
-            return Err(SinkError::config(
+            return Err(ClientError::config(
                 name,
                 format!(
                     "walrelay requires acks=all (got `{value}`): a record acknowledged by fewer \
@@ -90,7 +90,7 @@ pub(super) fn check_guarantees(props: &BTreeMap<String, String>) -> Result<(), S
         match value.trim().parse::<u32>() {
             Ok(n) if (1..=MAX_IN_FLIGHT_REQUESTS).contains(&n) => {}
             _ => {
-                return Err(SinkError::config(
+                return Err(ClientError::config(
                     name,
                     format!(
                         "walrelay requires 1 to {MAX_IN_FLIGHT_REQUESTS} in-flight requests per \
@@ -103,7 +103,7 @@ pub(super) fn check_guarantees(props: &BTreeMap<String, String>) -> Result<(), S
     }
     if let Some(value) = props.get("queuing.strategy") {
         if !value.trim().eq_ignore_ascii_case("fifo") {
-            return Err(SinkError::config(
+            return Err(ClientError::config(
                 "queuing.strategy",
                 format!(
                     "walrelay requires queuing.strategy=fifo (got `{value}`): any other \
@@ -114,7 +114,7 @@ pub(super) fn check_guarantees(props: &BTreeMap<String, String>) -> Result<(), S
     }
     if let Some(value) = props.get("delivery.report.only.error") {
         if parse_bool(value) != Some(false) {
-            return Err(SinkError::config(
+            return Err(ClientError::config(
                 "delivery.report.only.error",
                 "walrelay requires delivery.report.only.error=false: it confirms WAL positions \
                  to PostgreSQL only from successful delivery reports"
@@ -124,7 +124,7 @@ pub(super) fn check_guarantees(props: &BTreeMap<String, String>) -> Result<(), S
     }
     if let Some((name, value)) = find(props, RETRIES) {
         if !matches!(value.trim().parse::<u32>(), Ok(n) if n > 0) {
-            return Err(SinkError::config(
+            return Err(ClientError::config(
                 name,
                 format!(
                     "walrelay requires retries > 0 (got `{value}`): the idempotent producer \
@@ -135,7 +135,7 @@ pub(super) fn check_guarantees(props: &BTreeMap<String, String>) -> Result<(), S
         }
     }
     if props.contains_key("transactional.id") {
-        return Err(SinkError::config(
+        return Err(ClientError::config(
             "transactional.id",
             "walrelay does not use Kafka transactions (consumers deduplicate by idempotency \
              key); a transactional producer would reject records sent outside a transaction"
@@ -183,12 +183,12 @@ pub fn builtin_features() -> Vec<String> {
         .clone()
 }
 
-fn require_feature(feature: &str, property: &str, what: &str) -> Result<(), SinkError> {
+fn require_feature(feature: &str, property: &str, what: &str) -> Result<(), ClientError> {
     let features = builtin_features();
     if features.iter().any(|f| f == feature) {
         return Ok(());
     }
-    Err(SinkError::config(
+    Err(ClientError::config(
         property,
         format!(
             "{what} needs librdkafka feature `{feature}`, which this walrelay build lacks \
@@ -205,13 +205,13 @@ fn require_feature(feature: &str, property: &str, what: &str) -> Result<(), Sink
 /// known and built in, and a password mechanism has a user name and
 /// password. Warns about settings that weaken TLS. `props` are the user's
 /// properties; [`check_files`] checks the files they name.
-pub fn check_security(props: &BTreeMap<String, String>) -> Result<(), SinkError> {
+pub fn check_security(props: &BTreeMap<String, String>) -> Result<(), ClientError> {
     let protocol = props
         .get("security.protocol")
         .map(|v| v.trim().to_ascii_lowercase())
         .unwrap_or_else(|| "plaintext".to_owned());
     if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
-        return Err(SinkError::config(
+        return Err(ClientError::config(
             "security.protocol",
             format!(
                 "unknown security protocol `{}`; use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
@@ -231,7 +231,7 @@ pub fn check_security(props: &BTreeMap<String, String>) -> Result<(), SinkError>
     }
     if sasl {
         let Some((name, mechanism)) = find(props, SASL_MECHANISM) else {
-            return Err(SinkError::config(
+            return Err(ClientError::config(
                 "sasl.mechanism",
                 format!(
                     "security.protocol={shown} needs a SASL mechanism: set sasl.mechanism to \
@@ -248,7 +248,7 @@ pub fn check_security(props: &BTreeMap<String, String>) -> Result<(), SinkError>
                 }
                 for needed in ["sasl.username", "sasl.password"] {
                     if props.get(needed).is_none_or(|v| v.is_empty()) {
-                        return Err(SinkError::config(
+                        return Err(ClientError::config(
                             needed,
                             format!(
                                 "{name}={mechanism} needs sasl.username and sasl.password \
@@ -266,7 +266,7 @@ pub fn check_security(props: &BTreeMap<String, String>) -> Result<(), SinkError>
                 }
             }
             "OAUTHBEARER" => {
-                return Err(SinkError::config(
+                return Err(ClientError::config(
                     name,
                     "OAUTHBEARER is not supported: walrelay's librdkafka has no OIDC token \
                      provider (it needs libcurl) and its built-in provider makes only \
@@ -276,7 +276,7 @@ pub fn check_security(props: &BTreeMap<String, String>) -> Result<(), SinkError>
                 ));
             }
             "GSSAPI" => {
-                return Err(SinkError::config(
+                return Err(ClientError::config(
                     name,
                     "GSSAPI (Kerberos) is not built into walrelay's librdkafka; use \
                      SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN (over SASL_SSL)"
@@ -284,7 +284,7 @@ pub fn check_security(props: &BTreeMap<String, String>) -> Result<(), SinkError>
                 ));
             }
             _ => {
-                return Err(SinkError::config(
+                return Err(ClientError::config(
                     name,
                     format!(
                         "unknown SASL mechanism `{mechanism}`; use one of {}",
@@ -320,7 +320,7 @@ pub fn check_security(props: &BTreeMap<String, String>) -> Result<(), SinkError>
 pub(super) fn check_ignored(
     props: &BTreeMap<String, String>,
     strict: bool,
-) -> Result<(), SinkError> {
+) -> Result<(), ClientError> {
     let protocol = props
         .get("security.protocol")
         .map(|v| v.trim().to_ascii_uppercase())
@@ -354,7 +354,7 @@ pub(super) fn check_ignored(
     });
     match ignored {
         None => Ok(()),
-        Some((name, reason)) if strict => Err(SinkError::config(name, reason)),
+        Some((name, reason)) if strict => Err(ClientError::config(name, reason)),
         Some((name, reason)) => {
             tracing::warn!("Kafka producer property `{name}` {reason}");
             Ok(())
@@ -364,7 +364,7 @@ pub(super) fn check_ignored(
 
 /// Checks that the files named by `ssl.*.location` (and similar)
 /// properties exist and can be read, naming the property if not.
-pub fn check_files(props: &BTreeMap<String, String>) -> Result<(), SinkError> {
+pub fn check_files(props: &BTreeMap<String, String>) -> Result<(), ClientError> {
     for name in FILE_PROPERTIES {
         let Some(path) = props.get(*name) else {
             continue;
@@ -380,7 +380,7 @@ pub fn check_files(props: &BTreeMap<String, String>) -> Result<(), SinkError> {
             }
         });
         if let Err(e) = readable {
-            return Err(SinkError::config(
+            return Err(ClientError::config(
                 name,
                 format!("cannot read `{path}`: {e}"),
             ));
