@@ -38,8 +38,9 @@ use crate::delivery::Delivery;
 use crate::meta::RecordMeta;
 use crate::metrics::Counters;
 use crate::parked;
+use crate::position::Position;
 use crate::statements;
-use crate::store::{PgHwmStore, Position};
+use crate::store::PgHwmStore;
 
 /// What a committed batch did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

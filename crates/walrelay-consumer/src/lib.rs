@@ -149,6 +149,7 @@ pub mod metrics;
 pub mod outage;
 pub mod parked;
 pub mod pool;
+mod position;
 pub mod settings;
 mod statements;
 pub mod store;
@@ -160,8 +161,9 @@ pub use meta::{MetaError, RecordMeta};
 pub use metrics::{Counters, CountersSnapshot, LoopMetrics, Phase, PhaseLabels};
 pub use parked::{redrive, ParkUnkeyedError, RedriveReport};
 pub use pool::Database;
+pub use position::{HwmRow, Position, INITIAL_HWM};
 pub use settings::{OnPoison, RetryPolicy, Settings};
-pub use store::{HwmRow, HwmStore, Outcome, PgHwmStore, Position, ProcessError, INITIAL_HWM};
+pub use store::{HwmStore, Outcome, PgHwmStore, ProcessError};
 
 /// The migration that creates the high-water mark table
 /// (`sql/walrelay_consumer.sql`). Idempotent.

@@ -14,33 +14,9 @@ use crate::meta::RecordMeta;
 use crate::metrics::Counters;
 use crate::statements;
 
-/// The high-water mark of a row that has seen nothing yet: 32 zeros, below
-/// every key walrelay issues.
-pub const INITIAL_HWM: EventKey = EventKey::MIN;
-
-/// Where a record was consumed: the consumer group and the topic partition.
-/// Together with the record's source it names one high-water mark.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Position {
-    /// The consumer group (`group.id`), or any name that identifies one
-    /// logical consumer whose side effects the marks protect.
-    pub group: String,
-    /// The topic.
-    pub topic: String,
-    /// The partition.
-    pub partition: i32,
-}
-
-impl Position {
-    /// A position from its parts.
-    pub fn new(group: impl Into<String>, topic: impl Into<String>, partition: i32) -> Position {
-        Position {
-            group: group.into(),
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
+// Their public paths under `store` from before they moved to the leaf
+// module, kept.
+pub use crate::position::{HwmRow, Position, INITIAL_HWM};
 
 /// What happened to a record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,19 +50,6 @@ impl<T> Outcome<T> {
 /// high-water mark is unchanged, so a redelivery of the record is
 /// processed normally.
 pub type ProcessError<E> = BatchError<E>;
-
-/// One stored high-water mark.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HwmRow {
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Source (`walrelay-source`).
-    pub source: String,
-    /// The mark: the highest key processed.
-    pub hwm: EventKey,
-}
 
 /// Storage of high-water marks with transactional check-and-advance.
 ///

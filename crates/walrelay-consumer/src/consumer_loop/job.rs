@@ -13,7 +13,8 @@ use crate::apply::{BatchError, BatchOutcome, Park};
 use crate::delivery::Delivery;
 use crate::parked::{self, ParkUnkeyedError};
 use crate::pool::Lease;
-use crate::store::{PgHwmStore, Position};
+use crate::position::Position;
+use crate::store::PgHwmStore;
 
 pub(super) type TopicPartition = (String, i32);
 

@@ -27,8 +27,9 @@ use super::phase_clock::PhaseClock;
 use super::{Apply, LoopError, StoppedPartition};
 use crate::metrics::LoopMetrics;
 use crate::pool::{Database, Pool};
+use crate::position::Position;
 use crate::settings::Settings;
-use crate::store::{PgHwmStore, Position};
+use crate::store::PgHwmStore;
 
 /// Records taken from librdkafka per queue and wake-up before the loop
 /// looks at its batches again. Batches in flight are futures of the
