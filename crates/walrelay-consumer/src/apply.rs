@@ -30,16 +30,15 @@ use std::collections::BTreeMap;
 use rdkafka::message::Message;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::{Client, IsolationLevel, Transaction};
 use walrelay_contract::{EventKey, ParseEventKeyError};
 
 use crate::batch::{self, Plan};
 use crate::delivery::Delivery;
 use crate::meta::RecordMeta;
-use crate::metrics::Counters;
 use crate::parked;
+use crate::position::Position;
 use crate::statements;
-use crate::store::{PgHwmStore, Position};
 
 /// What a committed batch did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -161,7 +160,7 @@ pub(crate) struct Park {
 
 /// What the batch transaction needs of a record: its walrelay metadata.
 /// A loop's [`Delivery`], or a bare [`RecordMeta`] for
-/// [`PgHwmStore::process`], a batch of one. (An owned `RecordMeta`, not a
+/// [`crate::PgHwmStore::process`], a batch of one. (An owned `RecordMeta`, not a
 /// reference: a lifetime in this type parameter would make the futures of
 /// `process` callers unprovably `Send` under `tokio::spawn`.)
 pub(crate) trait Keyed: Clone {
@@ -181,40 +180,13 @@ impl Keyed for RecordMeta {
 }
 
 /// Applies `records` (of `position`'s partition, in offset order) in one
-/// transaction and counts the outcome in `store`'s counters. `park`: the
-/// batch's last record is parked with this error instead of applied.
-/// `known`: the marks' rows are known to exist (no insert first).
+/// transaction at `isolation`. `park`: the batch's last record is parked
+/// with this error instead of applied. `known`: the marks' rows are known
+/// to exist (no insert first). Counting the outcome is the caller's (the
+/// store's counters): this module knows nothing of the store, which is
+/// built on it.
 pub(crate) async fn apply<R, E, F>(
-    store: &PgHwmStore,
-    client: &mut Client,
-    position: &Position,
-    records: &[R],
-    park: Option<(&Park, &Delivery<'_>)>,
-    known: bool,
-    handler: F,
-) -> Result<BatchOutcome, BatchError<E>>
-where
-    R: Keyed,
-    F: AsyncFnOnce(&Transaction<'_>, &[R]) -> Result<(), Failed<E>>,
-{
-    let result = apply_inner(store, client, position, records, park, known, handler).await;
-    let c = store.counters();
-    match &result {
-        Ok(outcome) => {
-            c.processed.inc_by(outcome.applied as u64);
-            c.duplicates.inc_by(outcome.duplicates as u64);
-            c.gaps.inc_by(outcome.gaps as u64);
-            if outcome.parked {
-                c.parked.inc();
-            }
-        }
-        Err(_) => Counters::incr(&c.errors),
-    }
-    result
-}
-
-async fn apply_inner<R, E, F>(
-    store: &PgHwmStore,
+    isolation: IsolationLevel,
     client: &mut Client,
     position: &Position,
     records: &[R],
@@ -229,7 +201,7 @@ where
     let sources = batch::sources(records.iter().map(Keyed::meta));
     let tx = client
         .build_transaction()
-        .isolation_level(store.isolation())
+        .isolation_level(isolation)
         .start()
         .await?;
     let marks = lock_marks(&tx, position, &sources, known).await?;
@@ -384,7 +356,7 @@ async fn lock_marks<E>(
     sources: &[String],
     known: bool,
 ) -> Result<BTreeMap<String, EventKey>, BatchError<E>> {
-    let p = params(position, &sources);
+    let p = params(position, &sources, Type::TEXT_ARRAY);
     if !known {
         tx.execute_typed(statements::HWM_ENSURE, &p[..]).await?;
     }
@@ -407,19 +379,8 @@ async fn lock_marks<E>(
     let mut marks = BTreeMap::new();
     for row in rows {
         let source: String = row.get(0);
-        let text: String = row.get(1);
-        match EventKey::from_hex(&text) {
-            Ok(key) => {
-                marks.insert(source, key);
-            }
-            Err(e) => {
-                return Err(BatchError::CorruptHwm {
-                    source_id: source,
-                    value: text,
-                    source: e,
-                })
-            }
-        }
+        let key = parse_hwm(&source, row.get(1))?;
+        marks.insert(source, key);
     }
     Ok(marks)
 }
@@ -432,7 +393,7 @@ async fn advance<E>(
 ) -> Result<Option<String>, BatchError<E>> {
     let sources: Vec<&str> = plan.raised.keys().map(String::as_str).collect();
     let keys: Vec<String> = plan.raised.values().map(EventKey::to_hex).collect();
-    let mut p = params(position, &sources);
+    let mut p = params(position, &sources, Type::TEXT_ARRAY);
     p.push((&keys, Type::TEXT_ARRAY));
     let updated = tx.query_typed(statements::HWM_ADVANCE, &p[..]).await?;
     if updated.len() != sources.len() {
@@ -443,16 +404,32 @@ async fn advance<E>(
     Ok(updated.first().map(|row| row.get(0)))
 }
 
-fn params<'a>(
+/// The parameters the statements on one position's marks start with
+/// (`$1`..`$4`: group, topic, partition, then the source as `source_type`:
+/// an array of them in a batch's statements, one in `hwm_read_one`), typed
+/// so that no statement needs a round trip to be prepared.
+pub(crate) fn params<'a>(
     position: &'a Position,
-    sources: &'a (dyn ToSql + Sync),
+    source: &'a (dyn ToSql + Sync),
+    source_type: Type,
 ) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
     vec![
         (&position.group, Type::TEXT),
         (&position.topic, Type::TEXT),
         (&position.partition, Type::INT4),
-        (sources, Type::TEXT_ARRAY),
+        (source, source_type),
     ]
+}
+
+/// A stored mark as a key. The table's CHECK keeps out anything else
+/// unless it was changed; a corrupt mark fails the batch instead of being
+/// read as some other key.
+pub(crate) fn parse_hwm<E>(source: &str, text: String) -> Result<EventKey, BatchError<E>> {
+    EventKey::from_hex(&text).map_err(|e| BatchError::CorruptHwm {
+        source_id: source.to_owned(),
+        value: text,
+        source: e,
+    })
 }
 
 fn log_gaps(position: &Position, plan: &Plan) {

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use walrelay_contract::EventKey;
 
 use crate::meta::RecordMeta;
-use crate::store::INITIAL_HWM;
+use crate::position::INITIAL_HWM;
 
 /// A gap found in a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use rdkafka::message::{Message, OwnedMessage};
 
 use crate::meta::RecordMeta;
-use crate::store::Position;
+use crate::position::Position;
 
 /// A record handed to a handler.
 ///

@@ -138,6 +138,26 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! # Modules
+//!
+//! Each module imports only modules above it in this table, so the crate's
+//! modules form no cycle and each can be read without those below it.
+//!
+//! | module | what it owns |
+//! |---|---|
+//! | `position` (private; its types are re-exported here and in [`store`]) | [`Position`], [`INITIAL_HWM`], [`HwmRow`]: which mark a record is checked against, its first value, a stored one. A leaf: imports nothing of the crate |
+//! | [`meta`] | [`RecordMeta`]: a record's walrelay headers, parsed |
+//! | [`settings`], [`metrics`], [`outage`], [`denied`], [`pool`] | the loop's settings, the store's [`Counters`] and the loop's metrics, which database errors are outages, the ACL a refusal by Kafka points to, database connections ([`Database`]) |
+//! | [`delivery`] | [`Delivery`]: a record as the handlers see it |
+//! | [`batch`] | which records of a batch are new, and its gaps: a pure decision |
+//! | [`parked`] | the dead-letter table, and [`redrive`] |
+//! | [`apply`] | the batch transaction: lock the marks, run the handler on what is new, raise the marks, the guard, `COMMIT` |
+//! | [`store`] | [`PgHwmStore`] and [`HwmStore`]: the public ways into the batch transaction (a record alone, a batch, the loop's batches), with their counters; a façade over [`apply`] |
+//! | [`consumer_loop`] | [`ConsumerLoop`]: Kafka, per-partition batches through the store, retries, poison records, rebalances |
+//!
+//! (The SQL they run is in a private module too, one statement per file
+//! of `sql/consumer/`, shared with the Python package.)
 
 pub mod apply;
 pub mod batch;
@@ -149,6 +169,7 @@ pub mod metrics;
 pub mod outage;
 pub mod parked;
 pub mod pool;
+mod position;
 pub mod settings;
 mod statements;
 pub mod store;
@@ -160,8 +181,9 @@ pub use meta::{MetaError, RecordMeta};
 pub use metrics::{Counters, CountersSnapshot, LoopMetrics, Phase, PhaseLabels};
 pub use parked::{redrive, ParkUnkeyedError, RedriveReport};
 pub use pool::Database;
+pub use position::{HwmRow, Position, INITIAL_HWM};
 pub use settings::{OnPoison, RetryPolicy, Settings};
-pub use store::{HwmRow, HwmStore, Outcome, PgHwmStore, Position, ProcessError, INITIAL_HWM};
+pub use store::{HwmStore, Outcome, PgHwmStore, ProcessError};
 
 /// The migration that creates the high-water mark table
 /// (`sql/walrelay_consumer.sql`). Idempotent.

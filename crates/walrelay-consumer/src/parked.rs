@@ -30,8 +30,8 @@ use tokio_postgres::{Client, Transaction};
 
 use crate::delivery::Delivery;
 use crate::meta::RecordMeta;
+use crate::position::Position;
 use crate::statements;
-use crate::store::Position;
 
 /// How many records `group` has parked (waiting for a re-drive), for the
 /// `walrelay_consumer_parked_records` gauge ([`crate::LoopMetrics`]).

@@ -1,46 +1,31 @@
 //! The high-water mark store: check a record against its partition's mark
 //! and advance the mark in the same transaction as the side effects.
+//!
+//! A façade over the batch transaction ([`crate::apply`]): [`PgHwmStore`]
+//! holds what its transactions share (the isolation level, the counters),
+//! and each of its ways in ([`PgHwmStore::process`], a record alone;
+//! [`PgHwmStore::process_batch`]; the loop's batches, which may park their
+//! last record) is one call of that transaction, counted the same way.
+//! The dependency goes one way: the transaction knows nothing of the store.
+//! The types both name ([`Position`], [`INITIAL_HWM`], [`HwmRow`]) live in
+//! a leaf module and are re-exported here.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, IsolationLevel, Transaction};
 use walrelay_contract::EventKey;
 
-use crate::apply::{BatchError, BatchOutcome, Failed, Park};
+use crate::apply::{self, BatchError, BatchOutcome, Failed, Keyed, Park};
 use crate::delivery::Delivery;
 use crate::meta::RecordMeta;
 use crate::metrics::Counters;
 use crate::statements;
 
-/// The high-water mark of a row that has seen nothing yet: 32 zeros, below
-/// every key walrelay issues.
-pub const INITIAL_HWM: EventKey = EventKey::MIN;
-
-/// Where a record was consumed: the consumer group and the topic partition.
-/// Together with the record's source it names one high-water mark.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Position {
-    /// The consumer group (`group.id`), or any name that identifies one
-    /// logical consumer whose side effects the marks protect.
-    pub group: String,
-    /// The topic.
-    pub topic: String,
-    /// The partition.
-    pub partition: i32,
-}
-
-impl Position {
-    /// A position from its parts.
-    pub fn new(group: impl Into<String>, topic: impl Into<String>, partition: i32) -> Position {
-        Position {
-            group: group.into(),
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
+// Their public paths under `store` from before they moved to the leaf
+// module, kept.
+pub use crate::position::{HwmRow, Position, INITIAL_HWM};
 
 /// What happened to a record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,19 +59,6 @@ impl<T> Outcome<T> {
 /// high-water mark is unchanged, so a redelivery of the record is
 /// processed normally.
 pub type ProcessError<E> = BatchError<E>;
-
-/// One stored high-water mark.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HwmRow {
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Source (`walrelay-source`).
-    pub source: String,
-    /// The mark: the highest key processed.
-    pub hwm: EventKey,
-}
 
 /// Storage of high-water marks with transactional check-and-advance.
 ///
@@ -209,11 +181,12 @@ impl PgHwmStore {
     ) -> Result<Option<EventKey>, ProcessError<std::convert::Infallible>> {
         let row = client
             .query_typed_opt(
-                crate::statements::HWM_READ_ONE,
-                &params(position, &source)[..],
+                statements::HWM_READ_ONE,
+                &apply::params(position, &source, Type::TEXT)[..],
             )
             .await?;
-        row.map(|row| parse_hwm(source, row.get(0))).transpose()
+        row.map(|row| apply::parse_hwm(source, row.get(0)))
+            .transpose()
     }
 
     /// Processes one record exactly once: a batch of one
@@ -261,25 +234,25 @@ impl PgHwmStore {
         F: AsyncFnOnce(&Transaction<'_>) -> Result<T, E>,
     {
         let mut value = None;
-        let outcome = crate::apply::apply(
-            self,
-            client,
-            position,
-            std::slice::from_ref(meta),
-            None,
-            false,
-            async |tx, _new| match handler(tx).await {
-                Ok(v) => {
-                    value = Some(v);
-                    Ok(())
-                }
-                Err(error) => Err(Failed {
-                    index: Some(0),
-                    error,
-                }),
-            },
-        )
-        .await?;
+        let outcome = self
+            .apply_counted(
+                client,
+                position,
+                std::slice::from_ref(meta),
+                None,
+                false,
+                async |tx, _new| match handler(tx).await {
+                    Ok(v) => {
+                        value = Some(v);
+                        Ok(())
+                    }
+                    Err(error) => Err(Failed {
+                        index: Some(0),
+                        error,
+                    }),
+                },
+            )
+            .await?;
         Ok(match value {
             Some(v) => Outcome::Processed(v),
             None => Outcome::Duplicate {
@@ -320,20 +293,12 @@ impl PgHwmStore {
         F: AsyncFnOnce(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), E>,
     {
         let single = records.len() == 1;
-        crate::apply::apply(
-            self,
-            client,
-            position,
-            records,
-            None,
-            false,
-            async |tx, new| {
-                handler(tx, new).await.map_err(|error| Failed {
-                    index: single.then_some(0),
-                    error,
-                })
-            },
-        )
+        self.apply_counted(client, position, records, None, false, async |tx, new| {
+            handler(tx, new).await.map_err(|error| Failed {
+                index: single.then_some(0),
+                error,
+            })
+        })
         .await
     }
 
@@ -354,7 +319,49 @@ impl PgHwmStore {
         F: AsyncFnOnce(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), Failed<E>>,
     {
         let park = park.zip(records.last());
-        crate::apply::apply(self, client, position, records, park, known, handler).await
+        self.apply_counted(client, position, records, park, known, handler)
+            .await
+    }
+
+    /// The batch transaction ([`crate::apply`]) at the store's isolation
+    /// level, its outcome counted in the store's counters: the one way
+    /// every method above reaches it, so that each counts the same way.
+    async fn apply_counted<R, E, F>(
+        &self,
+        client: &mut Client,
+        position: &Position,
+        records: &[R],
+        park: Option<(&Park, &Delivery<'_>)>,
+        known: bool,
+        handler: F,
+    ) -> Result<BatchOutcome, BatchError<E>>
+    where
+        R: Keyed,
+        F: AsyncFnOnce(&Transaction<'_>, &[R]) -> Result<(), Failed<E>>,
+    {
+        let result = apply::apply(
+            self.isolation,
+            client,
+            position,
+            records,
+            park,
+            known,
+            handler,
+        )
+        .await;
+        let c = &self.counters;
+        match &result {
+            Ok(outcome) => {
+                c.processed.inc_by(outcome.applied as u64);
+                c.duplicates.inc_by(outcome.duplicates as u64);
+                c.gaps.inc_by(outcome.gaps as u64);
+                if outcome.parked {
+                    c.parked.inc();
+                }
+            }
+            Err(_) => Counters::incr(&c.errors),
+        }
+        result
     }
 }
 
@@ -380,24 +387,4 @@ impl HwmStore for PgHwmStore {
     {
         PgHwmStore::process(self, client, position, meta, handler)
     }
-}
-
-fn params<'a>(
-    position: &'a Position,
-    source: &'a (dyn ToSql + Sync),
-) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
-    vec![
-        (&position.group, Type::TEXT),
-        (&position.topic, Type::TEXT),
-        (&position.partition, Type::INT4),
-        (source, Type::TEXT),
-    ]
-}
-
-fn parse_hwm<E>(source: &str, text: String) -> Result<EventKey, ProcessError<E>> {
-    EventKey::from_hex(&text).map_err(|e| BatchError::CorruptHwm {
-        source_id: source.to_owned(),
-        value: text,
-        source: e,
-    })
 }

@@ -1,19 +1,24 @@
 //! The database jobs the loop starts: a batch of records, or parking a
 //! record without walrelay's headers, each on a leased connection, and
 //! what each reports back when it finishes.
+//!
+//! A batch job is where the service's handler is called, so the [`Apply`]
+//! trait (a per-record or a batch handler, behind one call per batch)
+//! lives here, beside its one caller, rather than in the loop's public
+//! façade (`mod.rs`), which only picks the implementation.
 
 use std::time::{Duration, Instant};
 
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Transaction};
 
 use super::handler_call::{Bound, HandlerFailure};
 use super::partition::Queued;
-use super::Apply;
-use crate::apply::{BatchError, BatchOutcome, Park};
+use crate::apply::{BatchError, BatchOutcome, Failed, Park};
 use crate::delivery::Delivery;
 use crate::parked::{self, ParkUnkeyedError};
 use crate::pool::Lease;
-use crate::store::{PgHwmStore, Position};
+use crate::position::Position;
+use crate::store::PgHwmStore;
 
 pub(super) type TopicPartition = (String, i32);
 
@@ -54,6 +59,67 @@ pub(super) struct Job {
 pub(super) enum JobKind {
     Batch { park: Option<Park>, known: bool },
     ParkUnkeyed { error: String },
+}
+
+/// How the loop hands records to the service: one at a time or a whole
+/// batch, always inside the batch's transaction, each call through
+/// `bound` (panics caught, the handler timeout).
+pub(super) trait Apply<E> {
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        records: &[Delivery<'_>],
+        bound: &mut Bound<'_>,
+    ) -> Result<(), Failed<HandlerFailure<E>>>;
+}
+
+/// The per-record handler, called for each new record of a batch.
+pub(super) struct PerRecord<H>(pub(super) H);
+
+impl<E, H> Apply<E> for PerRecord<H>
+where
+    H: AsyncFn(&Transaction<'_>, &Delivery<'_>) -> Result<(), E>,
+{
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        records: &[Delivery<'_>],
+        bound: &mut Bound<'_>,
+    ) -> Result<(), Failed<HandlerFailure<E>>> {
+        for (index, record) in records.iter().enumerate() {
+            bound
+                .call((self.0)(tx, record))
+                .await
+                .map_err(|error| Failed {
+                    index: Some(index),
+                    error,
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// The batch handler, called once with the new records of a batch.
+pub(super) struct PerBatch<H>(pub(super) H);
+
+impl<E, H> Apply<E> for PerBatch<H>
+where
+    H: AsyncFn(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), E>,
+{
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        records: &[Delivery<'_>],
+        bound: &mut Bound<'_>,
+    ) -> Result<(), Failed<HandlerFailure<E>>> {
+        bound
+            .call((self.0)(tx, records))
+            .await
+            .map_err(|error| Failed {
+                index: (records.len() == 1).then_some(0),
+                error,
+            })
+    }
 }
 
 /// Runs a job on its connection and reports back. A handler call longer

@@ -77,14 +77,13 @@ use rdkafka::ClientConfig;
 use tokio::sync::watch;
 use tokio_postgres::Transaction;
 
-use crate::apply::Failed;
 use crate::delivery::Delivery;
 use crate::metrics::{Counters, LoopMetrics};
 use crate::pool::Database;
 use crate::settings::Settings;
 use crate::store::PgHwmStore;
 use context::{commit_sync, LoopContext};
-use handler_call::{Bound, HandlerFailure};
+use job::{Apply, PerBatch, PerRecord};
 
 /// Settings the loop depends on, and the value it requires.
 const REQUIRED: &[(&str, &str)] = &[
@@ -183,67 +182,6 @@ pub enum LoopError {
         .0.iter().map(|p| format!("{}/{}: {}", p.topic, p.partition, p.error)).collect::<Vec<_>>().join("; ")
     )]
     Stopped(Vec<StoppedPartition>),
-}
-
-/// How the loop hands records to the service: one at a time or a whole
-/// batch, always inside the batch's transaction, each call through
-/// `bound` (panics caught, the handler timeout).
-pub(crate) trait Apply<E> {
-    async fn apply(
-        &self,
-        tx: &Transaction<'_>,
-        records: &[Delivery<'_>],
-        bound: &mut Bound<'_>,
-    ) -> Result<(), Failed<HandlerFailure<E>>>;
-}
-
-/// The per-record handler, called for each new record of a batch.
-struct PerRecord<H>(H);
-
-impl<E, H> Apply<E> for PerRecord<H>
-where
-    H: AsyncFn(&Transaction<'_>, &Delivery<'_>) -> Result<(), E>,
-{
-    async fn apply(
-        &self,
-        tx: &Transaction<'_>,
-        records: &[Delivery<'_>],
-        bound: &mut Bound<'_>,
-    ) -> Result<(), Failed<HandlerFailure<E>>> {
-        for (index, record) in records.iter().enumerate() {
-            bound
-                .call((self.0)(tx, record))
-                .await
-                .map_err(|error| Failed {
-                    index: Some(index),
-                    error,
-                })?;
-        }
-        Ok(())
-    }
-}
-
-/// The batch handler, called once with the new records of a batch.
-struct PerBatch<H>(H);
-
-impl<E, H> Apply<E> for PerBatch<H>
-where
-    H: AsyncFn(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), E>,
-{
-    async fn apply(
-        &self,
-        tx: &Transaction<'_>,
-        records: &[Delivery<'_>],
-        bound: &mut Bound<'_>,
-    ) -> Result<(), Failed<HandlerFailure<E>>> {
-        bound
-            .call((self.0)(tx, records))
-            .await
-            .map_err(|error| Failed {
-                index: (records.len() == 1).then_some(0),
-                error,
-            })
-    }
 }
 
 /// A consumer-group loop that applies every walrelay record exactly once

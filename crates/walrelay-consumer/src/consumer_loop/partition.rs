@@ -30,8 +30,8 @@ use crate::apply::Park;
 use crate::batch;
 use crate::meta::{MetaError, RecordMeta};
 use crate::metrics::Phase;
+use crate::position::Position;
 use crate::settings::{OnPoison, Settings};
-use crate::store::Position;
 
 /// A record waiting in its partition's queue.
 #[derive(Debug)]

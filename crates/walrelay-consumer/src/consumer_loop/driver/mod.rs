@@ -21,14 +21,15 @@ mod finish;
 use finish::store_offset;
 
 use super::context::{LoopContext, RebalanceEvent};
-use super::job::{run_job, Done, Job, JobKind, TopicPartition};
+use super::job::{run_job, Apply, Done, Job, JobKind, TopicPartition};
 use super::partition::{Partition, Queued, Step};
 use super::phase_clock::PhaseClock;
-use super::{Apply, LoopError, StoppedPartition};
+use super::{LoopError, StoppedPartition};
 use crate::metrics::LoopMetrics;
 use crate::pool::{Database, Pool};
+use crate::position::Position;
 use crate::settings::Settings;
-use crate::store::{PgHwmStore, Position};
+use crate::store::PgHwmStore;
 
 /// Records taken from librdkafka per queue and wake-up before the loop
 /// looks at its batches again. Batches in flight are futures of the
