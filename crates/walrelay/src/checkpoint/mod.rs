@@ -18,6 +18,11 @@
 //! What it never does: confirm on receipt, or confirm a keepalive's
 //! `wal_end` while anything received is still unacknowledged.
 //!
+//! [`ConfirmGate`] then applies the relay's two holds (the last clean
+//! publication check, the placement's hold during a replay) and keeps the
+//! confirmation moving only forward: the whole rule of what the slot's
+//! confirmed flush LSN becomes lives in this module.
+//!
 //! # Cost
 //!
 //! O(1) amortized per event: acknowledgement flags live in a ring
@@ -28,6 +33,9 @@
 use std::collections::VecDeque;
 
 use walrelay_pgoutput::Lsn;
+
+mod gate;
+pub use gate::ConfirmGate;
 
 /// An event registered and not yet popped from the ring.
 #[derive(Debug, Clone, Copy)]

@@ -4,13 +4,15 @@
 //! ```text
 //!   stream.recv ──▶ EventStep::step ──▶ Placement::place ──▶ tracker.register ──▶ sink.send
 //!                                                                                     │
-//!   status.confirm ◀── tracker.confirmable (≤ vouched) ◀── tracker.ack ◀── sink.next_delivery
+//!   status.confirm ◀── gate.advance ◀── tracker.confirmable ◀── tracker.ack ◀── sink.next_delivery
 //! ```
 //!
-//! The session is the I/O around two pure parts: [`EventStep`] turns
-//! replication messages into records and checkpoint facts, and the
-//! [`CheckpointTracker`] decides what is confirmable. [`Placement`] puts
-//! each record in its partition.
+//! The session is the I/O around pure parts: [`EventStep`] turns
+//! replication messages into records and checkpoint facts, [`Placement`]
+//! puts each record in its partition, the [`CheckpointTracker`] decides
+//! what Kafka's acknowledgements cover, and the [`ConfirmGate`] what of it
+//! may be confirmed (capped at the last clean publication check, nothing
+//! while the placement holds).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use tokio::sync::watch;
 use tracing::{error, info, info_span, warn, Instrument};
 use walrelay_pg::xlog::ReplicationMessage;
 use walrelay_pg::{Config as PgConfig, ReplicationStream, StatusHandle};
-use walrelay_pgoutput::{Lsn, PgTimestamp};
+use walrelay_pgoutput::PgTimestamp;
 
 use super::connect::connect;
 use super::dead_letters::DeadLetters;
@@ -28,7 +30,7 @@ use super::events::{EventStep, Step};
 use super::placement::{Placed, Placement};
 use super::seen::Seen;
 use super::{Trace, TraceSender};
-use crate::checkpoint::CheckpointTracker;
+use crate::checkpoint::{CheckpointTracker, ConfirmGate};
 use crate::config::Config;
 use crate::error::RelayError;
 use crate::fence::{ReplayCheck, SessionFence};
@@ -56,7 +58,9 @@ pub(super) struct Session<'a> {
     trace: Option<&'a TraceSender>,
     /// seq → key, kept only while tracing (for [`Trace::Acked`]).
     trace_keys: HashMap<u64, EventKey>,
-    confirmed: Lsn,
+    /// What was confirmed and what the publication checks vouched for;
+    /// decides what `confirm` reports (the rule is in `checkpoint::gate`).
+    gate: ConfirmGate,
     metrics: Option<&'a Metrics>,
     /// seq → what to count when Kafka acknowledges it, kept only with
     /// metrics.
@@ -68,11 +72,6 @@ pub(super) struct Session<'a> {
     /// When this session's own start-up check began: earlier reports are
     /// older news.
     checked_since: tokio::time::Instant,
-    /// The server's WAL position sampled by the last clean publication
-    /// check. Nothing above it is confirmed, keepalives included: WAL
-    /// written after a publication change that the checks have not seen
-    /// yet may lack rows pgoutput skipped.
-    vouched: Lsn,
     /// The last check could not run (logged once per streak).
     check_unavailable: bool,
     /// Which confirmed event the source record names next.
@@ -134,7 +133,7 @@ impl<'a> Session<'a> {
             let result = session.relay(shutdown).await;
             session.dead_letters.log_summary();
             session.placement.log_summary();
-            seen.confirmed(session.confirmed);
+            seen.confirmed(session.gate.confirmed());
             result
         }
         .instrument(span.clone())
@@ -191,13 +190,12 @@ impl<'a> Session<'a> {
             tracker: CheckpointTracker::with_confirmed(confirmed),
             trace,
             trace_keys: HashMap::new(),
-            confirmed,
+            gate: ConfirmGate::new(confirmed, c.vouched),
             metrics,
             metric_events: HashMap::new(),
             dead_letters: DeadLetters::new(slot),
             checks: c.checks,
             checked_since: c.checked_since,
-            vouched: c.vouched,
             check_unavailable: false,
             sampler: Sampler::new(config.postgres.status_interval),
             record_writer: c.source_record.writer,
@@ -287,7 +285,7 @@ impl<'a> Session<'a> {
                 Err(_) => {
                     warn!(
                         in_flight = self.tracker.in_flight_events(),
-                        confirmed = %self.confirmed,
+                        confirmed = %self.gate.confirmed(),
                         "Kafka did not acknowledge everything within 30 s; unacknowledged events will be replayed next time"
                     );
                     break;
@@ -307,28 +305,28 @@ impl<'a> Session<'a> {
         {
             Ok(Ok(checked)) => {
                 let lsn = checked.verdict()?;
-                self.vouched = self.vouched.max(lsn);
+                self.gate.vouch(lsn);
             }
             Ok(Err(e)) => {
-                warn!(error = %e, vouched = %self.vouched, "cannot check the publication before stopping; confirming only up to the last check (the next start replays the rest)");
+                warn!(error = %e, vouched = %self.gate.vouched(), "cannot check the publication before stopping; confirming only up to the last check (the next start replays the rest)");
             }
             Err(_) => {
-                warn!(vouched = %self.vouched, "the publication check before stopping did not answer within 10 s; confirming only up to the last check (the next start replays the rest)");
+                warn!(vouched = %self.gate.vouched(), "the publication check before stopping did not answer within 10 s; confirming only up to the last check (the next start replays the rest)");
             }
         }
         self.confirm();
         // A failure here only means the last status update may not have
         // reached the server: the next session replays a little more.
         if let Err(e) = self.stream.stop().await {
-            warn!(error = %e, confirmed = %self.confirmed, "ending the replication stream cleanly failed");
+            warn!(error = %e, confirmed = %self.gate.confirmed(), "ending the replication stream cleanly failed");
         }
         if let Some(writer) = self.record_writer.take() {
-            if let Some(last) = self.sampler.at_stop(self.confirmed) {
-                writer.offer(last, self.confirmed);
+            if let Some(last) = self.sampler.at_stop(self.gate.confirmed()) {
+                writer.offer(last, self.gate.confirmed());
             }
             writer.finish(RECORD_WRITE_AT_STOP).await;
         }
-        info!(confirmed = %self.confirmed, "stopped");
+        info!(confirmed = %self.gate.confirmed(), "stopped");
         Ok(())
     }
 
@@ -393,26 +391,17 @@ impl<'a> Session<'a> {
                 self.tracker.in_flight_bytes(),
             );
         }
-        // Nothing while the replay has not reproduced the fence: what it
-        // skipped meanwhile must stay in the slot if the fence was wrong.
-        if self.placement.holding() {
-            return;
-        }
-        // Never past the last clean publication check (see `vouched`).
-        if let Some(lsn) = self.tracker.confirmable().map(|l| l.min(self.vouched)) {
-            if lsn > self.confirmed {
-                self.confirmed = lsn;
-                self.status.confirm(lsn);
-                if let (Some(event), Some(writer)) =
-                    (self.sampler.confirmed(lsn), &self.record_writer)
-                {
-                    writer.offer(event, lsn);
-                }
-                if let Some(m) = self.metrics {
-                    m.set_confirmed(lsn);
-                }
-                self.trace(Trace::Confirmed { lsn });
+        let acked = self.tracker.confirmable();
+        if let Some(lsn) = self.gate.advance(acked, self.placement.holding()) {
+            self.status.confirm(lsn);
+            if let (Some(event), Some(writer)) = (self.sampler.confirmed(lsn), &self.record_writer)
+            {
+                writer.offer(event, lsn);
             }
+            if let Some(m) = self.metrics {
+                m.set_confirmed(lsn);
+            }
+            self.trace(Trace::Confirmed { lsn });
         }
     }
 
@@ -432,23 +421,23 @@ impl<'a> Session<'a> {
                     info!(vouched = %lsn, "the publication check works again");
                     self.check_unavailable = false;
                 }
-                self.vouched = self.vouched.max(*lsn);
+                self.gate.vouch(*lsn);
                 Ok(())
             }
             Outcome::Drift(e) => {
-                error!(error = %e, confirmed = %self.confirmed, "the publication changed so that outbox rows would be skipped; stopping without confirming anything after it");
+                error!(error = %e, confirmed = %self.gate.confirmed(), "the publication changed so that outbox rows would be skipped; stopping without confirming anything after it");
                 Err(RelayError::Publication(e.clone()))
             }
             Outcome::ServerGoingAway(why) => {
-                info!(reason = %why, confirmed = %self.confirmed, vouched = %self.vouched, "PostgreSQL is shutting down or restarting; ending the session so that it does not hold the shutdown");
+                info!(reason = %why, confirmed = %self.gate.confirmed(), vouched = %self.gate.vouched(), "PostgreSQL is shutting down or restarting; ending the session so that it does not hold the shutdown");
                 Err(RelayError::ServerGoingAway {
                     why: why.clone(),
-                    confirmed: self.confirmed,
+                    confirmed: self.gate.confirmed(),
                 })
             }
             Outcome::Unavailable(why) => {
                 if !self.check_unavailable {
-                    warn!(error = %why, vouched = %self.vouched, "cannot check the publication; confirming nothing past the last check until it works again");
+                    warn!(error = %why, vouched = %self.gate.vouched(), "cannot check the publication; confirming nothing past the last check until it works again");
                     self.check_unavailable = true;
                 }
                 Ok(())
