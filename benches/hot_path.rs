@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
-use walrelay::checkpoint::CheckpointTracker;
 use walrelay::config::Config;
+use walrelay::engine::checkpoint::CheckpointTracker;
+use walrelay::engine::key::{EventKey, KeyAssigner};
+use walrelay::engine::partition::{partition_for_key, partition_for_keyless};
+use walrelay::engine::route::{MessageRoute, Router, TxInfo};
 use walrelay::envelope;
-use walrelay::key::{EventKey, KeyAssigner};
-use walrelay::partition::{partition_for_key, partition_for_keyless};
-use walrelay::route::{MessageRoute, Router, TxInfo};
 use walrelay_pgoutput::{
     Decoder, Insert, Lsn, Message, PgOutputMessage, PgTimestamp, RelationCache,
 };

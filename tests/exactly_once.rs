@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use walrelay::config::Config;
-use walrelay::key::EventKey;
+use walrelay::engine::key::EventKey;
 use walrelay_testkit::{
     await_condition, java_classpath, read_until_quiet, BrokerKind, ClusterOptions, PgCluster,
     TestBroker,
@@ -220,7 +220,7 @@ async fn every_committed_event_is_applied_exactly_once_through_relay_and_consume
 
     let mut config = Config::default();
     config.postgres.url = s.source_url();
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
 
     let mut relay = s.spawn_relay()?;
     let mut consumer = s.spawn_consumer()?;
@@ -376,8 +376,8 @@ async fn two_sources_in_one_topic_keep_separate_high_water_marks() -> Result<()>
         config.postgres.url = format!("{}?sslmode=disable", cluster.url("postgres", "postgres"));
         config.postgres.status_interval = Duration::from_millis(200);
         config.kafka.bootstrap_servers = broker.bootstrap_servers();
-        walrelay::setup::setup(&config).await?;
-        relays.push(tokio::spawn(walrelay::pipeline::run(
+        walrelay::commands::setup::setup(&config).await?;
+        relays.push(tokio::spawn(walrelay::engine::pipeline::run(
             config,
             stop_rx.clone(),
             None,
@@ -510,7 +510,7 @@ async fn the_java_consumer_applies_every_event_exactly_once_through_kill_9() -> 
         .await?;
     let mut config = Config::default();
     config.postgres.url = s.source_url();
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let mut relay = s.spawn_relay()?;
     let mut consumer = s.spawn_java_consumer(&classpath, topic, "java_service")?;
     let count = || async {

@@ -111,7 +111,7 @@ pub async fn walrelay(
         .arg("--config")
         .arg(config)
         // The tail fence's cost line, and warnings.
-        .args(["--log", "warn,walrelay::fence=info"])
+        .args(["--log", "warn,walrelay::engine::fence=info"])
         .args(extra_args)
         .arg("run")
         .stdin(Stdio::null())
@@ -289,7 +289,7 @@ mod tests {
 
     #[test]
     fn the_fence_cost_comes_from_the_relays_log_line() {
-        let log = "2026-11-25T02:00:00.000000Z  INFO session{slot=wr_a_0}: walrelay::fence::session: read the partition tails of the topic topic=bench.a.wr0 partitions=4 records_read=12 elapsed_ms=37 fenced=true\n";
+        let log = "2026-11-25T02:00:00.000000Z  INFO session{slot=wr_a_0}: walrelay::engine::fence::session: read the partition tails of the topic topic=bench.a.wr0 partitions=4 records_read=12 elapsed_ms=37 fenced=true\n";
         assert_eq!(
             FenceCost::from_log(log),
             Some(FenceCost {

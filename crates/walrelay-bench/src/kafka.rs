@@ -96,7 +96,7 @@ pub fn count_records(
                 if let Some(hs) = m.headers() {
                     n.walrelay_header_bytes += hs
                         .iter()
-                        .filter(|h| walrelay::record::header::is_reserved(h.key))
+                        .filter(|h| walrelay::engine::record::header::is_reserved(h.key))
                         .map(|h| (h.key.len() + h.value.map_or(0, <[u8]>::len)) as u64)
                         .sum::<u64>();
                 }
@@ -269,7 +269,8 @@ pub fn produce_limit(
         let partition = match w.kind {
             Kind::Messages => (tx % PARTITIONS as u64) as i32,
             Kind::Outbox => {
-                walrelay::partition::partition_for_key(agg.as_bytes(), PARTITIONS as u32) as i32
+                walrelay::engine::partition::partition_for_key(agg.as_bytes(), PARTITIONS as u32)
+                    as i32
             }
         };
         let mut headers = OwnedHeaders::new_with_capacity(6).insert(Header {
@@ -279,7 +280,7 @@ pub fn produce_limit(
         let mut record: BaseRecord<'_, str, str> = BaseRecord::to(topic).payload(value.as_str());
         if shape == RecordShape::Walrelay {
             let layout = format!("{partition}/{PARTITIONS}/9f86d081884c7d65");
-            let key = walrelay::key::EventKey::new(lsn, i % w.per_tx);
+            let key = walrelay::engine::key::EventKey::new(lsn, i % w.per_tx);
             let prev_key = std::mem::replace(&mut prev[partition as usize], key.to_compact());
             headers = headers
                 .insert(Header {

@@ -39,7 +39,7 @@ pub const LAYOUT: &str = "walrelay-layout";
 pub const DEAD_LETTER_REASON: &str = "walrelay-dead-letter-reason";
 /// On a dead-letter record: a stable, machine-readable kind of problem
 /// (`malformed-envelope`, `missing-topic`, `unknown-prefix`, ...; see
-/// `walrelay::route::RouteError::kind`), for filtering and alerting.
+/// `walrelay::engine::route::RouteError::kind`), for filtering and alerting.
 pub const DEAD_LETTER_KIND: &str = "walrelay-dead-letter-kind";
 /// On a dead-letter record of a logical message: its prefix.
 pub const DEAD_LETTER_PREFIX: &str = "walrelay-dead-letter-prefix";

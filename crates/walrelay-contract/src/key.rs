@@ -4,7 +4,7 @@
 //! transactional event and `((L - 1) << 64) | (L - 1)` for a
 //! non-transactional message reporting end LSN `L` (`docs/contract.md`):
 //! numeric order is stream order, and replaying the same WAL gives the same
-//! keys. The relay assigns keys (`walrelay::key::KeyAssigner`); consumers
+//! keys. The relay assigns keys (`walrelay::engine::key::KeyAssigner`); consumers
 //! only parse, compare and print them, which is all this module offers.
 
 use std::fmt;

@@ -164,7 +164,7 @@ pub struct RelayConfig {
     pub headers: HeaderSet,
     /// The compacted topic holding one record per source: a recent event
     /// it published, which a later session checks the database against
-    /// ([`crate::source_record`]).
+    /// ([`crate::source::source_record`]).
     pub source_record_topic: String,
 }
 
@@ -214,7 +214,7 @@ impl Default for RelayConfig {
             fence: true,
             fence_timeout: Duration::from_secs(30),
             headers: HeaderSet::Lean,
-            source_record_topic: crate::source_record::DEFAULT_TOPIC.to_owned(),
+            source_record_topic: crate::source::source_record::DEFAULT_TOPIC.to_owned(),
         }
     }
 }

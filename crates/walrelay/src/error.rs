@@ -7,13 +7,13 @@
 
 use walrelay_pgoutput::{DecodeError, Lsn, RowError};
 
-use crate::checkpoint::AckError;
-use crate::fence::FenceError;
+use crate::engine::checkpoint::AckError;
+use crate::engine::fence::FenceError;
+use crate::engine::key::KeyError;
+use crate::engine::route::RouteError;
+use crate::engine::sink::SinkError;
 use crate::kafka::ClientError;
-use crate::key::KeyError;
-use crate::publication::{self, PublicationError};
-use crate::route::RouteError;
-use crate::sink::SinkError;
+use crate::source::publication::{self, PublicationError};
 
 /// Why a session ended.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +47,7 @@ pub enum RelayError {
     Fence(#[from] FenceError),
     /// The server's WAL is behind the event the source record names.
     #[error(transparent)]
-    WentBack(#[from] Box<crate::source_record::WentBack>),
+    WentBack(#[from] Box<crate::source::source_record::WentBack>),
     /// The publication does not cover the configured outbox tables (at
     /// start, or it changed while the relay ran): rows would be skipped.
     #[error("{0}")]

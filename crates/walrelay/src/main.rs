@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Parser;
 use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
-use walrelay::cli::{self, Cli, Command, LogFormat};
+use walrelay::commands::cli::{self, Cli, Command, LogFormat};
 use walrelay::http::HttpServer;
 use walrelay::metrics::Metrics;
 
@@ -50,10 +50,10 @@ async fn main() -> anyhow::Result<()> {
         // Reads Kafka only: needs neither PostgreSQL nor a complete relay
         // configuration, and has its own exit codes (docs/verify.md).
         let code = match cli.options.kafka_config() {
-            Ok(kafka) => walrelay::verify::main(kafka, args).await,
+            Ok(kafka) => walrelay::commands::verify::main(kafka, args).await,
             Err(e) => {
                 eprintln!("walrelay verify: {e:#}");
-                walrelay::verify::exit::ERROR
+                walrelay::commands::verify::exit::ERROR
             }
         };
         std::process::exit(code);
@@ -62,10 +62,10 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Config => print!("{}", cli::render(&config)),
         Command::Setup(args) => {
-            let options = walrelay::setup::SetupOptions {
+            let options = walrelay::commands::setup::SetupOptions {
                 accept_slot_loss: args.accept_slot_loss,
             };
-            for step in walrelay::setup::setup_with(&config, options).await? {
+            for step in walrelay::commands::setup::setup_with(&config, options).await? {
                 println!("{step}");
             }
         }
@@ -92,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
                 }
                 None => (None, None),
             };
-            let result = walrelay::pipeline::run_with(config, stop_rx, trace, metrics)
+            let result = walrelay::engine::pipeline::run_with(config, stop_rx, trace, metrics)
                 .instrument(span)
                 .await;
             if let Some(w) = trace_writer {
@@ -106,7 +106,8 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Verify(_) => unreachable!("handled before the configuration is loaded"),
         Command::Status(args) => {
-            let mut status = match walrelay::status::status(&config, args.limits()).await {
+            let mut status = match walrelay::commands::status::status(&config, args.limits()).await
+            {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("walrelay status: {e}");
@@ -115,16 +116,25 @@ async fn main() -> anyhow::Result<()> {
             };
             if args.kafka || !args.topics.is_empty() {
                 status.kafka = Some(
-                    walrelay::status::kafka::report(&config, &args.topics, &status.source_id).await,
+                    walrelay::commands::status::kafka::report(
+                        &config,
+                        &args.topics,
+                        &status.source_id,
+                    )
+                    .await,
                 );
                 status.source_record = Some(
-                    walrelay::source_record::status::read_status(&config, &status.source_id).await,
+                    walrelay::source::source_record::status::read_status(
+                        &config,
+                        &status.source_id,
+                    )
+                    .await,
                 );
             }
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
-                print!("{}", walrelay::status::render(&status));
+                print!("{}", walrelay::commands::status::render(&status));
             }
             std::process::exit(status.health.exit_code());
         }

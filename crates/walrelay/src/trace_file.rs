@@ -1,5 +1,5 @@
 //! `walrelay run --trace-file PATH` (hidden): the audit trace
-//! ([`walrelay::pipeline::Trace`]) appended to a file as JSON lines, for
+//! ([`walrelay::engine::pipeline::Trace`]) appended to a file as JSON lines, for
 //! fault-injection tests that run the real binary and kill it
 //! (`crates/walrelay-chaos`).
 //!
@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 
 use anyhow::Context;
 use tokio::sync::mpsc;
-use walrelay::pipeline::{Trace, TraceSender};
+use walrelay::engine::pipeline::{Trace, TraceSender};
 
 /// Opens `path` for appending and starts the writer thread. The thread
 /// ends when every sender is dropped, after writing what they sent.

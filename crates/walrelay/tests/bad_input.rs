@@ -20,15 +20,15 @@ use support::{
     apply_high_water_marks, check_confirmations_follow_acks, key_of, spawn_relay, Env, WAIT,
 };
 use tokio::sync::{mpsc, watch};
+use walrelay::commands::setup;
 use walrelay::config::{Config, OutboxConfig};
+use walrelay::engine::key::EventKey;
+use walrelay::engine::pipeline::{self, RelayError, Trace, DEAD_LETTER_HINT};
+use walrelay::engine::record::Record;
+use walrelay::engine::sink::{KafkaSink, Recovery, SinkError};
 use walrelay::envelope;
 use walrelay::kafka::properties::SinkConfig;
-use walrelay::key::EventKey;
 use walrelay::metrics::Metrics;
-use walrelay::pipeline::{self, RelayError, Trace, DEAD_LETTER_HINT};
-use walrelay::record::Record;
-use walrelay::setup;
-use walrelay::sink::{KafkaSink, Recovery, SinkError};
 use walrelay_pgoutput::Lsn;
 use walrelay_testkit::{await_condition, read_until_quiet, ConsumedRecord};
 
@@ -777,7 +777,7 @@ fn envelope_helpers_agree() {
 
 /// `walrelay.emit` refuses walrelay's header names in the application's
 /// own transaction (which then rolls back), under the same rule as the
-/// relay ([`walrelay::record::header::is_reserved`]), and accepts others.
+/// relay ([`walrelay::engine::record::header::is_reserved`]), and accepts others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn walrelay_emit_refuses_reserved_header_names_in_the_callers_transaction() -> Result<()> {
     let env = Env::postgres_only(Default::default()).await?;
@@ -796,7 +796,7 @@ async fn walrelay_emit_refuses_reserved_header_names_in_the_callers_transaction(
         "idempotency-key-2",
         "walrelay",
     ] {
-        let reserved = walrelay::record::header::is_reserved(name);
+        let reserved = walrelay::engine::record::header::is_reserved(name);
         let sql = format!(
             "BEGIN; INSERT INTO side VALUES (1); \
              SELECT walrelay.emit('t', 'k', '{{}}'::jsonb, jsonb_build_object('{name}', 'v')); COMMIT;"

@@ -43,8 +43,8 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use walrelay::config::{Config, OutboxConfig};
-use walrelay::key::EventKey;
-use walrelay::pipeline;
+use walrelay::engine::key::EventKey;
+use walrelay::engine::pipeline;
 use walrelay_testkit::{
     await_condition, read_topics, read_until_quiet, BrokerKind, ConsumedRecord, DebeziumOptions,
     DebeziumWorker, Variant,

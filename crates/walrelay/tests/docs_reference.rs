@@ -27,8 +27,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
+use walrelay::commands::status::Health;
 use walrelay::config::Config;
-use walrelay::status::Health;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -250,7 +250,7 @@ fn documented_defaults_match_the_code() {
     // The default configuration plus an outbox table with nothing but its
     // name: what `walrelay config` prints for them are the defaults.
     let config = Config::from_toml("[[outbox]]\ntable = \"docs_probe\"\n", "defaults").unwrap();
-    let rendered = walrelay::cli::render(&config);
+    let rendered = walrelay::commands::cli::render(&config);
     let table: toml::Table = toml::from_str(&rendered).unwrap();
     let mut values = BTreeMap::new();
     flatten("", &table, &mut values);
@@ -287,7 +287,7 @@ fn every_option_of_the_example_file_is_documented() {
 #[test]
 fn every_flag_and_environment_variable_is_documented() {
     let doc = read("docs/configuration.md");
-    let mut command = walrelay::cli::Cli::command();
+    let mut command = walrelay::commands::cli::Cli::command();
     command.build();
     let mut commands = vec![command.clone()];
     commands.extend(command.get_subcommands().cloned());
@@ -527,7 +527,7 @@ fn operations_lists_the_status_exit_codes() {
     }
     assert!(doc.contains("| 1 |"), "exit code 1 (could not check)");
     assert!(
-        doc.contains(&format!("| {} |", walrelay::status::USAGE)),
+        doc.contains(&format!("| {} |", walrelay::commands::status::USAGE)),
         "usage error exit code"
     );
 }

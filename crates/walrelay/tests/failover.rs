@@ -18,7 +18,7 @@ const STANDBY_ARGS: &[&str] = &[
     "--status-interval",
     "5s",
     "--log",
-    "info,walrelay::pipeline=debug",
+    "info,walrelay::engine::pipeline=debug",
 ];
 
 async fn active_pid(env: &Env) -> Result<Option<i32>> {
@@ -47,7 +47,7 @@ async fn emit(env: &Env, from: usize, n: usize) -> Result<()> {
 async fn a_standby_relay_takes_over_within_seconds_without_loss() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let (log_a, log_b) = (dir.path().join("a.log"), dir.path().join("b.log"));
 
@@ -172,7 +172,7 @@ async fn a_standby_slow_to_take_over_does_not_take_newer_keys_for_a_restore() ->
     use std::sync::atomic::{AtomicUsize, Ordering};
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log_a = dir.path().join("a.log");
     let mut a = spawn_relay(&env, &bootstrap, &log_a, STANDBY_ARGS)?;
@@ -196,7 +196,7 @@ async fn a_standby_slow_to_take_over_does_not_take_newer_keys_for_a_restore() ->
         .url
         .replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let mut standby = tokio::spawn(walrelay::pipeline::run(config, stop_rx, None));
+    let mut standby = tokio::spawn(walrelay::engine::pipeline::run(config, stop_rx, None));
     // The standby read the WAL position and waits for its check.
     await_condition(WAIT, Duration::from_millis(20), || async {
         Ok(held.load(Ordering::SeqCst) > 0)

@@ -20,7 +20,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use support::{key_of, spawn_relay, Env, WAIT};
-use walrelay::key::EventKey;
+use walrelay::engine::key::EventKey;
 use walrelay_testkit::{
     await_condition, read_topics, read_until_quiet, relay_headers, ConsumedRecord, TestBroker,
 };
@@ -251,7 +251,7 @@ async fn a_replay_after_kill_9_writes_nothing_twice_past_other_sources_and_empty
     // transactions, most of the eight partitions stay empty.
     env.broker.as_ref().unwrap().create_topic("orders", 8)?;
     env.create_topics(&[OUTBOX_TOPIC])?;
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     let topics = ["orders", OUTBOX_TOPIC];
@@ -313,7 +313,7 @@ async fn with_the_fence_off_a_replay_writes_its_duplicates_again() -> Result<()>
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
     env.create_topics(&["orders", OUTBOX_TOPIC])?;
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     let config = dir.path().join("walrelay.toml");
@@ -343,8 +343,8 @@ async fn two_sources_in_one_topic_each_fence_on_their_own_keys() -> Result<()> {
     env.create_topics(&["orders", OUTBOX_TOPIC])?;
     let mut b_config = env.config(&bootstrap);
     b_config.postgres.slot = "other".into();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
-    walrelay::setup::setup(&b_config).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&b_config).await?;
     let dir = tempfile::tempdir()?;
     let (log_a, log_b) = (dir.path().join("a.log"), dir.path().join("b.log"));
     let topics = ["orders", OUTBOX_TOPIC];
@@ -462,7 +462,7 @@ async fn a_topic_whose_partitions_grew_is_not_fenced_and_loses_nothing() -> Resu
     let bootstrap = env.bootstrap();
     let broker = env.broker.as_ref().unwrap();
     broker.create_topic("orders", 4)?;
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
 
@@ -561,7 +561,7 @@ async fn a_topic_whose_partitions_grew_is_not_fenced_and_loses_nothing() -> Resu
 async fn a_route_moved_to_another_topic_never_skips_an_event_missing_there() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
 
@@ -684,7 +684,7 @@ async fn twenty_kill_9_during_a_mixed_workload_leave_every_event_exactly_once_on
     let bootstrap = env.bootstrap();
     let topics = ["orders", "events", OUTBOX_TOPIC];
     env.create_topics(&topics)?;
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
 
@@ -798,7 +798,7 @@ async fn switching_the_header_set_between_sessions_keeps_the_fence() -> Result<(
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
     env.create_topics(&["orders", OUTBOX_TOPIC])?;
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     let topics = ["orders", OUTBOX_TOPIC];
@@ -919,8 +919,8 @@ async fn with_a_mirror(env: &Env, partitions: i32) -> Result<walrelay_testkit::T
     }
     let mut other = env.config(&bootstrap);
     other.postgres.slot = "other".into();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
-    walrelay::setup::setup(&other).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&other).await?;
     Ok(mirror)
 }
 

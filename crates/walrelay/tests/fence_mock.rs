@@ -10,11 +10,11 @@ use rdkafka::message::Header;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, DefaultProducerContext, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
-use walrelay::fence::{tail, FenceError};
-use walrelay::fence::{Layout, PartitionTail, TopicFence, TopicLayout};
+use walrelay::engine::fence::{tail, FenceError};
+use walrelay::engine::fence::{Layout, PartitionTail, TopicFence, TopicLayout};
+use walrelay::engine::key::EventKey;
 use walrelay::kafka::client::{client_config, KafkaClient};
 use walrelay::kafka::properties::KafkaConfig;
-use walrelay::key::EventKey;
 use walrelay_testkit::relay_headers;
 
 type Cluster = MockCluster<'static, DefaultProducerContext>;

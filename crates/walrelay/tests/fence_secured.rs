@@ -180,7 +180,7 @@ async fn over_sasl_ssl_replicated_topics_are_fenced_and_a_kill_9_writes_nothing_
     let topic = "secured-orders";
     cluster.create_topic(topic, 3)?;
     let env = Env::postgres_only(ClusterOptions::default()).await?;
-    walrelay::setup::setup(&env.config(&cluster.secure())).await?;
+    walrelay::commands::setup::setup(&env.config(&cluster.secure())).await?;
     let dir = tempfile::tempdir()?;
     let log: PathBuf = dir.path().join("relay.log");
 
@@ -273,7 +273,7 @@ async fn another_producers_open_transaction_does_not_hold_the_fence_wait() -> Re
     cluster.create_topic(topic, 3)?;
     let open = hanging_transaction(&cluster.admin(), topic)?;
     let env = Env::postgres_only(ClusterOptions::default()).await?;
-    walrelay::setup::setup(&env.config(&cluster.admin())).await?;
+    walrelay::commands::setup::setup(&env.config(&cluster.admin())).await?;
     let dir = tempfile::tempdir()?;
     let log: PathBuf = dir.path().join("relay.log");
     let config = dir.path().join("walrelay.toml");
@@ -347,7 +347,7 @@ async fn a_restore_whose_wal_passed_the_old_keys_is_refused_over_sasl_ssl() -> R
     let topic = "secured-restored";
     cluster.create_topic(topic, 1)?;
     let mut env = Env::postgres_only(ClusterOptions::default()).await?;
-    walrelay::setup::setup(&env.config(&cluster.secure())).await?;
+    walrelay::commands::setup::setup(&env.config(&cluster.secure())).await?;
     let backup = env.cluster.dir().join("backup");
     env.cluster.base_backup(&backup)?;
     write_wal(&env, 7).await?;

@@ -124,7 +124,7 @@ async fn below_min_isr_the_relay_confirms_nothing_and_resumes_by_itself() -> Res
         .create_topic_with(TOPIC, 1, 3, &[("min.insync.replicas", "3")])?;
 
     let env = Env::postgres_only(ClusterOptions::default()).await?;
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
@@ -289,7 +289,7 @@ async fn without_describe_configs_a_replicated_topic_is_unfenced_and_the_acl_is_
         )?;
     }
     let env = Env::postgres_only(ClusterOptions::default()).await?;
-    walrelay::setup::setup(&env.config(&cluster.plaintext)).await?;
+    walrelay::commands::setup::setup(&env.config(&cluster.plaintext)).await?;
     let topic_of = |json: &serde_json::Value, topic: &str| -> Result<serde_json::Value> {
         json["kafka"]["topics"]
             .as_array()

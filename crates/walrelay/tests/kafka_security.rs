@@ -283,7 +283,7 @@ async fn await_confirmed(env: &Env, relay: &Relay, at_least: walrelay_pgoutput::
 
 async fn env_with_slot(node: &Node) -> Result<Env> {
     let env = Env::postgres_only(ClusterOptions::default()).await?;
-    walrelay::setup::setup(&env.config(&node.secure())).await?;
+    walrelay::commands::setup::setup(&env.config(&node.secure())).await?;
     Ok(env)
 }
 
@@ -474,7 +474,7 @@ async fn the_relay_verify_and_both_consumers_work_with_only_their_acls() -> Resu
     node.grant(RELAY, &topic_acl, &[WRITE, READ])?;
     // And Read and Write on the source record's topic (which `setup`
     // creates, with Create, as an administrator here).
-    let sources = walrelay::source_record::DEFAULT_TOPIC;
+    let sources = walrelay::source::source_record::DEFAULT_TOPIC;
     node.kafka.create_topic(sources, 1)?;
     node.grant(RELAY, &AclResource::topic(sources), &[WRITE, READ])?;
     node.grant(AUDITOR, &topic_acl, &[READ])?;

@@ -11,8 +11,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use support::{Env, WAIT};
 use tokio::sync::watch;
+use walrelay::engine::pipeline;
 use walrelay::metrics::Metrics;
-use walrelay::pipeline;
 use walrelay_testkit::{await_condition, read_topics, BrokerKind, TestBroker};
 
 fn gauge(metrics: &Metrics, name: &str) -> Option<u64> {
@@ -31,7 +31,7 @@ async fn the_lag_gauge_grows_while_kafka_is_down_and_shrinks_after() -> Result<(
     // One record in flight fills the relay: with Kafka down it stops
     // reading the stream at once.
     config.relay.max_in_flight_events = 1;
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let metrics = Metrics::new();
     let (stop, stop_rx) = watch::channel(false);
     let relay = tokio::spawn(pipeline::run_with(

@@ -16,9 +16,9 @@ use support::{Env, WAIT};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use walrelay::engine::pipeline;
 use walrelay::http::HttpServer;
 use walrelay::metrics::Metrics;
-use walrelay::pipeline;
 use walrelay_testkit::await_condition;
 
 const POLL: Duration = Duration::from_millis(50);
@@ -178,7 +178,7 @@ async fn metrics_and_readiness_follow_the_relay() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
 
     let metrics = Metrics::new();
     let server =
@@ -357,7 +357,7 @@ async fn readyz_is_503_while_kafka_is_unreachable() -> Result<()> {
     // Nothing listens there.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let config = env.config(&closed.to_string());
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
 
     let metrics = Metrics::new();
     let server =
@@ -413,7 +413,7 @@ async fn the_binary_serves_metrics_and_logs_json_with_the_slot() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     // A free port, released for the binary to bind.
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
 

@@ -250,7 +250,7 @@ async fn prometheus_loads_the_rules_and_every_dashboard_query_has_data() -> Resu
         env.client.batch_execute(sql).await?;
     }
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let dir = tempfile::tempdir()?;
     let (relay, rust, py) = (free_addr()?, free_addr()?, free_addr()?);
 

@@ -8,9 +8,9 @@ mod support;
 use anyhow::Result;
 use support::{apply_high_water_marks, check_confirmations_follow_acks, Env, WAIT};
 use tokio::sync::{mpsc, watch};
+use walrelay::commands::setup::{self, Step};
 use walrelay::config::OutboxConfig;
-use walrelay::pipeline;
-use walrelay::setup::{self, Step};
+use walrelay::engine::pipeline;
 use walrelay_testkit::read_topics;
 
 const PARTITIONED: &str = "

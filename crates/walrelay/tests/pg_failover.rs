@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use support::{walrelay_status, Env, WAIT};
+use walrelay::commands::setup::Step;
 use walrelay::config::Config;
-use walrelay::setup::Step;
 use walrelay_pg::{Config as PgConfig, PgOutputOptions, ReplicationConnection, StreamOptions};
 use walrelay_testkit::{await_condition, read_until_quiet, ClusterOptions};
 
@@ -44,7 +44,7 @@ async fn slot_failover_before_postgresql_17_is_refused_with_what_to_do_instead()
     if env.cluster.pg_bin().major() >= 17 {
         return Ok(());
     }
-    let refused = walrelay::setup::setup(&failover_config(&env, "walrelay"))
+    let refused = walrelay::commands::setup::setup(&failover_config(&env, "walrelay"))
         .await
         .expect_err("no failover slots before 17")
         .to_string();
@@ -69,7 +69,7 @@ async fn setup_makes_a_failover_slot_and_status_says_what_a_failover_would_do() 
     if !has_failover_slots(&env) {
         return Ok(());
     }
-    let steps = walrelay::setup::setup(&failover_config(&env, "walrelay")).await?;
+    let steps = walrelay::commands::setup::setup(&failover_config(&env, "walrelay")).await?;
     let text = step_text(&steps);
     ensure!(
         text.contains("created:  replication slot walrelay (pgoutput, failover)"),
@@ -207,7 +207,7 @@ async fn an_existing_slot_becomes_a_failover_slot_unless_a_relay_streams_from_it
     }
     let mut plain = failover_config(&env, "plain");
     plain.postgres.slot_failover = false;
-    let text = step_text(&walrelay::setup::setup(&plain).await?);
+    let text = step_text(&walrelay::commands::setup::setup(&plain).await?);
     ensure!(text.contains("replication slot plain (pgoutput)"), "{text}");
 
     let pg = PgConfig::parse(&plain.postgres.url)?;
@@ -220,7 +220,7 @@ async fn an_existing_slot_becomes_a_failover_slot_unless_a_relay_streams_from_it
             StreamOptions::default(),
         )
         .await?;
-    let refused = walrelay::setup::setup(&failover_config(&env, "plain"))
+    let refused = walrelay::commands::setup::setup(&failover_config(&env, "plain"))
         .await
         .expect_err("an active slot cannot be altered")
         .to_string();
@@ -242,12 +242,12 @@ async fn an_existing_slot_becomes_a_failover_slot_unless_a_relay_streams_from_it
         Ok(!row.get::<_, bool>(0))
     })
     .await?;
-    let text = step_text(&walrelay::setup::setup(&failover_config(&env, "plain")).await?);
+    let text = step_text(&walrelay::commands::setup::setup(&failover_config(&env, "plain")).await?);
     ensure!(
         text.contains("changed:  replication slot plain is now a failover slot"),
         "{text}"
     );
-    let text = step_text(&walrelay::setup::setup(&failover_config(&env, "plain")).await?);
+    let text = step_text(&walrelay::commands::setup::setup(&failover_config(&env, "plain")).await?);
     ensure!(
         text.contains("existed:  replication slot plain (pgoutput, failover)"),
         "{text}"
@@ -466,7 +466,7 @@ async fn failover_under_load(kill: bool) -> Result<()> {
     let mut config = pair.env.config(&pair.bootstrap);
     config.postgres.url = pair.relay_url();
     config.postgres.slot_failover = true;
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     let mut relay = pair.spawn_relay(&log)?;
@@ -627,7 +627,7 @@ async fn without_synchronized_standby_slots_a_failover_behind_the_published_wal_
     let mut config = pair.env.config(&pair.bootstrap);
     config.postgres.url = pair.relay_url();
     config.postgres.slot_failover = true;
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     let mut relay = pair.spawn_relay(&log)?;

@@ -10,7 +10,7 @@ use anyhow::{ensure, Context, Result};
 use support::{Env, WAIT};
 use tokio::sync::watch;
 use walrelay::config::{Config, OutboxConfig};
-use walrelay::pipeline::{self, RelayError};
+use walrelay::engine::pipeline::{self, RelayError};
 use walrelay_testkit::read_topics;
 
 fn outbox(table: &str) -> OutboxConfig {
@@ -40,7 +40,7 @@ async fn run_refuses_outbox_tables_the_publication_does_not_cover() -> Result<()
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     env.client
         .batch_execute(
             "CREATE TABLE outbox2 (LIKE outbox INCLUDING ALL);
@@ -119,7 +119,7 @@ async fn the_row_filter_fix_is_one_transaction_that_works_as_printed() -> Result
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     env.client
         .batch_execute(
             "ALTER PUBLICATION walrelay SET TABLE outbox WHERE (aggregatetype <> 'audit');",
@@ -152,7 +152,7 @@ async fn a_publication_change_while_running_stops_the_relay_before_it_confirms_p
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let c = &env.client;
 
     let (stop, stop_rx) = watch::channel(false);
@@ -191,7 +191,7 @@ async fn a_publication_change_while_running_stops_the_relay_before_it_confirms_p
     // Fixed (`setup` adds it back), the relay runs again; then the
     // publication is dropped: PostgreSQL 18 would skip every outbox row
     // with only a server-side WARNING, so the relay stops by itself.
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let (stop, stop_rx) = watch::channel(false);
     let relay = tokio::spawn(pipeline::run(config.clone(), stop_rx, None));
     c.batch_execute("INSERT INTO outbox VALUES ('e-3', 'order', 'o-3', 'Created', '{}', NULL)")

@@ -12,9 +12,9 @@ use bytes::Bytes;
 use futures_util::SinkExt;
 use support::{apply_high_water_marks, check_confirmations_follow_acks, key_of, Env, WAIT};
 use tokio::sync::{mpsc, watch};
-use walrelay::partition::{partition_for_key, partition_for_keyless};
-use walrelay::pipeline::{self, Trace};
-use walrelay::setup::{self, Step};
+use walrelay::commands::setup::{self, Step};
+use walrelay::engine::partition::{partition_for_key, partition_for_keyless};
+use walrelay::engine::pipeline::{self, Trace};
 use walrelay_testkit::{
     await_condition, partition_count, read_topics, read_until_quiet, ConsumedRecord,
 };
@@ -254,7 +254,7 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
         let reserved: Vec<bool> = r
             .headers
             .iter()
-            .map(|(k, _)| walrelay::record::header::is_reserved(k))
+            .map(|(k, _)| walrelay::engine::record::header::is_reserved(k))
             .collect();
         let own = reserved.iter().take_while(|r| **r).count();
         assert!(

@@ -16,7 +16,7 @@ use support::{
     apply_high_water_marks, check_confirmations_follow_acks, key_of, spawn_relay, Env, WAIT,
 };
 use tokio::sync::{mpsc, watch};
-use walrelay::pipeline::{self, Trace};
+use walrelay::engine::pipeline::{self, Trace};
 use walrelay_testkit::{await_condition, read_until_quiet};
 
 /// The outbox table, a raw route, fast status updates.
@@ -56,7 +56,7 @@ async fn emit_batches(env: &Env, from: usize, batches: usize, per_batch: usize) 
 async fn kill_9_mid_stream_loses_nothing_and_writes_nothing_twice() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     let topics = ["events", "outbox.event.order"];
@@ -149,7 +149,7 @@ async fn broker_outage_longer_than_the_message_timeout_and_produce_errors_lose_n
         .properties
         .insert("message.timeout.ms".into(), "1500".into());
     config.relay.max_backoff = Duration::from_millis(300);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
 
     let (stop, stop_rx) = watch::channel(false);
     let (trace_tx, mut trace_rx) = mpsc::unbounded_channel();
@@ -268,7 +268,7 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
 async fn a_1m_event_transaction_passes_with_bounded_memory() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     env.client

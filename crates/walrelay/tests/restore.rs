@@ -198,7 +198,7 @@ async fn refused_with_then_delivered_under(
 ) -> Result<()> {
     // `setup` finds the slot it created gone and refuses to create one in
     // silence (issue 36).
-    let refusal = walrelay::setup::setup(&env.config(bootstrap))
+    let refusal = walrelay::commands::setup::setup(&env.config(bootstrap))
         .await
         .expect_err("setup refuses to replace a lost slot in silence")
         .to_string();
@@ -233,7 +233,7 @@ async fn a_restored_base_backup_stops_the_relay_and_a_new_source_delivers_every_
     let mut env = Env::start().await?;
     let bootstrap = env.bootstrap();
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let log = env.cluster.dir().join("relay.log");
     let highest = relay_then_restore(&mut env, &bootstrap, &log).await?;
     let now = env.current_wal_lsn().await?;
@@ -265,7 +265,7 @@ async fn a_replay_that_does_not_reproduce_the_fence_stops_the_relay_and_loses_no
         .expect("a broker")
         .create_topic(TOPIC, 1)?;
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let log = env.cluster.dir().join("relay.log");
     relay_then_restore(&mut env, &bootstrap, &log).await?;
 
@@ -296,7 +296,7 @@ async fn an_unfenced_topic_still_catches_a_replay_that_does_not_reproduce_its_ta
         .as_ref()
         .expect("a broker")
         .create_topic(TOPIC, 1)?;
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let log = env.cluster.dir().join("relay.log");
     relay_then_restore(&mut env, &bootstrap, &log).await?;
     let extra = extra(env.cluster.dir())?;
@@ -341,7 +341,7 @@ async fn a_failover_to_a_standby_behind_the_published_wal_stops_the_relay_and_lo
     let mut env = Env::start().await?;
     let bootstrap = env.bootstrap();
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
     let standby = env.cluster.standby()?;
@@ -397,7 +397,7 @@ async fn a_slot_lost_in_a_restore_is_refused_by_setup_and_the_procedure_redrives
     let mut env = Env::start().await?;
     let bootstrap = env.bootstrap();
     let mut config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let log = env.cluster.dir().join("relay.log");
     relay_then_restore(&mut env, &bootstrap, &log).await?;
 
@@ -411,7 +411,7 @@ async fn a_slot_lost_in_a_restore_is_refused_by_setup_and_the_procedure_redrives
         .await?;
     emit(&env, "meanwhile", 10).await?;
 
-    let refusal = walrelay::setup::setup(&config)
+    let refusal = walrelay::commands::setup::setup(&config)
         .await
         .expect_err("setup refuses to replace a lost slot in silence")
         .to_string();
@@ -436,10 +436,10 @@ async fn a_slot_lost_in_a_restore_is_refused_by_setup_and_the_procedure_redrives
     // the outbox rows of the gap (DELETE and INSERT in one statement: the
     // relay publishes the INSERTs, with the keys of this transaction).
     config.relay.source_id = Some("restored-1".into());
-    let options = walrelay::setup::SetupOptions {
+    let options = walrelay::commands::setup::SetupOptions {
         accept_slot_loss: true,
     };
-    let steps = walrelay::setup::setup_with(&config, options).await?;
+    let steps = walrelay::commands::setup::setup_with(&config, options).await?;
     ensure!(
         steps
             .iter()
@@ -453,7 +453,7 @@ async fn a_slot_lost_in_a_restore_is_refused_by_setup_and_the_procedure_redrives
         )
         .await?;
     // setup is idempotent again: the slot exists.
-    let again = walrelay::setup::setup(&config).await?;
+    let again = walrelay::commands::setup::setup(&config).await?;
     ensure!(
         again
             .iter()
@@ -515,7 +515,7 @@ async fn a_restore_from_before_the_first_setup_is_refused_by_setup_from_what_kaf
     let backup = env.cluster.dir().join("backup-before-setup");
     env.cluster.base_backup(&backup)?;
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let log = env.cluster.dir().join("relay.log");
     // Far past the backup's end, so that the restored server's own WAL
     // (its end-of-recovery records) stays below the keys published.
@@ -524,7 +524,7 @@ async fn a_restore_from_before_the_first_setup_is_refused_by_setup_from_what_kaf
     relay_to_the_end(&env, &bootstrap, &log, &[]).await?;
     restore(&mut env, &backup).await?;
 
-    let refusal = walrelay::setup::setup(&config)
+    let refusal = walrelay::commands::setup::setup(&config)
         .await
         .expect_err("setup refuses: Kafka holds records of this source")
         .to_string();
@@ -535,10 +535,10 @@ async fn a_restore_from_before_the_first_setup_is_refused_by_setup_from_what_kaf
         "{refusal}"
     );
     // The keys went back: accepting the gap needs a new source too.
-    let accept = walrelay::setup::SetupOptions {
+    let accept = walrelay::commands::setup::SetupOptions {
         accept_slot_loss: true,
     };
-    let refusal = walrelay::setup::setup_with(&config, accept)
+    let refusal = walrelay::commands::setup::setup_with(&config, accept)
         .await
         .expect_err("the keys went back")
         .to_string();
@@ -548,7 +548,7 @@ async fn a_restore_from_before_the_first_setup_is_refused_by_setup_from_what_kaf
     );
     let mut renamed = config.clone();
     renamed.relay.source_id = Some("restored-1".to_owned());
-    walrelay::setup::setup_with(&renamed, accept).await?;
+    walrelay::commands::setup::setup_with(&renamed, accept).await?;
     ensure!(
         env.client
             .query_opt(
@@ -572,7 +572,7 @@ const SOURCES: &str = "walrelay.sources";
 /// server is behind it.
 async fn relay_then_restore_snapshot(env: &mut Env, bootstrap: &str, log: &Path) -> Result<Lsn> {
     env.create_topics(&[TOPIC])?;
-    walrelay::setup::setup(&env.config(bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(bootstrap)).await?;
     emit(env, "early", 50).await?;
     relay_to_the_end(env, bootstrap, log, &[]).await?;
     let snapshot = env.cluster.dir().join("snapshot");
@@ -584,11 +584,15 @@ async fn relay_then_restore_snapshot(env: &mut Env, bootstrap: &str, log: &Path)
     ensure!(records.len() == 350, "{} records", records.len());
     let highest = records.iter().map(key_of).max().context("records")?;
     let source = format!("{}/postgres/walrelay", env.system_identifier().await?);
-    let recorded =
-        walrelay::source_record::kafka::read(&env.config(bootstrap).kafka, SOURCES, &source, WAIT)
-            .await?
-            .and_then(|r| r.event)
-            .context(std::fs::read_to_string(log).unwrap_or_default())?;
+    let recorded = walrelay::source::source_record::kafka::read(
+        &env.config(bootstrap).kafka,
+        SOURCES,
+        &source,
+        WAIT,
+    )
+    .await?
+    .and_then(|r| r.event)
+    .context(std::fs::read_to_string(log).unwrap_or_default())?;
     ensure!(
         recorded.key == highest,
         "a clean stop records the last event: {} against {highest}",
@@ -622,7 +626,7 @@ async fn snapshot_refused_then_delivered(
         "set relay.source_id to a new value",
         "Restoring the database or failing over",
     ];
-    match walrelay::setup::setup(&env.config(bootstrap)).await {
+    match walrelay::commands::setup::setup(&env.config(bootstrap)).await {
         Err(refusal) => {
             let refusal = refusal.to_string();
             for e in expect {
@@ -659,7 +663,7 @@ async fn snapshot_refused_then_delivered(
     );
     let mut renamed = env.config(bootstrap);
     renamed.relay.source_id = Some("restored-1".to_owned());
-    walrelay::setup::setup(&renamed).await?;
+    walrelay::commands::setup::setup(&renamed).await?;
     relay_to_the_end(env, bootstrap, log, &["--source-id", "restored-1"]).await?;
     check_delivered_after_snapshot(bootstrap, "restored-1", &after).await
 }
@@ -781,7 +785,7 @@ async fn a_snapshot_restore_with_the_source_record_deleted_warns_and_the_tails_r
         .await
         .map_err(|(e, _)| e)?;
     emit(&env, "after", 100).await?;
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let mut relay = spawn_relay(&env, &bootstrap, &log, &args(&[]))?;
     expect_refusal(
         &mut relay,
@@ -809,15 +813,15 @@ async fn accepting_a_lost_slot_under_the_old_source_is_refused_when_the_source_r
     let bootstrap = env.bootstrap();
     env.create_topics(&[TOPIC])?;
     let config = env.config(&bootstrap);
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let log = env.cluster.dir().join("relay.log");
     let highest = relay_then_restore(&mut env, &bootstrap, &log).await?;
     env.broker().delete_records_to_end(TOPIC)?;
     ensure!(env.current_wal_lsn().await? < highest, "the WAL went back");
-    let accept = walrelay::setup::SetupOptions {
+    let accept = walrelay::commands::setup::SetupOptions {
         accept_slot_loss: true,
     };
-    let refusal = walrelay::setup::setup_with(&config, accept)
+    let refusal = walrelay::commands::setup::setup_with(&config, accept)
         .await
         .expect_err("the keys would go back")
         .to_string();
@@ -828,6 +832,6 @@ async fn accepting_a_lost_slot_under_the_old_source_is_refused_when_the_source_r
     );
     let mut renamed = config.clone();
     renamed.relay.source_id = Some("restored-1".to_owned());
-    walrelay::setup::setup_with(&renamed, accept).await?;
+    walrelay::commands::setup::setup_with(&renamed, accept).await?;
     Ok(())
 }

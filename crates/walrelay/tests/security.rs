@@ -16,11 +16,11 @@ use bytes::Bytes;
 use support::{Env, WAIT};
 use tokio::sync::watch;
 use walrelay::config::Config;
+use walrelay::engine::pipeline;
+use walrelay::engine::record::Record;
+use walrelay::engine::sink::{KafkaSink, SinkError};
 use walrelay::kafka::properties::SinkConfig;
 use walrelay::kafka::ClientError;
-use walrelay::pipeline;
-use walrelay::record::Record;
-use walrelay::sink::{KafkaSink, SinkError};
 use walrelay_testkit::{read_topics, TestCa};
 
 const PASSWORD: &str = "pa55-w0rd-never-shown";
@@ -230,7 +230,7 @@ fn secrets_come_from_files_and_environment_and_are_never_shown() {
     sink.validate().unwrap();
 
     // Never shown: Debug of every configuration type, `walrelay config`.
-    let rendered = walrelay::cli::render(&config);
+    let rendered = walrelay::commands::cli::render(&config);
     for shown in [
         format!("{config:?}"),
         format!("{:?}", config.kafka),
@@ -437,7 +437,7 @@ async fn tls_verifies_the_broker_certificate_against_ssl_ca_location() -> Result
         key: Some(Bytes::from_static(b"k")),
         value: Some(Bytes::from_static(b"v")),
         headers: Vec::new(),
-        event_key: walrelay::key::EventKey::new(1, 0),
+        event_key: walrelay::engine::key::EventKey::new(1, 0),
         timestamp_ms: None,
     };
 
@@ -498,7 +498,7 @@ async fn run_works_as_a_login_replication_role_without_other_privileges() -> Res
     let admin = env.config(&bootstrap);
     // `setup` as the superuser (docs/security.md gives the least privileges
     // it needs).
-    walrelay::setup::setup(&admin).await?;
+    walrelay::commands::setup::setup(&admin).await?;
     // docs/security.md, "The role for `walrelay run`".
     env.client
         .batch_execute(
@@ -574,7 +574,7 @@ async fn a_role_without_replication_gets_an_actionable_error() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
     let admin = env.config(&bootstrap);
-    walrelay::setup::setup(&admin).await?;
+    walrelay::commands::setup::setup(&admin).await?;
     env.client
         .batch_execute("CREATE ROLE walrelay_norepl WITH LOGIN;")
         .await?;

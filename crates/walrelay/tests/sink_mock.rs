@@ -17,10 +17,10 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
+use walrelay::engine::key::EventKey;
+use walrelay::engine::record::Record;
+use walrelay::engine::sink::{DeliveryReport, KafkaSink, Recovery, SinkError};
 use walrelay::kafka::properties::SinkConfig;
-use walrelay::key::EventKey;
-use walrelay::record::Record;
-use walrelay::sink::{DeliveryReport, KafkaSink, Recovery, SinkError};
 
 type Cluster = MockCluster<'static, DefaultProducerContext>;
 

@@ -184,7 +184,7 @@ fn status(env: &Env) -> Result<(i32, String)> {
 async fn a_slot_invalidated_by_max_slot_wal_keep_size_stops_run_and_status_reports_it() -> Result<()>
 {
     let env = Env::postgres_only(small_wal_budget()).await?;
-    walrelay::setup::setup(&env.config(NO_BROKER)).await?;
+    walrelay::commands::setup::setup(&env.config(NO_BROKER)).await?;
     let confirmed = env.confirmed_flush_lsn("walrelay").await?;
     // Published while walrelay is down: in the WAL that will be removed.
     env.client
@@ -243,7 +243,7 @@ async fn a_slot_invalidated_by_max_slot_wal_keep_size_stops_run_and_status_repor
 async fn a_slot_invalidated_under_a_running_relay_stops_it() -> Result<()> {
     let mut env = with_broker(Env::postgres_only(small_wal_budget()).await?).await?;
     let bootstrap = env.bootstrap();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let mut relay = Walrelay::spawn(
         &url(&env, "postgres", "sslmode=disable"),
         &bootstrap,
@@ -289,7 +289,7 @@ async fn a_slot_invalidated_under_a_running_relay_stops_it() -> Result<()> {
 async fn a_slot_dropped_while_running_stops_the_relay_without_recreating_it() -> Result<()> {
     let env = Env::start().await?;
     let bootstrap = env.bootstrap();
-    walrelay::setup::setup(&env.config(&bootstrap)).await?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
     let mut relay = Walrelay::spawn(
         &url(&env, "postgres", "sslmode=disable"),
         &bootstrap,

@@ -26,7 +26,7 @@ async fn status_reports_the_slot_with_script_friendly_exit_codes() -> Result<()>
 
     let mut config = env.config("127.0.0.1:9");
     config.outbox.clear();
-    walrelay::setup::setup(&config).await?;
+    walrelay::commands::setup::setup(&config).await?;
     let (code, json) = status(&env, &["--json"])?;
     assert_eq!(code, 0, "{json}");
     let v: serde_json::Value = serde_json::from_str(&json)?;
@@ -48,7 +48,7 @@ async fn status_reports_the_slot_with_script_friendly_exit_codes() -> Result<()>
     // A connected relay shows up as the slot's active walsender. (Kafka is
     // unreachable here; the replication connection is what status sees.)
     let (_stop, stop_rx) = watch::channel(false);
-    let relay = tokio::spawn(walrelay::pipeline::run(config, stop_rx, None));
+    let relay = tokio::spawn(walrelay::engine::pipeline::run(config, stop_rx, None));
     await_condition(WAIT, Duration::from_millis(100), || async {
         let (_, json) = status(&env, &["--json"])?;
         let v: serde_json::Value = serde_json::from_str(&json)?;

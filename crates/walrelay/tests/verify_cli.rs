@@ -10,9 +10,9 @@ use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
-use walrelay::key::EventKey;
-use walrelay::record::header;
-use walrelay::verify::exit;
+use walrelay::commands::verify::exit;
+use walrelay::engine::key::EventKey;
+use walrelay::engine::record::header;
 use walrelay_testkit::TestBroker;
 
 const SOURCE: &str = "7301234567890123456/postgres/walrelay";

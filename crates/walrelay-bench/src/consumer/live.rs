@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use tokio::sync::watch;
-use walrelay::pipeline;
+use walrelay::engine::pipeline;
 
 use super::{
     fresh_database, start, stop_consumer, wait_applied, Applied, Consumer, ConsumerOptions, Target,

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use tokio::sync::watch;
-use walrelay::pipeline;
+use walrelay::engine::pipeline;
 use walrelay_consumer::LoopMetrics;
 
 use crate::env::BenchEnv;

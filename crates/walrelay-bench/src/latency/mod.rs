@@ -8,7 +8,7 @@
 //!   transaction committed. Rates are open loop: event `j` of a client is
 //!   due at `start + j / rate_per_client`; a client that falls behind sends
 //!   at once, and the achieved rate is reported.
-//! * **ack**: walrelay runs in this process (`walrelay::pipeline::run`) and
+//! * **ack**: walrelay runs in this process (`walrelay::engine::pipeline::run`) and
 //!   reports every Kafka delivery report on its trace channel; a task takes
 //!   the time when it receives it. The polling relay takes it when each
 //!   delivery future resolves.

@@ -84,12 +84,15 @@ pub async fn generate(
             if let Some((c, stmt)) = &commit {
                 c.execute(stmt, &[&body]).await?;
             }
-            let key = walrelay::key::EventKey::new(0x1_0000_0000 + seq * 300, 0);
+            let key = walrelay::engine::key::EventKey::new(0x1_0000_0000 + seq * 300, 0);
             let key_hex = format!("{:032x}", key.0);
             let partition = (seq % PARTITIONS as u64) as i32;
             let layout = format!("{partition}/{PARTITIONS}/9f86d081884c7d65");
-            let prev = walrelay::key::EventKey::new(0x1_0000_0000 + seq.saturating_sub(1) * 300, 0)
-                .to_compact();
+            let prev = walrelay::engine::key::EventKey::new(
+                0x1_0000_0000 + seq.saturating_sub(1) * 300,
+                0,
+            )
+            .to_compact();
             let headers = OwnedHeaders::new_with_capacity(4)
                 .insert(Header {
                     key: "idempotency-key",

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use walrelay::pipeline::{self, Trace};
+use walrelay::engine::pipeline::{self, Trace};
 
 use super::{plain, relay_config, LatencyOptions};
 use crate::env::BenchEnv;

@@ -9,7 +9,7 @@
 //! | [`KafkaClient::Verify`] (`walrelay verify`) | reader defaults, the user's properties, then what makes it a read-only reader |
 //! | [`KafkaClient::Fence`] (`walrelay run`) | the reader's, under the client id `<client.id>-fence`, reporting partition ends, committed records only |
 //! | [`KafkaClient::Admin`] (`walrelay run`, `setup`) | the user's properties under the client id `<client.id>-admin`, without idempotence or transactions: reads the topics' durability settings for the fence, creates the source record's topic |
-//! | [`KafkaClient::SourceRecord`] (`walrelay run`) | the admin client's, under the client id `<client.id>-sources`, with `acks=all`: writes the source record ([`crate::source_record`]) |
+//! | [`KafkaClient::SourceRecord`] (`walrelay run`) | the admin client's, under the client id `<client.id>-sources`, with `acks=all`: writes the source record ([`crate::source::source_record`]) |
 //!
 //! In each of them secret references (`env:NAME`, `file:/path`) are
 //! resolved ([`crate::secrets`]) and TLS/SASL settings are checked, each
@@ -38,13 +38,13 @@ pub enum KafkaClient {
     /// it is needed).
     Verify,
     /// The tail fence's group-less reader of partition tails
-    /// ([`crate::fence::tail`]).
+    /// ([`crate::engine::fence::tail`]).
     Fence,
     /// The fence's admin client, which only describes topic configurations
-    /// ([`crate::fence::settings`]); `setup`'s, which creates the source
+    /// ([`crate::engine::fence::settings`]); `setup`'s, which creates the source
     /// record's topic.
     Admin,
-    /// The writer of the source record ([`crate::source_record`]): a
+    /// The writer of the source record ([`crate::source::source_record`]): a
     /// plain producer with `acks=all`.
     SourceRecord,
 }

@@ -2,7 +2,7 @@
 //!
 //! * [`ClientError`]: why walrelay refused a Kafka client's properties, or
 //!   librdkafka refused to create the client. Not the producer's
-//!   [`SinkError`](crate::sink::SinkError), because every client (the
+//!   [`SinkError`](crate::engine::sink::SinkError), because every client (the
 //!   verifier, the fence's reader, the admin client) is built from the same
 //!   properties; the producer turns it into its own error
 //!   (`From<ClientError> for SinkError`), unchanged in what it says.

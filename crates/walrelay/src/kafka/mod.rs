@@ -12,8 +12,8 @@
 //! | [`acl`] | authorization errors as the ACL to grant |
 //! | `error` | [`ClientError`] (properties refused, a client not created) and [`RequestError`] (a request of walrelay's without a usable answer) |
 //!
-//! Nothing here imports the producer ([`crate::sink`]), the fence
-//! ([`crate::fence`]), the commands or [`crate::config`]: they import this
+//! Nothing here imports the producer ([`crate::engine::sink`]), the fence
+//! ([`crate::engine::fence`]), the commands or [`crate::config`]: they import this
 //! wing, so the checks on Kafka properties, run by the configuration's
 //! validation and by every client, have one home and no cycle.
 

@@ -58,12 +58,12 @@ impl Default for KafkaConfig {
     }
 }
 
-/// How long [`KafkaSink::partitions`](crate::sink::KafkaSink::partitions) waits for a topic's metadata by default.
+/// How long [`KafkaSink::partitions`](crate::engine::sink::KafkaSink::partitions) waits for a topic's metadata by default.
 pub const DEFAULT_METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default `queue.buffering.max.messages`. The relay bounds the number of
 /// records in flight itself; librdkafka's queue must be larger than that
-/// bound so that [`SinkError::QueueFull`](crate::sink::SinkError::QueueFull) stays a backstop, not the normal
+/// bound so that [`SinkError::QueueFull`](crate::engine::sink::SinkError::QueueFull) stays a backstop, not the normal
 /// flow control.
 pub const DEFAULT_QUEUE_MAX_MESSAGES: u32 = 1_000_000;
 
@@ -72,7 +72,7 @@ pub const DEFAULT_QUEUE_MAX_MESSAGES: u32 = 1_000_000;
 /// default (300 s) would hold every confirmed-LSN advance for five minutes
 /// before anyone notices that Kafka is gone. The relay enforces it itself,
 /// not librdkafka (see
-/// [`producer_properties`](crate::sink::producer_properties)).
+/// [`producer_properties`](crate::engine::sink::producer_properties)).
 pub const DEFAULT_MESSAGE_TIMEOUT_MS: u32 = 30_000;
 
 /// Throughput defaults, each overridable by the user (under any alias).
@@ -128,7 +128,7 @@ const ALIASES: &[&[&str]] = &[
 
 const BOOTSTRAP: &[&str] = &["bootstrap.servers", "metadata.broker.list"];
 
-/// The producer's configuration ([`crate::sink::KafkaSink::new`]; the
+/// The producer's configuration ([`crate::engine::sink::KafkaSink::new`]; the
 /// readiness probe's properties are the producer's too). Named after the
 /// sink that uses it; it lives here because its checks are every
 /// client's.
@@ -140,9 +140,9 @@ pub struct SinkConfig {
     /// Comma-separated `host:port` list (librdkafka `bootstrap.servers`).
     pub bootstrap_servers: String,
     /// librdkafka properties, passed as-is except for the delivery
-    /// guarantees walrelay enforces (see [`crate::sink`]).
+    /// guarantees walrelay enforces (see [`crate::engine::sink`]).
     pub properties: BTreeMap<String, String>,
-    /// How long [`KafkaSink::partitions`](crate::sink::KafkaSink::partitions) waits for a topic's metadata.
+    /// How long [`KafkaSink::partitions`](crate::engine::sink::KafkaSink::partitions) waits for a topic's metadata.
     pub metadata_timeout: Duration,
 }
 

@@ -1,4 +1,4 @@
-//! The gauges of [`crate::slot_failover`]: whether a PostgreSQL failover
+//! The gauges of [`crate::source::slot_failover`]: whether a PostgreSQL failover
 //! keeps what walrelay publishes, for an alert rather than a log line
 //! someone has to read.
 
@@ -6,7 +6,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::add;
-use crate::slot_failover::Finding;
+use crate::source::slot_failover::Finding;
 
 /// Set at every publication check.
 #[derive(Clone, Default)]

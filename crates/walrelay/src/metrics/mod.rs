@@ -25,7 +25,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use walrelay_pgoutput::{Lsn, PgTimestamp};
 
-use crate::sink::SinkError;
+use crate::engine::sink::SinkError;
 
 mod failover;
 mod slot;
@@ -196,7 +196,7 @@ impl Metrics {
         let dead_letter_records = add(&mut r, "dead_letter_records", "Events diverted to the dead-letter topic, by kind of problem (counted when sent; a replay after a restart counts again)", Family::<DeadLetterLabels, Counter>::default());
         // Every kind from the start, so that a rate over it is defined
         // before the first dead letter.
-        for kind in crate::route::DEAD_LETTER_KINDS {
+        for kind in crate::engine::route::DEAD_LETTER_KINDS {
             drop(dead_letter_records.get_or_create(&DeadLetterLabels {
                 kind: (*kind).to_owned(),
             }));
@@ -298,7 +298,7 @@ impl Metrics {
     }
 
     /// Whether the source record could be read at the session's start
-    /// and written since ([`crate::source_record`]).
+    /// and written since ([`crate::source::source_record`]).
     pub fn set_source_record_available(&self, available: bool) {
         self.inner.source_record_available.set(i64::from(available));
     }
@@ -416,7 +416,7 @@ impl Metrics {
     }
 
     /// What the last publication check found about a PostgreSQL failover.
-    pub fn set_failover(&self, findings: &[crate::slot_failover::Finding]) {
+    pub fn set_failover(&self, findings: &[crate::source::slot_failover::Finding]) {
         self.inner.failover.set(findings);
     }
 
@@ -472,7 +472,7 @@ impl Metrics {
             .readiness(self.inner.in_flight_events.get())
     }
 
-    /// One event of `kind` ([`crate::route::RouteError::kind`]) diverted
+    /// One event of `kind` ([`crate::engine::route::RouteError::kind`]) diverted
     /// to the dead-letter topic.
     pub fn dead_letter_record(&self, kind: &str) {
         self.inner

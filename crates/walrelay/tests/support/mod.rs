@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use walrelay::config::{Config, MessageRoute, OutboxConfig};
-use walrelay::key::EventKey;
-use walrelay::pipeline::Trace;
+use walrelay::engine::key::EventKey;
+use walrelay::engine::pipeline::Trace;
 use walrelay_pgoutput::Lsn;
 use walrelay_testkit::{
     db, outbox_table, BrokerKind, ClusterOptions, ConsumedRecord, OutboxKeys, PgCluster,
