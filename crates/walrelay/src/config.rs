@@ -130,6 +130,9 @@ impl std::fmt::Debug for PostgresConfig {
     }
 }
 
+/// The source record topic's default name (`[relay] source_record_topic`).
+pub const DEFAULT_SOURCE_RECORD_TOPIC: &str = "walrelay.sources";
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RelayConfig {
@@ -214,7 +217,7 @@ impl Default for RelayConfig {
             fence: true,
             fence_timeout: Duration::from_secs(30),
             headers: HeaderSet::Lean,
-            source_record_topic: crate::source::source_record::DEFAULT_TOPIC.to_owned(),
+            source_record_topic: DEFAULT_SOURCE_RECORD_TOPIC.to_owned(),
         }
     }
 }

@@ -474,7 +474,7 @@ async fn the_relay_verify_and_both_consumers_work_with_only_their_acls() -> Resu
     node.grant(RELAY, &topic_acl, &[WRITE, READ])?;
     // And Read and Write on the source record's topic (which `setup`
     // creates, with Create, as an administrator here).
-    let sources = walrelay::source::source_record::DEFAULT_TOPIC;
+    let sources = walrelay::config::DEFAULT_SOURCE_RECORD_TOPIC;
     node.kafka.create_topic(sources, 1)?;
     node.grant(RELAY, &AclResource::topic(sources), &[WRITE, READ])?;
     node.grant(AUDITOR, &topic_acl, &[READ])?;

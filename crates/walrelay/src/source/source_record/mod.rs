@@ -65,8 +65,6 @@ use walrelay_pgoutput::Lsn;
 
 use crate::engine::key::EventKey;
 
-/// The topic's default name.
-pub const DEFAULT_TOPIC: &str = "walrelay.sources";
 
 /// The format of [`SourceRecord`]'s JSON, bumped on an incompatible
 /// change (a reader refuses formats it does not know, as unreadable).
