@@ -21,6 +21,7 @@ use walrelay::engine::key::EventKey;
 use walrelay::engine::record::Record;
 use walrelay::engine::sink::{DeliveryReport, KafkaSink, Recovery, SinkError};
 use walrelay::kafka::properties::SinkConfig;
+use walrelay::kafka::ClientError;
 
 type Cluster = MockCluster<'static, DefaultProducerContext>;
 
@@ -268,7 +269,7 @@ fn weakening_the_guarantees_is_rejected() {
         let err = KafkaSink::new(&config("127.0.0.1:9", &[(name, value)]))
             .expect_err(&format!("{name}={value} must be rejected"));
         match &err {
-            SinkError::Config { property, reason } => {
+            SinkError::Client(ClientError::Config { property, reason }) => {
                 assert_eq!(property, name);
                 assert!(reason.contains("walrelay"), "{name}: {reason}");
             }
@@ -328,12 +329,15 @@ fn other_properties_pass_through() {
         &[("linger.ms", "1"), ("queue.buffering.max.ms", "2")],
     ))
     .unwrap_err();
-    assert!(matches!(err, SinkError::Config { .. }), "{err:?}");
+    assert!(
+        matches!(err, SinkError::Client(ClientError::Config { .. })),
+        "{err:?}"
+    );
 
     // librdkafka's own validation surfaces as a config error too.
     let err = KafkaSink::new(&config("127.0.0.1:9", &[("no.such.property", "1")])).unwrap_err();
     assert!(
-        matches!(&err, SinkError::Config { property, .. } if property == "no.such.property"),
+        matches!(&err, SinkError::Client(ClientError::Config { property, .. }) if property == "no.such.property"),
         "{err:?}"
     );
     eprintln!("{err}");

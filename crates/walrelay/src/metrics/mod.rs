@@ -26,6 +26,7 @@ use prometheus_client::registry::{Registry, Unit};
 use walrelay_pgoutput::{Lsn, PgTimestamp};
 
 use crate::engine::sink::SinkError;
+use crate::kafka::ClientError;
 
 mod failover;
 mod slot;
@@ -488,8 +489,8 @@ impl Metrics {
 /// error code name, or empty.
 fn kafka_error_labels(error: &SinkError) -> (String, String) {
     let kind = match error {
-        SinkError::Config { .. } => "config",
-        SinkError::Create(_) => "create",
+        SinkError::Client(ClientError::Config { .. }) => "config",
+        SinkError::Client(ClientError::Create(_)) => "create",
         SinkError::QueueFull => "queue_full",
         SinkError::Produce { .. } => "produce",
         SinkError::Delivery { .. } | SinkError::NotAcknowledged { .. } => "delivery",

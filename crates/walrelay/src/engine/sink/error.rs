@@ -23,18 +23,11 @@ pub enum Recovery {
 #[non_exhaustive]
 pub enum SinkError {
     /// A producer property is invalid or would weaken the delivery
-    /// guarantees ([`ClientError::Config`]).
-    #[error("Kafka producer property `{property}`: {reason}")]
-    Config {
-        /// The property's name.
-        property: String,
-        /// Why it is rejected (never contains a secret value).
-        reason: String,
-    },
-    /// librdkafka refused to create the producer
-    /// ([`ClientError::Create`]).
-    #[error("cannot create the Kafka producer: {0}")]
-    Create(String),
+    /// guarantees ([`ClientError::Config`]), or librdkafka refused to
+    /// create the producer ([`ClientError::Create`]): the checks every
+    /// Kafka client of walrelay shares, with their messages.
+    #[error(transparent)]
+    Client(#[from] ClientError),
     /// librdkafka's queue is full: wait for deliveries and send again.
     #[error("the Kafka producer queue is full (queue.buffering.max.messages/kbytes)")]
     QueueFull,
@@ -152,25 +145,12 @@ pub enum SinkError {
     },
 }
 
-/// The producer's properties refused, or librdkafka refusing to create
-/// it: the same variants and messages the sink always had.
-impl From<ClientError> for SinkError {
-    fn from(error: ClientError) -> Self {
-        match error {
-            ClientError::Config { property, reason } => SinkError::Config { property, reason },
-            ClientError::Create(message) => SinkError::Create(message),
-        }
-    }
-}
-
 impl SinkError {
     /// What the relay should do about this error.
     pub fn recovery(&self) -> Recovery {
         match self {
             SinkError::QueueFull => Recovery::RetryAfterDeliveries,
-            SinkError::Config { .. } | SinkError::Create(_) | SinkError::RecordTooLarge { .. } => {
-                Recovery::Fatal
-            }
+            SinkError::Client(_) | SinkError::RecordTooLarge { .. } => Recovery::Fatal,
             // A record too large for librdkafka is too large on replay too.
             SinkError::Produce {
                 code: RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidArgument,

@@ -8,7 +8,7 @@
 //! `enable.idempotence=true`, `acks=all`, `enable.gapless.guarantee=true`,
 //! at most 5 in-flight requests per connection and FIFO queuing; a user
 //! property that would weaken any of them is rejected with
-//! [`SinkError::Config`] ([`crate::kafka::policy`]). Every other librdkafka property is passed through
+//! [`SinkError::Client`] ([`crate::kafka::policy`]). Every other librdkafka property is passed through
 //! as-is.
 //!
 //! Delivery reports are produced by librdkafka on the producer's own polling

@@ -65,7 +65,6 @@ use walrelay_pgoutput::Lsn;
 
 use crate::engine::key::EventKey;
 
-
 /// The format of [`SourceRecord`]'s JSON, bumped on an incompatible
 /// change (a reader refuses formats it does not know, as unreadable).
 pub const FORMAT: u32 = 1;
