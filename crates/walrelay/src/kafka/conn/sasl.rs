@@ -6,7 +6,7 @@
 //! The mechanisms: `PLAIN` (one message, `\0user\0password`) and
 //! `SCRAM-SHA-256` / `SCRAM-SHA-512` ([`super::scram`], two rounds).
 
-use crate::kafka::wire::Reader;
+use crate::kafka::wire::{Reader, Request};
 
 const SASL_HANDSHAKE: i16 = 17;
 const SASL_AUTHENTICATE: i16 = 36;
@@ -46,30 +46,12 @@ impl Mechanism {
     }
 }
 
-/// A request header v1 (api key, version, correlation id, client id) and
-/// `body`, length-prefixed.
-fn frame(api_key: i16, version: i16, correlation_id: i32, body: &[u8]) -> Vec<u8> {
-    const CLIENT_ID: &[u8] = b"walrelay";
-    let len = 2 + 2 + 4 + 2 + CLIENT_ID.len() + body.len();
-    let mut out = Vec::with_capacity(4 + len);
-    out.extend_from_slice(&(len as i32).to_be_bytes());
-    out.extend_from_slice(&api_key.to_be_bytes());
-    out.extend_from_slice(&version.to_be_bytes());
-    out.extend_from_slice(&correlation_id.to_be_bytes());
-    out.extend_from_slice(&(CLIENT_ID.len() as i16).to_be_bytes());
-    out.extend_from_slice(CLIENT_ID);
-    out.extend_from_slice(body);
-    out
-}
-
 /// A SaslHandshake v1 request for `mechanism`.
 #[must_use]
 pub fn handshake_request(correlation_id: i32, mechanism: Mechanism) -> Vec<u8> {
-    let name = mechanism.name().as_bytes();
-    let mut body = Vec::with_capacity(2 + name.len());
-    body.extend_from_slice(&(name.len() as i16).to_be_bytes());
-    body.extend_from_slice(name);
-    frame(SASL_HANDSHAKE, 1, correlation_id, &body)
+    let mut request = Request::new(SASL_HANDSHAKE, 1, correlation_id, "walrelay");
+    request.string(mechanism.name());
+    request.framed()
 }
 
 /// A SaslHandshake v1 response (without its length prefix): `Ok` when
@@ -99,10 +81,9 @@ pub fn parse_handshake(
 /// A SaslAuthenticate v1 request carrying `auth_bytes`.
 #[must_use]
 pub fn authenticate_request(correlation_id: i32, auth_bytes: &[u8]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(4 + auth_bytes.len());
-    body.extend_from_slice(&(auth_bytes.len() as i32).to_be_bytes());
-    body.extend_from_slice(auth_bytes);
-    frame(SASL_AUTHENTICATE, 1, correlation_id, &body)
+    let mut request = Request::new(SASL_AUTHENTICATE, 1, correlation_id, "walrelay");
+    request.bytes(auth_bytes);
+    request.framed()
 }
 
 /// A SaslAuthenticate v1 response (without its length prefix): the

@@ -39,7 +39,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::kafka::conn::{Connection, Settings};
-use crate::kafka::wire::Reader;
+use crate::kafka::wire::{Reader, Request};
 use crate::kafka::RequestError;
 
 /// Whether the brokers keep the high watermark still while a partition's
@@ -93,35 +93,16 @@ pub struct Release {
 /// An ApiVersions v3 request with `correlation_id`, length-prefixed.
 #[must_use]
 pub fn request(correlation_id: i32) -> Vec<u8> {
-    let mut body = Vec::with_capacity(48);
-    body.extend_from_slice(&API_VERSIONS.to_be_bytes());
-    body.extend_from_slice(&3i16.to_be_bytes());
-    body.extend_from_slice(&correlation_id.to_be_bytes());
-    // Header v2: client_id (a nullable string with an int16 length), then
-    // no tagged fields.
-    let client_id = b"walrelay";
-    body.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
-    body.extend_from_slice(client_id);
-    body.push(0);
-    // Body: client_software_name, client_software_version (compact
-    // strings: length + 1 as an unsigned varint), no tagged fields.
-    for s in ["walrelay", env!("CARGO_PKG_VERSION")] {
-        put_uvarint(&mut body, s.len() as u64 + 1);
-        body.extend_from_slice(s.as_bytes());
-    }
-    body.push(0);
-    let mut framed = Vec::with_capacity(body.len() + 4);
-    framed.extend_from_slice(&(body.len() as i32).to_be_bytes());
-    framed.extend_from_slice(&body);
-    framed
-}
-
-fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+    // Header v2: header v1, then no tagged fields.
+    let mut request = Request::new(API_VERSIONS, 3, correlation_id, "walrelay");
+    request.no_tags();
+    // Body: client_software_name, client_software_version, no tagged
+    // fields.
+    request
+        .compact_string("walrelay")
+        .compact_string(env!("CARGO_PKG_VERSION"))
+        .no_tags();
+    request.framed()
 }
 
 /// What an ApiVersions v3 response (without its length prefix) says: the

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 
 use crate::kafka::conn::Connection;
-use crate::kafka::wire::Reader;
+use crate::kafka::wire::{Reader, Request};
 use crate::kafka::RequestError;
 
 const LIST_OFFSETS: i16 = 2;
@@ -39,27 +39,13 @@ const READ_UNCOMMITTED: u8 = 0;
 /// length-prefixed.
 #[must_use]
 pub fn request(correlation_id: i32, replica_id: i32, topic: &str, partitions: &[i32]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(32 + topic.len() + 12 * partitions.len());
-    body.extend_from_slice(&LIST_OFFSETS.to_be_bytes());
-    body.extend_from_slice(&2i16.to_be_bytes());
-    body.extend_from_slice(&correlation_id.to_be_bytes());
-    let client_id = b"walrelay-fence";
-    body.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
-    body.extend_from_slice(client_id);
-    body.extend_from_slice(&replica_id.to_be_bytes());
-    body.push(READ_UNCOMMITTED);
-    body.extend_from_slice(&1i32.to_be_bytes()); // one topic
-    body.extend_from_slice(&(topic.len() as i16).to_be_bytes());
-    body.extend_from_slice(topic.as_bytes());
-    body.extend_from_slice(&(partitions.len() as i32).to_be_bytes());
-    for p in partitions {
-        body.extend_from_slice(&p.to_be_bytes());
-        body.extend_from_slice(&LATEST.to_be_bytes());
+    let mut request = Request::new(LIST_OFFSETS, 2, correlation_id, "walrelay-fence");
+    request.i32(replica_id).u8(READ_UNCOMMITTED);
+    request.count(1).string(topic).count(partitions.len());
+    for &p in partitions {
+        request.i32(p).i64(LATEST);
     }
-    let mut framed = Vec::with_capacity(body.len() + 4);
-    framed.extend_from_slice(&(body.len() as i32).to_be_bytes());
-    framed.extend_from_slice(&body);
-    framed
+    request.framed()
 }
 
 /// One partition's answer: an offset, or Kafka's error code.
