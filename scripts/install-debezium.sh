@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debezium's PostgreSQL connector on a Kafka Connect worker, as
-# Debezium's users run it, for the side-by-side runs of issue 24 (crate
+# Debezium's users run it, for the side-by-side runs (crate
 # walrelay-testkit, `debezium`), from Maven Central.
 #
 # Two parts, each pinned and checked:

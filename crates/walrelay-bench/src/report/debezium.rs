@@ -1,5 +1,5 @@
-//! Debezium beside walrelay (issue 24): the report's section (drains,
-//! cost, start and restart) and issue 24's targets. Pure computations and
+//! Debezium beside walrelay: the report's section (drains,
+//! cost, start and restart) and the targets against it. Pure computations and
 //! rendering over [`Results`].
 
 use std::fmt::Write as _;
@@ -214,7 +214,7 @@ impl Results {
         }
     }
 
-    /// Issue 24's targets against tuned Debezium (none without its rows).
+    /// The targets against tuned Debezium (none without its rows).
     pub(super) fn debezium_targets(&self) -> Vec<TargetCheck> {
         if !self.drain.iter().any(|r| r.tool == Tool::DebeziumTuned) {
             return Vec::new();

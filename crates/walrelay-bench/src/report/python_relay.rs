@@ -2,7 +2,7 @@
 //! in the same run: events/s, CPU per event, the CPU each spends beyond
 //! the plain producer of its own records (its floor), and the
 //! walsender's and the broker's CPU per event. The section and the
-//! targets of issue 39; pure computations over [`Results`].
+//! targets against it; pure computations over [`Results`].
 
 use std::fmt::Write as _;
 
@@ -109,7 +109,7 @@ impl Results {
         }
     }
 
-    /// Issue 39's targets, on the batched workloads the Python relay
+    /// The targets against the Python relay, on the batched workloads the Python relay
     /// drained (none without it).
     pub(super) fn python_relay_targets(&self) -> Vec<TargetCheck> {
         let rows: Vec<(&Workload, Row)> = self

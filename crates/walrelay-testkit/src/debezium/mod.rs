@@ -1,5 +1,5 @@
 //! Debezium's PostgreSQL connector on a Kafka Connect worker, run as its
-//! users run it, beside walrelay (issue 24): same database, same broker,
+//! users run it, beside walrelay: same database, same broker,
 //! same workloads.
 //!
 //! [`DebeziumWorker::start`] writes the worker's and the connector's
