@@ -260,7 +260,7 @@ pub async fn python_relay(
     let seconds = t0.elapsed().as_secs_f64();
     let db_cpu_seconds = db.finish().await?;
     let cpu_seconds = procstat::reaped_children_cpu_seconds()? - children0;
-    if !status.success() || env.confirmed_flush(slot).await? < end {
+    if !status.success() || !slot_confirmed(env, slot, end).await? {
         bail!(
             "the Python relay failed ({status}): {}",
             std::fs::read_to_string(log).unwrap_or_default()
@@ -272,6 +272,23 @@ pub async fn python_relay(
         db_cpu_seconds,
         ..Default::default()
     })
+}
+
+/// Whether the slot's confirmed position reaches `end` within a few
+/// seconds. The Python relay exits right after sending its last status
+/// update; the walsender applies it when it next reads the socket, which
+/// on a busy machine can be after the relay's exit.
+async fn slot_confirmed(env: &BenchEnv, slot: &str, end: u64) -> Result<bool> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if env.confirmed_flush(slot).await? >= end {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A scratch file path under `dir` that is removed when dropped.
