@@ -1,12 +1,19 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
 
+import io.walrelay.consumer.MetaException;
+import io.walrelay.consumer.RecordMeta;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 
-/** A record waiting in its partition's queue, its headers parsed once (a meta, or why there is none). */
-final class Queued {
+/**
+ * A record waiting in its partition's queue, its headers parsed once (a
+ * meta, or why there is none) by {@link BatchLayer#read}. Public only for
+ * that: the loop's alone otherwise.
+ */
+public final class Queued {
     final ConsumerRecord<byte[], byte[]> record;
     final RecordMeta meta;
     final MetaException metaError;
+    /** What it weighs in its queue: its headers, key and value. */
     final long bytes;
 
     private Queued(ConsumerRecord<byte[], byte[]> record, RecordMeta meta, MetaException metaError, long bytes) {
@@ -17,19 +24,15 @@ final class Queued {
     }
 
     /**
-     * Reads the record's headers once. {@code sourceHint}: the source of the
-     * partition's previous record, reused when this one's is the same
-     * ({@link RecordMeta#of}).
+     * {@code record} with its meta, or the error that kept it from having
+     * one; {@code headerBytes}: its headers' names and values (the scan
+     * counted them), to which its key and value are added.
      */
-    static Queued of(ConsumerRecord<byte[], byte[]> record, String sourceHint) {
-        HeaderScan scan = HeaderScan.of(record.headers());
-        long bytes = scan.bytes + (record.key() == null ? 0 : record.key().length)
+    public static Queued of(ConsumerRecord<byte[], byte[]> record, RecordMeta meta, MetaException metaError,
+            long headerBytes) {
+        long bytes = headerBytes + (record.key() == null ? 0 : record.key().length)
                 + (record.value() == null ? 0 : record.value().length);
-        try {
-            return new Queued(record, RecordMeta.of(scan, sourceHint), null, bytes);
-        } catch (MetaException e) {
-            return new Queued(record, null, e, bytes);
-        }
+        return new Queued(record, meta, metaError, bytes);
     }
 
     long offset() {
