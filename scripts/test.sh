@@ -160,11 +160,12 @@ lane_kafka() {
     # the pinned versions into target/tools/m2 once, then works offline. It
     # needs a JDK (javac, installed above by scripts/install-java.sh), not only
     # the JRE Kafka runs on. `verify` also
-    # writes java/examples/plain-consumer/target/classpath.txt (and java/bench's),
-    # which tests/exactly_once.rs starts the Java example consumer with
-    # (`java -cp`) in the Apache Kafka stage below, and the chaos runs
-    # (three_brokers, pg_failover_chaos) their Java consumer: they fail there,
-    # under CI=true, when that file is missing.
+    # writes java/examples/plain-consumer/target/classpath.txt (and
+    # java/chaos-consumer's and java/bench's), which tests/exactly_once.rs
+    # starts the Java example consumer with (`java -cp`) in the Apache Kafka
+    # stage below, and the chaos runs (three_brokers, pg_failover_chaos) their
+    # Java consumer, java/chaos-consumer's: they fail there, under CI=true,
+    # when that file is missing.
     (cd java && WALRELAY_KAFKA_HOME="${kafka_home}" \
         mvn -q -B -T 1 -Dmaven.repo.local="$(pwd)/../target/tools/m2" verify)
 

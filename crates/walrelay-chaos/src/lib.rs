@@ -70,7 +70,7 @@ pub struct Options {
     /// A Python interpreter with the `walrelay_consumer` package: runs the
     /// Python consumer beside the Rust one, checked the same way.
     pub python: Option<PathBuf>,
-    /// The Java consumer's classpath (java/examples/plain-consumer, as
+    /// The Java consumer's classpath (java/chaos-consumer, as
     /// `walrelay_testkit::java_classpath` finds it): runs its
     /// `ChaosConsumer` beside the Rust one, checked the same way.
     pub java: Option<String>,
@@ -145,9 +145,9 @@ pub(crate) const PYTHON_CONSUMER: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/python/chaos_consumer.py");
 
 /// The Java consumer's group, and its main class (in
-/// java/examples/plain-consumer).
+/// java/chaos-consumer).
 pub const JAVA_GROUP: &str = "chaos-java";
-pub(crate) const JAVA_CONSUMER: &str = "io.walrelay.example.ChaosConsumer";
+pub(crate) const JAVA_CONSUMER: &str = "io.walrelay.chaos.ChaosConsumer";
 
 /// The result of a run.
 pub struct Report {

@@ -49,8 +49,8 @@ struct Cli {
     /// scripts/install-python-venv.sh) [default: $WALRELAY_PYTHON].
     #[arg(long, env = "WALRELAY_PYTHON")]
     python: Option<PathBuf>,
-    /// Also run the Java consumer with this classpath (java/examples/
-    /// plain-consumer's `target/classes` and the jars its
+    /// Also run the Java consumer with this classpath (java/
+    /// chaos-consumer's `target/classes` and the jars its
     /// `target/classpath.txt` lists, as `mvn package` writes them)
     /// [default: $WALRELAY_JAVA_CLASSPATH].
     #[arg(long, env = "WALRELAY_JAVA_CLASSPATH")]

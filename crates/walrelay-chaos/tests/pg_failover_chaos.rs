@@ -10,8 +10,8 @@
 //!
 //! Failover slots came with PostgreSQL 17: `scripts/test.sh` runs this in
 //! its PostgreSQL 17 stage on Apache Kafka (WALRELAY_PG_BIN,
-//! WALRELAY_BROKER=kafka, WALRELAY_PYTHON, java/examples/plain-consumer
-//! built by its `java` stage). On an older server it is skipped, saying
+//! WALRELAY_BROKER=kafka, WALRELAY_PYTHON, java/chaos-consumer built by
+//! its `java` stage). On an older server it is skipped, saying
 //! so, except under CI=true, where it fails. The Java consumer is skipped,
 //! saying so, when its build or `java` is missing, except under CI=true.
 //! `WALRELAY_CHAOS_SEED` replays a seed.
@@ -42,7 +42,7 @@ async fn chaos_run_with_postgresql_failovers_loses_nothing_and_publishes_no_phan
         1,
         python_interpreter()?,
     )?;
-    options.java = java_classpath("examples/plain-consumer")?;
+    options.java = java_classpath("chaos-consumer")?;
     options.pg_failover = true;
     let seed = options.seed;
     let report = walrelay_chaos::run(options).await?;

@@ -9,8 +9,8 @@
 //! then the full history check. About four minutes on 2 cores.
 //!
 //! Kafka only: it runs in `scripts/test.sh`'s Apache Kafka stage
-//! (WALRELAY_BROKER=kafka, WALRELAY_PYTHON, and java/examples/plain-consumer
-//! built by its `java` stage), skipped elsewhere, saying so; the Java
+//! (WALRELAY_BROKER=kafka, WALRELAY_PYTHON, and java/chaos-consumer built
+//! by its `java` stage), skipped elsewhere, saying so; the Java
 //! consumer is skipped, saying so, when its build or `java` is missing,
 //! except under CI=true (`walrelay_testkit::java_classpath`).
 //! `WALRELAY_CHAOS_SEED` replays a seed.
@@ -33,7 +33,7 @@ async fn three_broker_chaos_run_loses_nothing_and_every_consumer_applies_everyth
         3,
         python_interpreter()?,
     )?;
-    options.java = java_classpath("examples/plain-consumer")?;
+    options.java = java_classpath("chaos-consumer")?;
     let seed = options.seed;
     let report = walrelay_chaos::run(options).await?;
     println!("{}", report.table);

@@ -1,6 +1,7 @@
-//! The Java consumer's runnable classpath, for tests that start it with
-//! `java -cp ...` (java/examples/plain-consumer, built by scripts/test.sh's
-//! `java` stage).
+//! The Java consumers' runnable classpath, for tests that start one with
+//! `java -cp ...` (java/examples/plain-consumer's example service,
+//! java/chaos-consumer's chaos consumer; built by scripts/test.sh's `java`
+//! stage).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,6 +7,8 @@ import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.Timer;
+import io.walrelay.consumer.loop.LoopMetrics;
+import io.walrelay.consumer.loop.Phase;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
@@ -38,9 +40,9 @@ final class MicrometerMetrics implements LoopMetrics {
     private final Counter[] phases = new Counter[Phase.values().length];
     private final Map<String, AtomicLong> gauges = new ConcurrentHashMap<>();
 
-    MicrometerMetrics(MeterRegistry registry, String group, ConsumerLoop loop) {
+    /** Registers the meters; the five totals read {@code c}, the loop's counters, when scraped. */
+    MicrometerMetrics(MeterRegistry registry, Counters c) {
         this.registry = registry;
-        Counters c = loop.counters;
         counter("records_applied", "Records whose side effects were committed", c, x -> x.processed.get());
         counter("duplicates_skipped", "Deliveries skipped because the high-water mark already covered them", c,
                 x -> x.duplicates.get());
@@ -62,7 +64,7 @@ final class MicrometerMetrics implements LoopMetrics {
         for (Phase phase : Phase.values()) {
             phases[phase.ordinal()] = Counter.builder(P + "partition_seconds")
                     .description("Where the assigned partitions' time went, in partition-seconds")
-                    .tag("phase", phase.label).register(registry);
+                    .tag("phase", phase.label()).register(registry);
         }
     }
 

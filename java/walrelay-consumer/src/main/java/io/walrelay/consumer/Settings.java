@@ -60,14 +60,4 @@ public record Settings(int maxBatchRecords, long maxBatchBytes, RetryPolicy retr
     public Settings withHandlerTimeout(Duration v) {
         return new Settings(maxBatchRecords, maxBatchBytes, retry, onPoison, commitInterval, poolSize, rebalanceDbTimeout, revokeWait, v);
     }
-
-    /** Records queued per partition before it is paused: two batches. */
-    int queueRecords() {
-        return maxBatchRecords * 2;
-    }
-
-    /** Bytes queued per partition before it is paused. */
-    long queueBytes() {
-        return maxBatchBytes * 2;
-    }
 }

@@ -1,4 +1,4 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
 
 /**
  * Where an assigned partition's time goes, for
@@ -7,7 +7,7 @@ package io.walrelay.consumer;
  * waits, and a finished batch's own split into connecting, handler and
  * commit time.
  */
-enum Phase {
+public enum Phase {
     /** Waiting for records, with room for them. */
     POLLING("polling"),
     /** Paused in Kafka, nothing to apply. */
@@ -27,9 +27,14 @@ enum Phase {
     /** A batch writing its marks and committing. */
     COMMIT("commit");
 
-    final String label;
+    private final String label;
 
     Phase(String label) {
         this.label = label;
+    }
+
+    /** Its {@code phase} label, as the Rust crate spells it. */
+    public String label() {
+        return label;
     }
 }

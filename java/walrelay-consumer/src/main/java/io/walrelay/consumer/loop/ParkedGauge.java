@@ -1,7 +1,5 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
 
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
@@ -21,30 +19,22 @@ final class ParkedGauge implements AutoCloseable {
         this.timer = timer;
     }
 
-    static ParkedGauge start(ConnectionPool pool, String group, LoopMetrics metrics) {
+    static ParkedGauge start(ConnectionPool pool, BatchLayer layer, String group, LoopMetrics metrics) {
         ScheduledExecutorService timer = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, "walrelay-parked-gauge");
             t.setDaemon(true);
             return t;
         });
-        timer.scheduleWithFixedDelay(() -> read(pool, group, metrics), 0, 10, TimeUnit.SECONDS);
+        timer.scheduleWithFixedDelay(() -> read(pool, layer, group, metrics), 0, 10, TimeUnit.SECONDS);
         return new ParkedGauge(timer);
     }
 
-    private static void read(ConnectionPool pool, String group, LoopMetrics metrics) {
+    private static void read(ConnectionPool pool, BatchLayer layer, String group, LoopMetrics metrics) {
         ConnectionPool.Lease lease = null;
         boolean keep = false;
         try {
             lease = pool.take();
-            try (PreparedStatement ps = lease.conn().prepareStatement(Statements.PARKED_COUNT.jdbc())) {
-                Statements.PARKED_COUNT.bind(ps, group);
-                try (ResultSet rs = ps.executeQuery()) {
-                    if (rs.next()) {
-                        metrics.parkedRecords(rs.getLong(1));
-                    }
-                }
-            }
-            lease.conn().commit();
+            metrics.parkedRecords(layer.parkedRows(lease.conn(), group));
             keep = true;
         } catch (Exception e) {
             LOG.debug("reading walrelay_consumer_parked's count: {}", e.toString());

@@ -1,4 +1,4 @@
-package io.walrelay.example;
+package io.walrelay.chaos;
 
 import io.walrelay.consumer.ConsumerLoop;
 import io.walrelay.consumer.Delivery;
@@ -29,7 +29,7 @@ import org.postgresql.ds.PGSimpleDataSource;
  * Python consumer's arguments ({@code --dsn} in libpq's key=value form):
  *
  * <pre>
- * java -cp target/classes:$(cat target/classpath.txt) io.walrelay.example.ChaosConsumer \
+ * java -cp target/classes:$(cat target/classpath.txt) io.walrelay.chaos.ChaosConsumer \
  *     --bootstrap B --dsn 'host=H port=P user=U dbname=D' --group G --topic T [--topic T ...]
  * </pre>
  *

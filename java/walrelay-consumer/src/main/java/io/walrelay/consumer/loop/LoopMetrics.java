@@ -1,11 +1,16 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
+
+import io.walrelay.consumer.BatchOutcome;
+import io.walrelay.consumer.Counters;
 
 /**
- * What the loop reports to a metrics system ({@link MicrometerMetrics}, with
- * the Rust crate's names, when Micrometer is on the classpath). Called on
- * the loop's thread. Every method does nothing unless overridden.
+ * What the loop reports to a metrics system ({@code io.walrelay.consumer.MicrometerMetrics},
+ * with the Rust crate's names, when Micrometer is on the classpath). Called
+ * on the loop's thread, but for {@link #parkedRecords} ({@link ParkedGauge}'s
+ * own). Every method does nothing unless overridden. Public only for the
+ * Micrometer adapter, which stays beside {@code ConsumerLoop}.
  */
-interface LoopMetrics {
+public interface LoopMetrics {
     /** A batch of {@code records} committed in {@code seconds}. */
     default void committed(String topic, int partition, int records, double seconds, BatchOutcome outcome,
             Counters totals) {}

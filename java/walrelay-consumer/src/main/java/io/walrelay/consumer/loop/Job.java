@@ -1,5 +1,7 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
 
+import io.walrelay.consumer.BatchException;
+import io.walrelay.consumer.Delivery;
 import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.List;
@@ -7,8 +9,8 @@ import org.apache.kafka.common.TopicPartition;
 
 /**
  * One transaction of one partition, taken out of its queue: run on a worker
- * thread, its outcome (a failure included) acted on afterwards on the loop's
- * thread ({@link Outcomes}).
+ * thread ({@link #run}), then collected by {@link InFlight} on the loop's
+ * thread, where {@link Outcomes} acts on its result (a failure included).
  */
 final class Job {
     final TopicPartition tp;
@@ -54,17 +56,18 @@ final class Job {
     }
 
     /** Runs the job's transaction on a connection of {@code pool} (a worker thread). */
-    void run(ConnectionPool pool, HandlerCalls calls) {
+    void run(ConnectionPool pool, BatchLayer layer) {
         ConnectionPool.Lease lease = null;
         long start = System.nanoTime();
         try {
             lease = pool.take();
             connectingNanos = System.nanoTime() - start;
             if (step instanceof Step.ParkUnkeyed u) {
-                result = Parked.insertUnkeyed(lease.conn(), p.position, records.get(0).record, u.error());
+                result = layer.parkUnkeyed(lease.conn(), p.position, records.get(0).record, u.error());
             } else {
                 Step.Apply a = (Step.Apply) step;
-                result = BatchApplier.apply(lease.conn(), p.position, deliveries(), timed(calls), a.park(), known);
+                result = layer.apply(lease.conn(), p.position, deliveries(), a.park(), known,
+                        nanos -> handlerNanos += nanos);
             }
         } catch (Exception e) {
             result = e;
@@ -77,21 +80,6 @@ final class Job {
                 pool.give(lease, !connGone && !timedOut(result));
             }
         }
-    }
-
-    /** {@code calls}, adding the time spent in them to {@link #handlerNanos}. */
-    private HandlerCalls timed(HandlerCalls calls) {
-        return new HandlerCalls() {
-            @Override
-            void run(java.sql.Connection conn, List<Delivery> fresh) throws Failed {
-                long t = System.nanoTime();
-                try {
-                    calls.run(conn, fresh);
-                } finally {
-                    handlerNanos += System.nanoTime() - t;
-                }
-            }
-        };
     }
 
     private boolean gone(ConnectionPool.Lease lease) {

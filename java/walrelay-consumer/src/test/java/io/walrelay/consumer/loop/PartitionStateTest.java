@@ -1,10 +1,17 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 
+import io.walrelay.consumer.Keys;
+import io.walrelay.consumer.MetaException;
+import io.walrelay.consumer.OnPoison;
+import io.walrelay.consumer.Position;
+import io.walrelay.consumer.RecordMeta;
+import io.walrelay.consumer.RetryPolicy;
+import io.walrelay.consumer.Settings;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Map;
@@ -17,13 +24,23 @@ class PartitionStateTest {
             .withRetry(new RetryPolicy(2, Duration.ofMillis(10), Duration.ofMillis(50)))
             .withOnPoison(OnPoison.PARK);
 
+    /** The key of sequence number {@code seq} (BatchPlanTest's). */
+    static String k(long seq) {
+        return Keys.of(0x100 + seq, 0);
+    }
+
+    /** A queued record at {@code offset} with key {@code seq} from source "s", or without headers ({@code seq < 0}). */
     static Queued q(long offset, long seq) {
         ConsumerRecord<byte[], byte[]> r = new ConsumerRecord<>("t", 0, offset, null, new byte[] {1});
         if (seq >= 0) {
-            r.headers().add(new RecordHeader("idempotency-key", BatchPlanTest.k(seq).getBytes(StandardCharsets.US_ASCII)));
+            r.headers().add(new RecordHeader("idempotency-key", k(seq).getBytes(StandardCharsets.US_ASCII)));
             r.headers().add(new RecordHeader("walrelay-source", "s".getBytes(StandardCharsets.US_ASCII)));
         }
-        return Queued.of(r, null);
+        try {
+            return Queued.of(r, RecordMeta.fromHeaders(r.headers()), null, 0);
+        } catch (MetaException e) {
+            return Queued.of(r, null, e, 0);
+        }
     }
 
     static PartitionState filled(long... seqs) {
@@ -38,7 +55,7 @@ class PartitionStateTest {
     void batchesAreBoundedAndCoveredOnesSkipped() {
         PartitionState p = filled(1, 2, 3, 4);
         assertEquals(new Step.Apply(3, null), p.nextStep(S, 0));
-        p.learn(Map.of("s", BatchPlanTest.k(3)));
+        p.learn(Map.of("s", k(3)));
         assertEquals(new Step.Skip(3), p.nextStep(S, 0));
     }
 
@@ -80,7 +97,7 @@ class PartitionStateTest {
         p.handlerFailed("boom", 0, 1, S, 0);
         p.handlerFailed("boom", 0, 1, S, 0);
         Step s = p.nextStep(S, Long.MAX_VALUE / 2);
-        assertEquals(new Step.Apply(1, new BatchApplier.Park("boom", 2)), s);
+        assertEquals(new Step.Apply(1, new Park("boom", 2)), s);
     }
 
     @Test

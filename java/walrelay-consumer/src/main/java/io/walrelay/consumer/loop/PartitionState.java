@@ -1,5 +1,10 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
 
+import io.walrelay.consumer.Keys;
+import io.walrelay.consumer.OnPoison;
+import io.walrelay.consumer.Position;
+import io.walrelay.consumer.RecordMeta;
+import io.walrelay.consumer.Settings;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -56,7 +61,7 @@ final class PartitionState {
         this.position = position;
     }
 
-    /** The source of the last record queued with a meta: the hint for the next one's ({@link Queued#of}). */
+    /** The source of the last record queued with a meta: the hint for the next one's ({@link BatchLayer#read}). */
     String lastSource;
     /** When a poll last brought records of this partition ({@link System#nanoTime()}). */
     long lastArrival;
@@ -122,8 +127,9 @@ final class PartitionState {
         }
     }
 
+    /** Two batches queued, in records or in bytes: the partition is paused in Kafka. */
     boolean isFull(Settings s) {
-        return queue.size() >= s.queueRecords() || queuedBytes >= s.queueBytes();
+        return queue.size() >= s.maxBatchRecords() * 2 || queuedBytes >= s.maxBatchBytes() * 2;
     }
 
     boolean shouldResume(Settings s) {
@@ -215,7 +221,7 @@ final class PartitionState {
         String error = "record " + position.topic() + "/" + position.partition() + " at offset " + offset + " failed "
                 + f.failures() + " times: " + f.error();
         if (s.onPoison() == OnPoison.PARK) {
-            return new Step.Apply(poison + 1, new BatchApplier.Park(f.error(), f.failures()));
+            return new Step.Apply(poison + 1, new Park(f.error(), f.failures()));
         }
         if (poison > 0) {
             return new Step.Apply(poison, null);

@@ -1,4 +1,4 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
 
 import java.sql.Connection;
 import java.sql.SQLException;

@@ -1,5 +1,13 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
 
+import io.walrelay.consumer.BatchException;
+import io.walrelay.consumer.BatchOutcome;
+import io.walrelay.consumer.ErrorClass;
+import io.walrelay.consumer.OnPoison;
+import io.walrelay.consumer.Parked;
+import io.walrelay.consumer.Settings;
+import java.util.List;
+import org.apache.kafka.common.TopicPartition;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -7,6 +15,8 @@ import org.slf4j.LoggerFactory;
  * What follows from a job's outcome, on the loop's thread: store the offset
  * of a committed batch, or retry, or stop the partition (Python's
  * {@code loop_core/outcome.py}, the Rust crate's {@code consumer_loop/failure.rs}).
+ * It changes its partition's {@link PartitionState}, and the loop only
+ * through {@link Effects}; it counts through {@link Tally}.
  *
  * <ul>
  *   <li>a handler error is an attempt (of the failing record when known);
@@ -19,117 +29,123 @@ import org.slf4j.LoggerFactory;
  */
 final class Outcomes {
     private static final Logger LOG = LoggerFactory.getLogger("io.walrelay.consumer");
+    private final Settings settings;
+    private final Tally tally;
+    private final Effects effects;
 
-    private Outcomes() {}
+    Outcomes(Settings settings, Tally tally, Effects effects) {
+        this.settings = settings;
+        this.tally = tally;
+        this.effects = effects;
+    }
 
-    static void finish(ConsumerLoop loop, Job job) {
+    /** Records at the front of {@code p} that its cached marks cover: done without a transaction. */
+    void skipped(TopicPartition tp, PartitionState p, List<Queued> taken) {
+        tally.skipped(taken.size());
+        p.committed(taken.size());
+        effects.storeOffset(tp, taken.get(taken.size() - 1).offset());
+    }
+
+    /** Acts on a finished job that still owns its partition ({@link InFlight} decides that). */
+    void finish(Job job) {
         if (job.step instanceof Step.ParkUnkeyed) {
-            unkeyedDone(loop, job);
+            unkeyedDone(job);
         } else {
-            batchDone(loop, job);
+            batchDone(job);
         }
     }
 
-    private static void unkeyedDone(ConsumerLoop loop, Job job) {
+    private void unkeyedDone(Job job) {
         PartitionState p = job.p;
         if (job.result instanceof Parked.OffsetReusedException e) {
             p.putBack(job.records);
-            loop.stopPartition(job.tp, p, e.getMessage());
+            effects.stopPartition(job.tp, p, e.getMessage());
             return;
         }
         if (job.result instanceof Exception e) {
             p.putBack(job.records);
             if (ErrorClass.of(e, job.connGone) != ErrorClass.BATCH) {
-                outage(loop, job, e);
+                outage(job, e);
             } else {
-                loop.stopPartition(job.tp, p, "parking record " + job.tp + " at offset " + job.firstOffset()
+                effects.stopPartition(job.tp, p, "parking record " + job.tp + " at offset " + job.firstOffset()
                         + " (no walrelay headers) failed, not for an outage: " + e);
             }
             return;
         }
         boolean written = (Boolean) job.result;
-        if (written) {
-            loop.counters.parked.incrementAndGet();
-            loop.metrics.parked(loop.counters);
-        }
+        tally.parkedUnkeyed(written);
         LOG.warn("record without walrelay headers {} walrelay_consumer_parked ({} offset {})",
                 written ? "parked in" : "delivered again, already parked (the same record) in", job.tp, job.firstOffset());
         p.committed(1);
-        loop.storeOffset(job.tp, job.firstOffset());
+        effects.storeOffset(job.tp, job.firstOffset());
     }
 
-    private static void batchDone(ConsumerLoop loop, Job job) {
+    private void batchDone(Job job) {
         PartitionState p = job.p;
         Object result = job.result;
         if (result instanceof BatchException.CorruptHwm || result instanceof BatchException.HandlerEndedTransaction) {
-            loop.counters.errors.incrementAndGet();
+            tally.fatal();
             p.putBack(job.records);
-            loop.stopPartition(job.tp, p, ((Exception) result).getMessage());
+            effects.stopPartition(job.tp, p, ((Exception) result).getMessage());
             return;
         }
         if (result instanceof Exception e) {
-            loop.counters.errors.incrementAndGet();
-            loop.metrics.failed(loop.counters);
+            tally.failed();
             p.putBack(job.records);
             ErrorClass kind = ErrorClass.of(e, job.connGone);
             if (kind == ErrorClass.SHRINK) {
-                contended(loop, job, e);
+                contended(job, e);
             } else if (kind == ErrorClass.OUTAGE) {
-                outage(loop, job, e);
+                outage(job, e);
             } else if (e instanceof BatchException.HandlerFailed f) {
-                handlerFailed(loop, job, f);
+                handlerFailed(job, f);
             } else {
-                batchFailed(loop, job, e);
+                batchFailed(job, e);
             }
             return;
         }
         BatchOutcome outcome = (BatchOutcome) result;
-        loop.counters.processed.addAndGet(outcome.applied());
-        loop.counters.duplicates.addAndGet(outcome.duplicates());
-        loop.counters.gaps.addAndGet(outcome.gaps());
         if (outcome.parked()) {
-            loop.counters.parked.incrementAndGet();
             LOG.warn("record parked in walrelay_consumer_parked after its last attempt ({} offset {})", job.tp,
                     job.lastOffset());
         }
-        loop.metrics.committed(job.tp.topic(), job.tp.partition(), job.records.size(),
-                (System.nanoTime() - job.started) / 1e9, outcome, loop.counters);
+        tally.committed(job.tp, job.records.size(), job.started, outcome);
         p.learn(outcome.marks());
         p.committed(job.records.size());
-        loop.storeOffset(job.tp, job.lastOffset());
+        effects.storeOffset(job.tp, job.lastOffset());
     }
 
-    private static void handlerFailed(ConsumerLoop loop, Job job, BatchException.HandlerFailed f) {
-        int n = job.p.handlerFailed(String.valueOf(f.getCause()), f.index(), job.records.size(), loop.settings, job.started);
+    private void handlerFailed(Job job, BatchException.HandlerFailed f) {
+        int n = job.p.handlerFailed(String.valueOf(f.getCause()), f.index(), job.records.size(), settings, job.started);
         LOG.warn("handler failed (attempt {} of {}, {} offset {}), batch of {} rolled back and retried: {}", n,
-                loop.settings.retry().attempts(), job.tp,
+                settings.retry().attempts(), job.tp,
                 f.index() != null ? job.records.get(f.index()).offset() : null, job.records.size(), f.getCause());
     }
 
-    private static void batchFailed(ConsumerLoop loop, Job job, Exception e) {
+    private void batchFailed(Job job, Exception e) {
         if (job.step instanceof Step.Apply a && a.park() != null) {
-            loop.stopPartition(job.tp, job.p, "parking record " + job.tp + " at offset " + job.lastOffset()
+            effects.stopPartition(job.tp, job.p, "parking record " + job.tp + " at offset " + job.lastOffset()
                     + " failed, not for an outage: " + e.getMessage());
             return;
         }
-        int n = job.p.handlerFailed(e.getMessage(), null, job.records.size(), loop.settings, job.started);
+        int n = job.p.handlerFailed(e.getMessage(), null, job.records.size(), settings, job.started);
         LOG.warn("the transaction of a batch failed, not for a database outage (attempt {} of {}, {} offsets {}..{}; "
                 + "a batch of several is then applied one record per transaction to find the record): {}", n,
-                loop.settings.retry().attempts(), job.tp, job.firstOffset(), job.lastOffset(), e.getMessage());
+                settings.retry().attempts(), job.tp, job.firstOffset(), job.lastOffset(), e.getMessage());
     }
 
-    private static void contended(ConsumerLoop loop, Job job, Exception e) {
+    private void contended(Job job, Exception e) {
         Throwable cause = e instanceof BatchException.HandlerFailed ? e.getCause() : e;
-        Integer n = job.p.contended(String.valueOf(cause), job.records.size(), loop.settings, job.started);
+        Integer n = job.p.contended(String.valueOf(cause), job.records.size(), settings, job.started);
         LOG.warn("a batch failed for contention or for its size ({} offsets {}..{}), rolled back and retried {}: {}",
                 job.tp, job.firstOffset(), job.lastOffset(), n == null
                         ? "in batches of " + job.records.size() / 2 + ", not counted"
-                        : "(attempt " + n + " of " + loop.settings.retry().attempts() + " of the record)", cause);
+                        : "(attempt " + n + " of " + settings.retry().attempts() + " of the record)", cause);
     }
 
-    private static void outage(ConsumerLoop loop, Job job, Exception e) {
-        loop.pool.closeAll();
-        int n = job.p.dbFailed(loop.settings, job.started);
+    private void outage(Job job, Exception e) {
+        effects.replaceConnections();
+        int n = job.p.dbFailed(settings, job.started);
         if ((n & (n - 1)) == 0) {
             LOG.warn("database unavailable, the batch will be retried on a new connection ({}; logged at 1, 2, 4, 8... "
                     + "failures, now {}): {}", job.tp, n, e.toString());

@@ -1,8 +1,7 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.util.EnumMap;
 import java.util.List;
 import java.util.Map;
@@ -41,18 +40,5 @@ class PhaseClockTest {
         assertEquals(0.25, seen.seconds.get(Phase.CONNECTING));
         assertEquals(0.5, seen.seconds.get(Phase.HANDLER));
         assertEquals(0.25, seen.seconds.get(Phase.COMMIT));
-    }
-
-    @Test
-    void micrometerGetsTheRustCratesNames() {
-        SimpleMeterRegistry registry = new SimpleMeterRegistry();
-        ConsumerLoop loop = new ConsumerLoop(Map.of("group.id", "g"), List.of("t"), null, Settings.DEFAULT);
-        MicrometerMetrics m = new MicrometerMetrics(registry, "g", loop);
-        m.phaseSeconds(Phase.HANDLER, 1.5);
-        m.phaseSeconds(Phase.HANDLER, 0.5);
-        m.lag("t", 2, 5);
-        assertEquals(2.0, registry.get("walrelay_consumer_partition_seconds").tag("phase", "handler").counter().count());
-        assertEquals(0.0, registry.get("walrelay_consumer_partition_seconds").tag("phase", "pool").counter().count());
-        assertEquals(5.0, registry.get("walrelay_consumer_lag_records").tags("topic", "t", "partition", "2").gauge().value());
     }
 }

@@ -1,4 +1,4 @@
-package io.walrelay.consumer;
+package io.walrelay.consumer.loop;
 
 /** What a partition does next ({@link PartitionState#nextStep}). */
 sealed interface Step {
@@ -12,7 +12,7 @@ sealed interface Step {
     record Skip(int take) implements Step {}
 
     /** Apply the first {@code take} records in one transaction; with {@code park}, the last of them is parked instead. */
-    record Apply(int take, BatchApplier.Park park) implements Step {}
+    record Apply(int take, Park park) implements Step {}
 
     /** The front record has no usable walrelay headers: park it alone. */
     record ParkUnkeyed(String error) implements Step {}
