@@ -29,8 +29,10 @@ mod error;
 pub mod extensions;
 pub mod http;
 pub mod jwt;
+pub mod oidc;
 pub mod refresh;
 pub mod token;
+pub mod transport;
 
 pub use error::OAuthError;
 pub use extensions::Extensions;
