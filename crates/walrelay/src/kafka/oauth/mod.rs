@@ -25,6 +25,7 @@
 //! against a real OAuth cluster; nothing outside the tests builds a
 //! provider. The AWS parts have never reached AWS (see [`aws`]).
 
+pub mod aws;
 mod error;
 pub mod extensions;
 pub mod http;
