@@ -31,12 +31,16 @@ pub mod extensions;
 pub mod http;
 pub mod jwt;
 pub mod oidc;
+pub mod plan;
+pub mod provider;
 pub mod refresh;
 pub mod token;
 pub mod transport;
+pub mod unsecured;
 
 pub use error::OAuthError;
 pub use extensions::Extensions;
+pub use provider::Provider;
 pub use refresh::{Fetch, TokenCache};
 pub use token::{Secret, Token};
 
