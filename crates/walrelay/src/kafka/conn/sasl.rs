@@ -5,10 +5,9 @@
 //!
 //! The mechanisms: `PLAIN` (one message, `\0user\0password`) and
 //! `SCRAM-SHA-256` / `SCRAM-SHA-512` ([`super::scram`], two rounds).
-//! `OAUTHBEARER`'s messages ([`oauthbearer_message`],
-//! [`parse_oauthbearer_answer`]) are here too, not yet a [`Mechanism`]:
-//! its tokens ([`crate::kafka::oauth`]) are not wired into the
-//! connections.
+//! `OAUTHBEARER`: one message carrying a token ([`oauthbearer_message`]),
+//! answered with nothing or with the broker's error
+//! ([`parse_oauthbearer_answer`]).
 
 use crate::kafka::wire::{Reader, Request};
 
@@ -25,17 +24,20 @@ pub enum Mechanism {
     Plain,
     ScramSha256,
     ScramSha512,
+    /// A token from [`crate::kafka::oauth`] (RFC 7628).
+    OAuthBearer,
 }
 
 impl Mechanism {
     /// From librdkafka's `sasl.mechanism` value; `None` for a mechanism
-    /// walrelay does not speak (GSSAPI, OAUTHBEARER).
+    /// walrelay does not speak (GSSAPI).
     #[must_use]
     pub fn parse(name: &str) -> Option<Mechanism> {
         match name.trim().to_ascii_uppercase().as_str() {
             "PLAIN" => Some(Mechanism::Plain),
             "SCRAM-SHA-256" => Some(Mechanism::ScramSha256),
             "SCRAM-SHA-512" => Some(Mechanism::ScramSha512),
+            "OAUTHBEARER" => Some(Mechanism::OAuthBearer),
             _ => None,
         }
     }
@@ -46,6 +48,7 @@ impl Mechanism {
             Mechanism::Plain => "PLAIN",
             Mechanism::ScramSha256 => "SCRAM-SHA-256",
             Mechanism::ScramSha512 => "SCRAM-SHA-512",
+            Mechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 }
@@ -268,7 +271,10 @@ mod tests {
         );
         assert_eq!(Mechanism::parse("PLAIN"), Some(Mechanism::Plain));
         assert_eq!(Mechanism::parse("GSSAPI"), None);
-        assert_eq!(Mechanism::parse("OAUTHBEARER"), None);
+        assert_eq!(
+            Mechanism::parse("oauthbearer"),
+            Some(Mechanism::OAuthBearer)
+        );
     }
 
     #[test]

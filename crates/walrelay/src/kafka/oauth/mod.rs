@@ -17,13 +17,15 @@
 //! | [`http`], [`transport`] | the little HTTP/1.1 a token needs (pure framing; blocking TLS I/O with timeouts) |
 //! | `error` | [`OAuthError`]: what failed, why, what to do; never a secret |
 //!
-//! The SASL message that carries a token on walrelay's own connections
-//! is [`crate::kafka::conn::sasl::oauthbearer_message`].
+//! walrelay's own connections log in with a [`TokenSource`]
+//! ([`crate::kafka::conn::Settings::from_client_config_with_tokens`], the
+//! message in [`crate::kafka::conn::sasl::oauthbearer_message`]).
 //!
-//! Not wired yet: `sasl.mechanism=OAUTHBEARER` is still refused at start
-//! ([`crate::kafka::policy::check_security`]) until the relay has run
-//! against a real OAuth cluster; nothing outside the tests builds a
-//! provider. The AWS parts have never reached AWS (see [`aws`]).
+//! Not wired into the relay yet: `sasl.mechanism=OAUTHBEARER` is still
+//! refused at start ([`crate::kafka::policy::check_security`]) until the
+//! relay has run against a real OAuth cluster; nothing outside the tests
+//! builds a provider, and the producer has no token callback. The AWS
+//! parts have never reached AWS (see [`aws`]).
 
 pub mod aws;
 mod error;
@@ -41,7 +43,7 @@ pub mod unsecured;
 pub use error::OAuthError;
 pub use extensions::Extensions;
 pub use provider::Provider;
-pub use refresh::{Fetch, TokenCache};
+pub use refresh::{Fetch, TokenCache, TokenSource};
 pub use token::{Secret, Token};
 
 /// How walrelay names itself to token endpoints and AWS.

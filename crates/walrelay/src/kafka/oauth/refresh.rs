@@ -67,6 +67,20 @@ pub trait Fetch: Send + Sync {
     fn fetch(&self, now: SystemTime) -> Result<Token, OAuthError>;
 }
 
+/// Where a connection gets its token: a [`TokenCache`], or a test's
+/// fixed token. Object-safe, so that walrelay's own connections
+/// ([`crate::kafka::conn::Settings`]) hold one without knowing the
+/// provider.
+pub trait TokenSource: Send + Sync {
+    fn token(&self) -> Result<Token, OAuthError>;
+}
+
+impl<F: Fetch> TokenSource for TokenCache<F> {
+    fn token(&self) -> Result<Token, OAuthError> {
+        TokenCache::token(self)
+    }
+}
+
 struct Cached {
     token: Token,
     received: SystemTime,
