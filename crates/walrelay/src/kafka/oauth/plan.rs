@@ -18,7 +18,6 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::aws::msk;
 use super::error::OAuthError;
 use super::extensions::Extensions;
 use super::http::Url;
@@ -203,12 +202,7 @@ fn msk_plan<'a>(
                 "aws-msk-iam needs the cluster's region: set aws_region in [kafka] or AWS_REGION",
             )
         })?;
-    if !msk::is_region(&region) {
-        return Err(OAuthError::config(
-            "aws_region",
-            format!("`{region}` is not an AWS region name (like eu-west-1)"),
-        ));
-    }
+    super::aws::check_region(&region)?;
     Ok(ProviderPlan::MskIam { region })
 }
 

@@ -98,7 +98,10 @@ pub struct Chain {
 }
 
 impl Chain {
+    /// The chain for `region` (STS is asked in that region); refused
+    /// unless it is a region's name.
     pub fn new(region: &str) -> Result<Chain, OAuthError> {
+        let region = super::check_region(region)?;
         // The instance metadata service answers within a millisecond
         // when it exists; off EC2 the connect must fail fast.
         let imds_timeouts = Timeouts {
@@ -150,7 +153,7 @@ impl Chain {
                 path: identity.token_file.clone(),
                 reason: e.to_string(),
             })?;
-        let request = sts::request(&self.region, identity, token.trim());
+        let request = sts::request(&self.region, identity, token.trim())?;
         let answer = self.sts.send(&request)?;
         let endpoint = request.url.shown();
         let credentials = sts::parse_response(&endpoint, answer.status, &answer.body)?;

@@ -27,11 +27,12 @@ pub fn endpoint(region: &str) -> String {
 /// The `AssumeRoleWithWebIdentity` request for `identity` with `token`
 /// (the file's contents). The token goes in the body, not the URL, so
 /// that no proxy log holds it.
-#[must_use]
-pub fn request(region: &str, identity: &WebIdentity, token: &str) -> Request {
-    Request {
+pub fn request(region: &str, identity: &WebIdentity, token: &str) -> Result<Request, OAuthError> {
+    let url = Url::parse(&endpoint(super::check_region(region)?))
+        .map_err(|e| OAuthError::config("aws_region", e))?;
+    Ok(Request {
         method: "POST",
-        url: Url::parse(&endpoint(region)).expect("a valid STS URL"),
+        url,
         headers: vec![
             (
                 "Content-Type".to_owned(),
@@ -46,7 +47,7 @@ pub fn request(region: &str, identity: &WebIdentity, token: &str) -> Request {
             ("RoleSessionName", &identity.session_name),
             ("WebIdentityToken", token),
         ]),
-    }
+    })
 }
 
 /// The credentials in STS's answer, or its error (`Code: Message`).
@@ -205,7 +206,8 @@ mod tests {
             role_arn: "arn:aws:iam::123456789012:role/walrelay".into(),
             session_name: "walrelay".into(),
         };
-        let r = request("eu-west-1", &identity, "eyJ.tok");
+        assert!(request("eu west", &identity, "t").is_err());
+        let r = request("eu-west-1", &identity, "eyJ.tok").unwrap();
         assert_eq!(r.url.shown(), "https://sts.eu-west-1.amazonaws.com/");
         assert_eq!(
             String::from_utf8(r.body).unwrap(),
