@@ -12,6 +12,7 @@
 //! | [`oidc`] | OIDC client credentials: the token request and the reading of the answer (pure), the fetch |
 //! | [`aws`] | AWS MSK IAM: SigV4 presigning, the MSK token, the credential chain (environment, web identity, instance profile) |
 //! | [`unsecured`] | librdkafka's unsecured development tokens, refused unless asked for |
+//! | [`librdkafka`] | a token as librdkafka's token callback takes it (no extensions: rdkafka 0.39 cannot pass them) |
 //! | [`jwt`] | a JWT's `sub` and `exp` read without verification; unsecured JWTs |
 //! | [`extensions`] | RFC 7628 SASL extensions, parsed and checked |
 //! | [`http`], [`transport`] | the little HTTP/1.1 a token needs (pure framing; blocking TLS I/O with timeouts) |
@@ -32,6 +33,7 @@ mod error;
 pub mod extensions;
 pub mod http;
 pub mod jwt;
+pub mod librdkafka;
 pub mod oidc;
 pub mod plan;
 pub mod provider;
