@@ -88,7 +88,9 @@ pub fn plan<'a>(
 ) -> Result<ProviderPlan, OAuthError> {
     let method = get("sasl.oauthbearer.method")
         .map_or_else(|| "default".to_owned(), |m| m.trim().to_ascii_lowercase());
-    let unsecure = get(UNSECURE).is_some_and(|v| matches!(v.trim(), "true" | "1" | "t"));
+    // librdkafka's boolean syntax, any case.
+    let unsecure = get(UNSECURE)
+        .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "t" | "1"));
     if options.insecure_allow_unsecured_jwt && !unsecure {
         return Err(OAuthError::config(
             "insecure_allow_unsecured_jwt",

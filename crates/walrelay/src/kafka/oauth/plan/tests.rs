@@ -195,7 +195,7 @@ fn msk_iam_is_a_walrelay_option_with_a_region() {
 fn unsecured_tokens_only_when_asked_for_by_the_insecure_option() {
     let props = &[
         ("sasl.mechanism", "OAUTHBEARER"),
-        (UNSECURE, "true"),
+        (UNSECURE, "True"),
         ("sasl.oauthbearer.config", "principal=dev"),
     ];
     let e = plan_of(props, &OAuthOptions::default(), &[])
