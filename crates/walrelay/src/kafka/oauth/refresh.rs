@@ -117,10 +117,13 @@ impl<F: Fetch> TokenCache<F> {
     /// new one; the cached one again when the refresh fails but it has not
     /// expired (the failure logged as a warning).
     pub fn token(&self) -> Result<Token, OAuthError> {
-        let now = (self.clock)();
         // One refresh at a time: the lock is held across the fetch so
         // that concurrent callers wait for it rather than each fetching.
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // Read after the lock: a caller that waited for another's refresh
+        // must not see the new token as received in its future (and
+        // refresh it again).
+        let now = (self.clock)();
         if let Some(cached) = state.as_mut() {
             match freshness(now, cached.received, cached.token.expires_at) {
                 Freshness::Fresh => return Ok(cached.token.clone()),
