@@ -289,4 +289,46 @@ mod tests {
         let e = cache.token().unwrap_err();
         assert!(e.to_string().contains("clock"), "{e}");
     }
+
+    /// A provider whose fetch takes 5 s of the fake clock (and 100 ms of
+    /// real time, so that a second caller queues behind it).
+    struct Slow {
+        clock: Arc<AtomicU64>,
+        fetches: AtomicU64,
+    }
+
+    impl Fetch for Arc<Slow> {
+        fn fetch(&self, now: SystemTime) -> Result<Token, OAuthError> {
+            self.fetches.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(100));
+            self.clock.fetch_add(5, Ordering::SeqCst);
+            Ok(Token {
+                value: Secret::new("t"),
+                principal: "relay".into(),
+                expires_at: now + Duration::from_secs(100),
+                extensions: Extensions::default(),
+            })
+        }
+    }
+
+    #[test]
+    fn callers_queued_behind_a_refresh_take_its_token() {
+        let clock = Arc::new(AtomicU64::new(1000));
+        let slow = Arc::new(Slow {
+            clock: clock.clone(),
+            fetches: AtomicU64::new(0),
+        });
+        let reading = clock.clone();
+        let cache = Arc::new(TokenCache::with_clock(slow.clone(), move || {
+            at(reading.load(Ordering::SeqCst))
+        }));
+        let first = {
+            let cache = cache.clone();
+            std::thread::spawn(move || cache.token().map(drop))
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        cache.token().unwrap();
+        first.join().unwrap().unwrap();
+        assert_eq!(slow.fetches.load(Ordering::SeqCst), 1);
+    }
 }
