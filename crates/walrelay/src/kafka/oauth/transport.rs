@@ -98,8 +98,13 @@ impl Client {
             let name = rustls::pki_types::ServerName::try_from(url.host.clone()).map_err(|_| {
                 fail("the TLS handshake")(format!("{} is not a TLS name", url.host))
             })?;
-            let tls = rustls::ClientConnection::new(self.tls.clone(), name)
+            let mut tls = rustls::ClientConnection::new(self.tls.clone(), name)
                 .map_err(|e| fail("the TLS handshake")(e.to_string()))?;
+            // The handshake on its own, so that a certificate refused is
+            // reported as such and not as a failure to send.
+            let mut tcp = tcp;
+            handshake(&mut tls, &mut tcp, self.timeouts.response)
+                .map_err(fail("the TLS handshake"))?;
             let mut stream = rustls::StreamOwned::new(tls, tcp);
             exchange(&mut stream, request, deadline, |s| &s.sock)
         } else {
@@ -122,6 +127,21 @@ fn connect(url: &Url, timeout: Duration) -> Result<TcpStream, String> {
         }
     }
     Err(last)
+}
+
+/// Completes the TLS handshake, each socket wait bounded by `timeout`.
+fn handshake(
+    tls: &mut rustls::ClientConnection,
+    tcp: &mut TcpStream,
+    timeout: Duration,
+) -> Result<(), String> {
+    tcp.set_read_timeout(Some(timeout))
+        .and_then(|()| tcp.set_write_timeout(Some(timeout)))
+        .map_err(|e| e.to_string())?;
+    while tls.is_handshaking() {
+        tls.complete_io(tcp).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Writes the request and reads until the answer is complete, each
@@ -180,6 +200,9 @@ fn exchange<S: Read + Write>(
         }
     }
 }
+
+#[cfg(test)]
+mod tls_tests;
 
 #[cfg(test)]
 mod tests {
