@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use super::super::error::OAuthError;
+use super::super::http::Url;
 use super::super::token::Secret;
 use super::super::transport::{Client, Timeouts};
 use super::{imds, sts};
@@ -117,12 +118,24 @@ impl Chain {
 
     /// The first credentials found, from the process environment.
     pub fn resolve(&self, now: SystemTime) -> Result<Credentials, OAuthError> {
-        let env = |name: &str| std::env::var(name).ok();
-        if let Some(found) = from_env(&env) {
+        self.resolve_with(&|name: &str| std::env::var(name).ok(), now)
+    }
+
+    /// [`resolve`](Self::resolve) with the environment `env` (tests give
+    /// their own). The SDKs' endpoint overrides are honoured:
+    /// `AWS_ENDPOINT_URL_STS` (or `AWS_ENDPOINT_URL`) for STS,
+    /// `AWS_EC2_METADATA_SERVICE_ENDPOINT` for the metadata service.
+    pub fn resolve_with(
+        &self,
+        env: &impl Fn(&str) -> Option<String>,
+        now: SystemTime,
+    ) -> Result<Credentials, OAuthError> {
+        if let Some(found) = from_env(env) {
             return found;
         }
-        if let Some(identity) = web_identity_from_env(&env) {
-            return self.assume_role(&identity?, now);
+        if let Some(identity) = web_identity_from_env(env) {
+            let endpoint = sts::endpoint(&self.region, env)?;
+            return self.assume_role(&identity?, &endpoint, now);
         }
         if env("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return Err(OAuthError::NoAwsCredentials {
@@ -131,7 +144,7 @@ impl Chain {
                     .to_owned(),
             });
         }
-        imds::credentials(&self.imds).map_err(|e| match e {
+        imds::credentials(&self.imds, &imds::base(env)?).map_err(|e| match e {
             OAuthError::Transport { reason, .. } => OAuthError::NoAwsCredentials {
                 tried: format!(
                     "no keys in the environment, no web identity, no instance metadata \
@@ -145,6 +158,7 @@ impl Chain {
     fn assume_role(
         &self,
         identity: &WebIdentity,
+        endpoint: &Url,
         now: SystemTime,
     ) -> Result<Credentials, OAuthError> {
         let token =
@@ -153,13 +167,13 @@ impl Chain {
                 path: identity.token_file.clone(),
                 reason: e.to_string(),
             })?;
-        let request = sts::request(&self.region, identity, token.trim())?;
+        let request = sts::request(endpoint, identity, token.trim());
         let answer = self.sts.send(&request)?;
-        let endpoint = request.url.shown();
-        let credentials = sts::parse_response(&endpoint, answer.status, &answer.body)?;
+        let shown = endpoint.shown();
+        let credentials = sts::parse_response(&shown, answer.status, &answer.body)?;
         if credentials.expires.is_some_and(|t| t <= now) {
             return Err(OAuthError::Unusable {
-                source_name: format!("AWS STS {endpoint}"),
+                source_name: format!("AWS STS {shown}"),
                 reason: "its credentials expired on arrival (is this machine's clock right?)"
                     .to_owned(),
             });
@@ -167,6 +181,9 @@ impl Chain {
         Ok(credentials)
     }
 }
+
+#[cfg(test)]
+mod chain_tests;
 
 #[cfg(test)]
 mod tests {

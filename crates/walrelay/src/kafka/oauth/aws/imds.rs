@@ -12,18 +12,36 @@ use super::super::transport::Client;
 use super::credentials::Credentials;
 
 const SERVICE: &str = "the EC2 instance metadata service";
-const BASE: &str = "http://169.254.169.254";
+/// The service's address on every EC2 instance.
+const DEFAULT_BASE: &str = "http://169.254.169.254";
 const ROLES: &str = "/latest/meta-data/iam/security-credentials/";
 /// How long the metadata session token lives (seconds); one is fetched
 /// per credential lookup, so a short life is enough.
 const SESSION_TTL: &str = "60";
 
+/// The service's base URL: `AWS_EC2_METADATA_SERVICE_ENDPOINT` (the SDKs'
+/// override: an IPv6 endpoint, a test double), else `169.254.169.254`.
+pub fn base(env: &impl Fn(&str) -> Option<String>) -> Result<String, OAuthError> {
+    const NAME: &str = "AWS_EC2_METADATA_SERVICE_ENDPOINT";
+    match env(NAME).filter(|v| !v.is_empty()) {
+        None => Ok(DEFAULT_BASE.to_owned()),
+        Some(value) => {
+            let url = Url::parse(value.trim()).map_err(|e| OAuthError::config(NAME, e))?;
+            Ok(url.shown().trim_end_matches('/').to_owned())
+        }
+    }
+}
+
+fn url(base: &str, path: &str) -> Url {
+    Url::parse(&format!("{base}{path}")).expect("a base from base() and an encoded path")
+}
+
 /// `PUT /latest/api/token`: the session token's request.
 #[must_use]
-pub fn token_request() -> Request {
+pub fn token_request(base: &str) -> Request {
     Request {
         method: "PUT",
-        url: Url::parse(&format!("{BASE}/latest/api/token")).expect("a valid URL"),
+        url: url(base, "/latest/api/token"),
         headers: vec![(
             "X-aws-ec2-metadata-token-ttl-seconds".to_owned(),
             SESSION_TTL.to_owned(),
@@ -34,10 +52,10 @@ pub fn token_request() -> Request {
 
 /// A GET of `path` with the session token.
 #[must_use]
-pub fn get(path: &str, session: &str) -> Request {
+pub fn get(base: &str, path: &str, session: &str) -> Request {
     Request {
         method: "GET",
-        url: Url::parse(&format!("{BASE}{path}")).expect("a valid URL"),
+        url: url(base, path),
         headers: vec![("X-aws-ec2-metadata-token".to_owned(), session.to_owned())],
         body: Vec::new(),
     }
@@ -74,7 +92,7 @@ struct Answer {
 pub fn parse_credentials(body: &[u8]) -> Result<Credentials, OAuthError> {
     let unreadable = |reason: String| OAuthError::Unreadable {
         service: SERVICE,
-        endpoint: format!("{BASE}{ROLES}"),
+        endpoint: format!("{DEFAULT_BASE}{ROLES}"),
         reason,
     };
     let answer: Answer = serde_json::from_slice(body)
@@ -121,13 +139,14 @@ fn ok(request: &Request, answer: Response) -> Result<String, OAuthError> {
     })
 }
 
-/// The instance profile's credentials: three calls to the service.
-pub fn credentials(client: &Client) -> Result<Credentials, OAuthError> {
-    let put = token_request();
+/// The instance profile's credentials: three calls to the service at
+/// `base` ([`base`]).
+pub fn credentials(client: &Client, base: &str) -> Result<Credentials, OAuthError> {
+    let put = token_request(base);
     let session = ok(&put, client.send(&put)?)?;
-    let list = get(ROLES, session.trim());
+    let list = get(base, ROLES, session.trim());
     let role = parse_role(&ok(&list, client.send(&list)?)?)?;
-    let fetch = get(&role_path(&role), session.trim());
+    let fetch = get(base, &role_path(&role), session.trim());
     let body = ok(&fetch, client.send(&fetch)?)?;
     parse_credentials(body.as_bytes())
 }
@@ -138,18 +157,21 @@ mod tests {
 
     #[test]
     fn the_requests_follow_imdsv2() {
-        let put = String::from_utf8(token_request().encode()).unwrap();
+        let base = base(&|_: &str| None).unwrap();
+        let put = String::from_utf8(token_request(&base).encode()).unwrap();
         assert_eq!(
             put,
             "PUT /latest/api/token HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n\
              X-aws-ec2-metadata-token-ttl-seconds: 60\r\nContent-Length: 0\r\n\r\n"
         );
-        let request = get(&role_path("walrelay-role"), "sess");
+        let request = get(&base, &role_path("walrelay-role"), "sess");
         assert_eq!(
             request.url.target,
             "/latest/meta-data/iam/security-credentials/walrelay-role"
         );
         assert!(!format!("{request:?}").contains("sess"));
+        let ipv6 = |_: &str| Some("http://[fd00:ec2::254]".to_owned());
+        assert_eq!(super::base(&ipv6).unwrap(), "http://[fd00:ec2::254]");
     }
 
     #[test]

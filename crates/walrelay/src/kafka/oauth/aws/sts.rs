@@ -13,26 +13,42 @@ use super::credentials::{Credentials, WebIdentity};
 
 const SERVICE: &str = "AWS STS";
 
-/// The regional STS endpoint of `region`.
-#[must_use]
-pub fn endpoint(region: &str) -> String {
+/// Where STS is asked: `AWS_ENDPOINT_URL_STS`, else `AWS_ENDPOINT_URL`
+/// (the SDKs' overrides, for VPC endpoints and test doubles), else the
+/// regional endpoint of `region`. An override in plain http:// is refused
+/// unless on loopback: the request carries the web identity token.
+pub fn endpoint(region: &str, env: &impl Fn(&str) -> Option<String>) -> Result<Url, OAuthError> {
+    let overridden = ["AWS_ENDPOINT_URL_STS", "AWS_ENDPOINT_URL"]
+        .into_iter()
+        .find_map(|name| env(name).filter(|v| !v.is_empty()).map(|v| (name, v)));
+    if let Some((name, value)) = overridden {
+        let url = Url::parse(value.trim()).map_err(|e| OAuthError::config(name, e))?;
+        if !url.https && !url.is_loopback() {
+            return Err(OAuthError::config(
+                name,
+                "plain http:// would send the web identity token in clear text; use https://",
+            ));
+        }
+        return Ok(url);
+    }
+    let region = super::check_region(region)?;
     let domain = if region.starts_with("cn-") {
         "amazonaws.com.cn"
     } else {
         "amazonaws.com"
     };
-    format!("https://sts.{region}.{domain}/")
+    Url::parse(&format!("https://sts.{region}.{domain}/"))
+        .map_err(|e| OAuthError::config("aws_region", e))
 }
 
 /// The `AssumeRoleWithWebIdentity` request for `identity` with `token`
-/// (the file's contents). The token goes in the body, not the URL, so
-/// that no proxy log holds it.
-pub fn request(region: &str, identity: &WebIdentity, token: &str) -> Result<Request, OAuthError> {
-    let url = Url::parse(&endpoint(super::check_region(region)?))
-        .map_err(|e| OAuthError::config("aws_region", e))?;
-    Ok(Request {
+/// (the file's contents) to `endpoint`. The token goes in the body, not
+/// the URL, so that no proxy log holds it.
+#[must_use]
+pub fn request(endpoint: &Url, identity: &WebIdentity, token: &str) -> Request {
+    Request {
         method: "POST",
-        url,
+        url: endpoint.clone(),
         headers: vec![
             (
                 "Content-Type".to_owned(),
@@ -47,7 +63,7 @@ pub fn request(region: &str, identity: &WebIdentity, token: &str) -> Result<Requ
             ("RoleSessionName", &identity.session_name),
             ("WebIdentityToken", token),
         ]),
-    })
+    }
 }
 
 /// The credentials in STS's answer, or its error (`Code: Message`).
@@ -206,8 +222,9 @@ mod tests {
             role_arn: "arn:aws:iam::123456789012:role/walrelay".into(),
             session_name: "walrelay".into(),
         };
-        assert!(request("eu west", &identity, "t").is_err());
-        let r = request("eu-west-1", &identity, "eyJ.tok").unwrap();
+        let none = |_: &str| None;
+        assert!(endpoint("eu west", &none).is_err());
+        let r = request(&endpoint("eu-west-1", &none).unwrap(), &identity, "eyJ.tok");
         assert_eq!(r.url.shown(), "https://sts.eu-west-1.amazonaws.com/");
         assert_eq!(
             String::from_utf8(r.body).unwrap(),
@@ -216,8 +233,22 @@ mod tests {
              RoleSessionName=walrelay&WebIdentityToken=eyJ.tok"
         );
         assert_eq!(
-            endpoint("cn-north-1"),
+            endpoint("cn-north-1", &none).unwrap().shown(),
             "https://sts.cn-north-1.amazonaws.com.cn/"
         );
+        let vpc = |name: &str| {
+            (name == "AWS_ENDPOINT_URL")
+                .then(|| "https://vpce-1.sts.eu-west-1.vpce.amazonaws.com".to_owned())
+        };
+        assert_eq!(
+            endpoint("eu-west-1", &vpc).unwrap().shown(),
+            "https://vpce-1.sts.eu-west-1.vpce.amazonaws.com/"
+        );
+        let clear =
+            |name: &str| (name == "AWS_ENDPOINT_URL_STS").then(|| "http://sts.example/".to_owned());
+        assert!(endpoint("eu-west-1", &clear)
+            .unwrap_err()
+            .to_string()
+            .contains("clear text"));
     }
 }
