@@ -179,3 +179,63 @@ fn no_token_no_login_and_no_provider_no_settings() {
         "{e}"
     );
 }
+
+/// A token endpoint for one request, answering a JWT for `relay-svc`.
+fn token_endpoint(jwt: String) -> (String, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/token",
+        listener.local_addr().unwrap().port()
+    );
+    let handle = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !seen.ends_with(b"grant_type=client_credentials") {
+            let n = socket.read(&mut buf).unwrap();
+            assert!(n > 0, "the request ended early");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let body = format!(r#"{{"access_token":"{jwt}","token_type":"Bearer","expires_in":300}}"#);
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+        socket.write_all(head.as_bytes()).unwrap();
+        socket.write_all(body.as_bytes()).unwrap();
+    });
+    (url, handle)
+}
+
+#[test]
+fn an_oidc_token_from_the_cache_logs_in_every_connection() {
+    use crate::kafka::oauth::plan::{plan, OAuthOptions};
+    use crate::kafka::oauth::{Provider, TokenCache};
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+
+    let jwt = format!(
+        "eyJhbGciOiJSUzI1NiJ9.{}.c2ln",
+        URL_SAFE_NO_PAD.encode(r#"{"sub":"relay-svc","exp":4102444800}"#)
+    );
+    let (url, endpoint) = token_endpoint(jwt.clone());
+    let mut config = rdkafka::ClientConfig::new();
+    config
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanism", "OAUTHBEARER")
+        .set("sasl.oauthbearer.method", "oidc")
+        .set("sasl.oauthbearer.token.endpoint.url", &url)
+        .set("sasl.oauthbearer.client.id", "walrelay")
+        .set("sasl.oauthbearer.client.secret", "s3cret")
+        .set("sasl.oauthbearer.extensions", "logicalCluster=lkc-1");
+    let plan = plan(|k| config.get(k), &OAuthOptions::default(), |_| None).unwrap();
+    let cache = TokenCache::new(Provider::new(plan).unwrap());
+    let settings =
+        Settings::from_client_config_with_tokens(&config, Some(Arc::new(cache))).unwrap();
+    // Two connections, one token: the endpoint answers only once.
+    for _ in 0..2 {
+        let (server, broker) = broker(b"");
+        Connection::open(&server, &settings, Duration::from_secs(5)).unwrap();
+        let seen = broker.join().unwrap();
+        let expected = format!("n,,\x01auth=Bearer {jwt}\x01logicalCluster=lkc-1\x01\x01");
+        assert_eq!(seen, [expected.into_bytes()]);
+    }
+    endpoint.join().unwrap();
+}
