@@ -32,14 +32,20 @@ pub enum OAuthError {
         advice: &'static str,
     },
     /// An answer walrelay cannot read as the protocol says it should be.
-    #[error("{service} {endpoint} answered something unreadable: {reason}")]
+    #[error(
+        "{service} {endpoint} answered something unreadable: {reason} (is that the service's \
+         URL?)"
+    )]
     Unreadable {
         service: &'static str,
         endpoint: String,
         reason: String,
     },
     /// Connecting, TLS, sending or receiving failed, or timed out.
-    #[error("{service} {endpoint}: {step} failed: {reason}")]
+    #[error(
+        "{service} {endpoint}: {step} failed: {reason} (check that it is reachable from this \
+         host and that its certificate is trusted)"
+    )]
     Transport {
         service: &'static str,
         endpoint: String,
@@ -117,5 +123,28 @@ mod tests {
              invalid_client: bad credentials; check sasl.oauthbearer.client.id and \
              sasl.oauthbearer.client.secret"
         );
+    }
+
+    #[test]
+    fn every_kind_says_what_to_check() {
+        let transport = OAuthError::Transport {
+            service: "AWS STS",
+            endpoint: "https://sts.eu-west-1.amazonaws.com/".into(),
+            step: "connecting",
+            reason: "timed out".into(),
+        };
+        assert_eq!(
+            transport.to_string(),
+            "AWS STS https://sts.eu-west-1.amazonaws.com/: connecting failed: timed out (check \
+             that it is reachable from this host and that its certificate is trusted)"
+        );
+        let unreadable = OAuthError::Unreadable {
+            service: "the OAuth token endpoint",
+            endpoint: "https://idp/token".into(),
+            reason: "not JSON".into(),
+        };
+        assert!(unreadable
+            .to_string()
+            .ends_with("(is that the service's URL?)"));
     }
 }
