@@ -9,6 +9,7 @@
 //! | [`requests`] | walrelay's own requests: ApiVersions (the brokers' release), log end, the wait until the leaders' records are readable |
 //! | [`conn`], [`wire`] | walrelay's own broker connections (TLS, SASL) for those requests, and reading their answers |
 //! | [`metadata`] | what a metadata answer says of one topic |
+//! | [`oauth`] | OAUTHBEARER tokens: OIDC, AWS MSK IAM, unsecured development tokens; their refresh (not wired yet) |
 //! | [`acl`] | authorization errors as the ACL to grant |
 //! | `error` | [`ClientError`] (properties refused, a client not created) and [`RequestError`] (a request of walrelay's without a usable answer) |
 //!
@@ -22,6 +23,7 @@ pub mod client;
 pub mod conn;
 mod error;
 pub mod metadata;
+pub mod oauth;
 pub mod policy;
 pub mod properties;
 pub mod requests;

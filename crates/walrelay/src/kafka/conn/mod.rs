@@ -7,7 +7,8 @@
 //! does: over TLS when the producer's listener is `SSL` or `SASL_SSL`,
 //! with the same certificate checks and client certificate, and
 //! authenticated with the producer's SASL user (`PLAIN`, `SCRAM-SHA-256`,
-//! `SCRAM-SHA-512`). Without this the fence would be off on every secured
+//! `SCRAM-SHA-512`) or, for `OAUTHBEARER`, with a token from the relay's
+//! token provider ([`Settings::from_client_config_with_tokens`]). Without this the fence would be off on every secured
 //! cluster, the recommended production set-up, and each crash there would
 //! write its replayed tail to the wire twice.
 //!
@@ -29,8 +30,9 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use settings::SaslPlan;
+use settings::{Login, SaslPlan};
 
+use super::oauth::TokenSource;
 use super::RequestError;
 
 /// The largest response walrelay reads (its requests' answers are a few
@@ -43,6 +45,8 @@ const MAX_RESPONSE: usize = 1 << 20;
 pub struct Settings {
     tls: Option<Arc<rustls::ClientConfig>>,
     sasl: Option<Arc<SaslPlan>>,
+    /// Where an `OAUTHBEARER` login's token comes from.
+    tokens: Option<Arc<dyn TokenSource>>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -50,6 +54,7 @@ impl std::fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("tls", &self.tls.is_some())
             .field("sasl", &self.sasl.as_ref().map(|s| s.mechanism))
+            .field("tokens", &self.tokens.is_some())
             .finish()
     }
 }
@@ -61,13 +66,36 @@ impl Settings {
         Settings {
             tls: None,
             sasl: None,
+            tokens: None,
         }
     }
 
     /// The settings of a client made from `config` (resolved: secrets
-    /// already read), or why walrelay cannot connect as it would.
+    /// already read), or why walrelay cannot connect as it would. An
+    /// `OAUTHBEARER` client needs its token provider: see
+    /// [`from_client_config_with_tokens`](Self::from_client_config_with_tokens).
     pub fn from_client_config(config: &rdkafka::ClientConfig) -> Result<Settings, RequestError> {
+        Settings::from_client_config_with_tokens(config, None)
+    }
+
+    /// [`from_client_config`](Self::from_client_config), an `OAUTHBEARER`
+    /// login taking its tokens from `tokens` (the relay's
+    /// [`TokenCache`](super::oauth::TokenCache), shared with every other
+    /// user so that a connection does not fetch a token of its own).
+    pub fn from_client_config_with_tokens(
+        config: &rdkafka::ClientConfig,
+        tokens: Option<Arc<dyn TokenSource>>,
+    ) -> Result<Settings, RequestError> {
         let plan = settings::plan(|key| config.get(key)).map_err(RequestError::Unsupported)?;
+        if plan
+            .sasl
+            .as_ref()
+            .is_some_and(|s| s.login == Login::Token && tokens.is_none())
+        {
+            return Err(RequestError::Unsupported(
+                "SASL mechanism OAUTHBEARER without walrelay's token provider".to_owned(),
+            ));
+        }
         Ok(Settings {
             tls: plan
                 .tls
@@ -76,6 +104,7 @@ impl Settings {
                 .transpose()
                 .map_err(RequestError::Unsupported)?,
             sasl: plan.sasl.map(Arc::new),
+            tokens,
         })
     }
 
@@ -86,6 +115,7 @@ impl Settings {
         Settings {
             tls: self.tls.clone(),
             sasl: None,
+            tokens: None,
         }
     }
 }
@@ -161,7 +191,7 @@ impl Connection {
         };
         if let Some(sasl) = &settings.sasl {
             connection
-                .authenticate(sasl)
+                .authenticate(sasl, settings.tokens.as_deref())
                 .map_err(|e| format!("{server}: {e}"))?;
         }
         Ok(connection)
@@ -197,26 +227,55 @@ impl Connection {
         Ok(body)
     }
 
-    fn authenticate(&mut self, sasl: &SaslPlan) -> Result<(), String> {
+    fn authenticate(
+        &mut self,
+        sasl: &SaslPlan,
+        tokens: Option<&dyn TokenSource>,
+    ) -> Result<(), String> {
         use sasl::{authenticate_request, parse_authenticate, Mechanism};
         let handshake = self.send(&sasl::handshake_request(1, sasl.mechanism))?;
         sasl::parse_handshake(&handshake, 1, sasl.mechanism)?;
+        let (username, password) = match &sasl.login {
+            Login::Password { username, password } => (username, password),
+            Login::Token => {
+                let tokens = tokens.ok_or("SASL OAUTHBEARER without a token provider")?;
+                return self.bearer(tokens);
+            }
+        };
         let hash = match sasl.mechanism {
             Mechanism::Plain => {
-                let message = sasl::plain_message(&sasl.username, &sasl.password);
+                let message = sasl::plain_message(username, password);
                 let answer = self.send(&authenticate_request(2, &message))?;
                 return parse_authenticate(&answer, 2).map(drop);
             }
             Mechanism::ScramSha256 => scram::Hash::Sha256,
             Mechanism::ScramSha512 => scram::Hash::Sha512,
+            Mechanism::OAuthBearer => return Err("OAUTHBEARER with a password".to_owned()),
         };
-        let mut exchange =
-            scram::Scram::new(hash, &sasl.username, &sasl.password, scram::random_nonce()?);
+        let mut exchange = scram::Scram::new(hash, username, password, scram::random_nonce()?);
         let answer = self.send(&authenticate_request(2, &exchange.client_first()))?;
         let server_first = parse_authenticate(&answer, 2)?;
         let client_final = exchange.client_final(&server_first)?;
         let answer = self.send(&authenticate_request(3, &client_final))?;
         exchange.verify_server_final(&parse_authenticate(&answer, 3)?)
+    }
+
+    /// The OAUTHBEARER exchange (RFC 7628): the token and its extensions
+    /// in one message; an empty answer is success. A refusal carries the
+    /// broker's error, which the client acknowledges with a lone
+    /// separator (the broker then fails the exchange, saying nothing
+    /// more), so the error reported is the broker's first answer.
+    fn bearer(&mut self, tokens: &dyn TokenSource) -> Result<(), String> {
+        use sasl::{authenticate_request, parse_authenticate};
+        let token = tokens.token().map_err(|e| e.to_string())?;
+        let message = sasl::oauthbearer_message(token.value.expose(), token.extensions.iter())?;
+        let answer = self.send(&authenticate_request(2, &message))?;
+        let challenge = parse_authenticate(&answer, 2)?;
+        if let Err(refused) = sasl::parse_oauthbearer_answer(&challenge) {
+            let _ = self.send(&authenticate_request(3, sasl::OAUTHBEARER_ABORT));
+            return Err(refused);
+        }
+        Ok(())
     }
 }
 
@@ -248,6 +307,9 @@ fn host_of(server: &str) -> &str {
     let host = server.rsplit_once(':').map_or(server, |(host, _)| host);
     host.trim_start_matches('[').trim_end_matches(']')
 }
+
+#[cfg(test)]
+mod bearer_tests;
 
 #[cfg(test)]
 mod tests {

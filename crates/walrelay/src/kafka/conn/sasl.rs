@@ -5,6 +5,9 @@
 //!
 //! The mechanisms: `PLAIN` (one message, `\0user\0password`) and
 //! `SCRAM-SHA-256` / `SCRAM-SHA-512` ([`super::scram`], two rounds).
+//! `OAUTHBEARER`: one message carrying a token ([`oauthbearer_message`]),
+//! answered with nothing or with the broker's error
+//! ([`parse_oauthbearer_answer`]).
 
 use crate::kafka::wire::{Reader, Request};
 
@@ -21,17 +24,20 @@ pub enum Mechanism {
     Plain,
     ScramSha256,
     ScramSha512,
+    /// A token from [`crate::kafka::oauth`] (RFC 7628).
+    OAuthBearer,
 }
 
 impl Mechanism {
     /// From librdkafka's `sasl.mechanism` value; `None` for a mechanism
-    /// walrelay does not speak (GSSAPI, OAUTHBEARER).
+    /// walrelay does not speak (GSSAPI).
     #[must_use]
     pub fn parse(name: &str) -> Option<Mechanism> {
         match name.trim().to_ascii_uppercase().as_str() {
             "PLAIN" => Some(Mechanism::Plain),
             "SCRAM-SHA-256" => Some(Mechanism::ScramSha256),
             "SCRAM-SHA-512" => Some(Mechanism::ScramSha512),
+            "OAUTHBEARER" => Some(Mechanism::OAuthBearer),
             _ => None,
         }
     }
@@ -42,6 +48,7 @@ impl Mechanism {
             Mechanism::Plain => "PLAIN",
             Mechanism::ScramSha256 => "SCRAM-SHA-256",
             Mechanism::ScramSha512 => "SCRAM-SHA-512",
+            Mechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 }
@@ -119,6 +126,81 @@ pub fn plain_message(username: &str, password: &str) -> Vec<u8> {
     out
 }
 
+/// RFC 7628's key/value separator.
+const KVSEP: u8 = 0x01;
+
+/// What the client sends after the broker refused its OAUTHBEARER
+/// message (RFC 7628 section 3.2.3): a lone separator, to which the
+/// broker answers with the SASL failure.
+pub const OAUTHBEARER_ABORT: &[u8] = &[KVSEP];
+
+/// The OAUTHBEARER client's first message (RFC 7628 section 3.1): the
+/// GS2 header `n,,` (no authorization identity), `auth=Bearer <token>`,
+/// each extension as `key=value`, each followed by `\x01`, and a final
+/// `\x01`. The extensions are expected checked
+/// ([`crate::kafka::oauth::Extensions`]); the token is checked here: a
+/// bearer token is printable ASCII (RFC 6750's b64token is narrower), and
+/// a control character would break the framing.
+pub fn oauthbearer_message<'a>(
+    token: &str,
+    extensions: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<Vec<u8>, String> {
+    if token.is_empty() || !token.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return Err(
+            "the OAuth token is empty or holds characters a bearer token cannot hold".to_owned(),
+        );
+    }
+    let mut out = b"n,,".to_vec();
+    out.push(KVSEP);
+    out.extend_from_slice(b"auth=Bearer ");
+    out.extend_from_slice(token.as_bytes());
+    out.push(KVSEP);
+    for (key, value) in extensions {
+        out.extend_from_slice(key.as_bytes());
+        out.push(b'=');
+        out.extend_from_slice(value.as_bytes());
+        out.push(KVSEP);
+    }
+    out.push(KVSEP);
+    Ok(out)
+}
+
+/// The broker's answer to [`oauthbearer_message`]: nothing when it
+/// accepts the token; otherwise its error (RFC 7628 section 3.2.2, a
+/// JSON object with `status` and maybe `scope` and
+/// `openid-configuration`) as a sentence. The caller then sends
+/// [`OAUTHBEARER_ABORT`].
+pub fn parse_oauthbearer_answer(bytes: &[u8]) -> Result<(), String> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let text = String::from_utf8_lossy(bytes);
+    let json: Option<serde_json::Map<String, serde_json::Value>> =
+        serde_json::from_slice(bytes).ok();
+    let field = |name: &str| {
+        json.as_ref()
+            .and_then(|j| j.get(name))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    let Some(status) = field("status") else {
+        let shown: String = text.chars().filter(|c| !c.is_control()).take(200).collect();
+        return Err(format!("the broker refused the OAuth token: {shown}"));
+    };
+    let mut message = format!("the broker refused the OAuth token: status {status}");
+    if let Some(scope) = field("scope") {
+        message.push_str(&format!(", scope needed: {scope}"));
+    }
+    if let Some(config) = field("openid-configuration") {
+        message.push_str(&format!(", openid-configuration: {config}"));
+    }
+    message.push_str(
+        " (check the token's audience, issuer, scope and expiry against the brokers' \
+         OAUTHBEARER settings)",
+    );
+    Err(message)
+}
+
 fn expect_correlation(r: &mut Reader<'_>, correlation_id: i32) -> Result<(), String> {
     let got = r.i32()?;
     if got == correlation_id {
@@ -189,6 +271,48 @@ mod tests {
         );
         assert_eq!(Mechanism::parse("PLAIN"), Some(Mechanism::Plain));
         assert_eq!(Mechanism::parse("GSSAPI"), None);
-        assert_eq!(Mechanism::parse("OAUTHBEARER"), None);
+        assert_eq!(
+            Mechanism::parse("oauthbearer"),
+            Some(Mechanism::OAuthBearer)
+        );
+    }
+
+    #[test]
+    fn the_oauthbearer_message_is_rfc_7628_byte_for_byte() {
+        let msg = oauthbearer_message(
+            "eyJ.x-y_z",
+            [("identityPoolId", "p-1"), ("logicalCluster", "lkc 1")],
+        )
+        .unwrap();
+        assert_eq!(
+            msg,
+            b"n,,\x01auth=Bearer eyJ.x-y_z\x01identityPoolId=p-1\x01logicalCluster=lkc 1\x01\x01"
+        );
+        assert_eq!(
+            oauthbearer_message("t", []).unwrap(),
+            b"n,,\x01auth=Bearer t\x01\x01"
+        );
+        assert!(oauthbearer_message("", []).is_err());
+        assert!(oauthbearer_message("a\x01b", []).is_err());
+        assert!(oauthbearer_message("a b", []).is_err());
+        assert_eq!(OAUTHBEARER_ABORT, b"\x01");
+    }
+
+    #[test]
+    fn the_brokers_oauthbearer_error_becomes_a_sentence() {
+        assert_eq!(parse_oauthbearer_answer(b""), Ok(()));
+        let e = parse_oauthbearer_answer(
+            br#"{"status":"invalid_token","scope":"kafka","openid-configuration":"https://idp/.well-known/openid-configuration"}"#,
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with(
+                "the broker refused the OAuth token: status invalid_token, scope needed: kafka, \
+                 openid-configuration: https://idp/.well-known/openid-configuration (check"
+            ),
+            "{e}"
+        );
+        let e = parse_oauthbearer_answer(b"not json\n").unwrap_err();
+        assert_eq!(e, "the broker refused the OAuth token: not json");
     }
 }

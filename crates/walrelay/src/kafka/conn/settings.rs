@@ -2,11 +2,13 @@
 //! own connections reach a broker: TLS or not and how the certificate is
 //! checked, SASL or not and with which credentials. A pure reading of the
 //! properties ([`plan`]), tested on its own; [`super::tls`] turns the TLS
-//! half into a rustls configuration.
+//! half into a rustls configuration. An OAUTHBEARER login's token is not
+//! in the properties: the plan says only that one is needed
+//! ([`Login::Token`]).
 //!
 //! What librdkafka would do is the rule: the same listener, the same CA,
 //! the same host-name check, the same client certificate, the same user.
-//! A setting walrelay cannot honour exactly (a Kerberos or OAuth login, a
+//! A setting walrelay cannot honour exactly (a Kerberos login, a
 //! keystore, a revocation list, an inline CA) is not approximated: the
 //! plan fails with the property's name, and the caller goes without its
 //! own request (see [`crate::kafka::requests::api_versions`] and
@@ -47,21 +49,33 @@ pub struct ClientCert {
     pub key: Pem,
 }
 
-/// The SASL half of a [`Plan`]. `Debug` hides the password.
-#[derive(PartialEq, Eq)]
+/// The SASL half of a [`Plan`].
+#[derive(Debug, PartialEq, Eq)]
 pub struct SaslPlan {
     pub mechanism: Mechanism,
-    pub username: String,
-    pub password: String,
+    pub login: Login,
 }
 
-impl std::fmt::Debug for SaslPlan {
+/// What a SASL mechanism logs in with. `Debug` hides the password.
+#[derive(PartialEq, Eq)]
+pub enum Login {
+    /// `PLAIN` and `SCRAM-*`: `sasl.username` and `sasl.password`.
+    Password { username: String, password: String },
+    /// `OAUTHBEARER`: a token from the relay's token provider, which the
+    /// properties do not hold (see [`super::Settings::from_client_config_with_tokens`]).
+    Token,
+}
+
+impl std::fmt::Debug for Login {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SaslPlan")
-            .field("mechanism", &self.mechanism)
-            .field("username", &self.username)
-            .field("password", &"********")
-            .finish()
+        match self {
+            Login::Password { username, .. } => f
+                .debug_struct("Password")
+                .field("username", username)
+                .field("password", &"********")
+                .finish(),
+            Login::Token => f.write_str("Token"),
+        }
     }
 }
 
@@ -149,8 +163,17 @@ fn sasl_plan<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<SaslPlan, Str
         .or_else(|| get("sasl.mechanisms"))
         .unwrap_or("GSSAPI");
     let mechanism = Mechanism::parse(name).ok_or_else(|| {
-        format!("SASL mechanism {name} (walrelay's own requests speak PLAIN and SCRAM only)")
+        format!(
+            "SASL mechanism {name} (walrelay's own requests speak PLAIN, SCRAM and OAUTHBEARER \
+             only)"
+        )
     })?;
+    if mechanism == Mechanism::OAuthBearer {
+        return Ok(SaslPlan {
+            mechanism,
+            login: Login::Token,
+        });
+    }
     let field = |key: &str| {
         get(key)
             .map(str::to_owned)
@@ -158,8 +181,10 @@ fn sasl_plan<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<SaslPlan, Str
     };
     Ok(SaslPlan {
         mechanism,
-        username: field("sasl.username")?,
-        password: field("sasl.password")?,
+        login: Login::Password {
+            username: field("sasl.username")?,
+            password: field("sasl.password")?,
+        },
     })
 }
 
@@ -206,7 +231,10 @@ mod tests {
         assert_eq!(tls.client_cert, None);
         let sasl = p.sasl.unwrap();
         assert_eq!(sasl.mechanism, Mechanism::ScramSha512);
-        assert_eq!(sasl.username, "relay");
+        assert!(
+            matches!(&sasl.login, Login::Password { username, .. } if username == "relay"),
+            "{sasl:?}"
+        );
         assert!(!format!("{sasl:?}").contains("s3cret"));
     }
 
@@ -244,15 +272,8 @@ mod tests {
 
     #[test]
     fn what_cannot_be_reproduced_is_refused_with_the_property_named() {
-        let cases: [(&[(&str, &str)], &str); 5] = [
+        let cases: [(&[(&str, &str)], &str); 4] = [
             (&[("security.protocol", "sasl_ssl")], "GSSAPI"),
-            (
-                &[
-                    ("security.protocol", "sasl_plaintext"),
-                    ("sasl.mechanism", "OAUTHBEARER"),
-                ],
-                "OAUTHBEARER",
-            ),
             (
                 &[
                     ("security.protocol", "sasl_plaintext"),
@@ -280,5 +301,22 @@ mod tests {
             let e = plan_of(pairs).unwrap_err();
             assert!(e.contains(named), "{pairs:?}: {e}");
         }
+    }
+
+    #[test]
+    fn oauthbearer_logs_in_with_a_token_not_a_password() {
+        let p = plan_of(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+        ])
+        .unwrap();
+        assert_eq!(
+            p.sasl,
+            Some(SaslPlan {
+                mechanism: Mechanism::OAuthBearer,
+                login: Login::Token,
+            })
+        );
     }
 }

@@ -1,0 +1,81 @@
+//! A [`Token`] as librdkafka's token callback takes it
+//! (rdkafka's `ClientContext::generate_oauth_token` returns an
+//! [`OAuthToken`]), for the producer's context once OAUTHBEARER is
+//! allowed. Pure; nothing calls it yet.
+//!
+//! rdkafka 0.39 hands librdkafka no SASL extensions (it passes none to
+//! `rd_kafka_oauthbearer_set_token`), so a token with extensions is
+//! refused here rather than sent without them: a cluster that needs them
+//! (Confluent Cloud's `logicalCluster`, `identityPoolId`) would refuse the
+//! login with a less helpful message. walrelay's own connections do send
+//! them ([`crate::kafka::conn`]).
+
+use rdkafka::client::OAuthToken;
+
+use super::error::OAuthError;
+use super::token::Token;
+
+/// `token` for librdkafka: the value, the principal, the expiry in
+/// milliseconds since the epoch (librdkafka's "lifetime" is an instant).
+pub fn oauth_token(token: &Token) -> Result<OAuthToken, OAuthError> {
+    if !token.extensions.is_empty() {
+        return Err(OAuthError::config(
+            "sasl.oauthbearer.extensions",
+            "the producer cannot send SASL extensions yet (rdkafka 0.39's token callback passes \
+             none to librdkafka); remove them, or use a cluster that does not need them",
+        ));
+    }
+    // librdkafka refuses a token or principal holding a NUL; say why
+    // here rather than as its error.
+    if token.value.expose().contains('\0') || token.principal.contains('\0') {
+        return Err(OAuthError::Unusable {
+            source_name: "the token provider".to_owned(),
+            reason: "the token or its principal holds a NUL character".to_owned(),
+        });
+    }
+    Ok(OAuthToken {
+        token: token.value.expose().to_owned(),
+        principal_name: token.principal.clone(),
+        lifetime_ms: token.expires_at_unix_ms(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::kafka::oauth::{Extensions, Secret};
+
+    fn token(extensions: Extensions) -> Token {
+        Token {
+            value: Secret::new("eyJ.x.y"),
+            principal: "relay".into(),
+            expires_at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_500),
+            extensions,
+        }
+    }
+
+    #[test]
+    fn the_expiry_is_an_instant_in_milliseconds() {
+        let t = oauth_token(&token(Extensions::default())).unwrap();
+        assert_eq!(
+            (t.token.as_str(), t.principal_name.as_str(), t.lifetime_ms),
+            ("eyJ.x.y", "relay", 1_700_000_000_500)
+        );
+    }
+
+    #[test]
+    fn extensions_the_callback_cannot_pass_are_refused_by_name() {
+        let e = oauth_token(&token(
+            Extensions::parse("logicalCluster=lkc-1", "p").unwrap(),
+        ))
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("sasl.oauthbearer.extensions"), "{e}");
+        let mut nul = token(Extensions::default());
+        nul.principal = "a\0b".into();
+        assert!(oauth_token(&nul).is_err());
+    }
+}
