@@ -1,4 +1,4 @@
-//! OAUTHBEARER tokens for walrelay's Kafka clients (issue 51): where a
+//! OAUTHBEARER tokens for walrelay's Kafka clients: where a
 //! token comes from, when it is refreshed, and what it looks like on the
 //! wire, without librdkafka's libcurl-based OIDC client (not linked in:
 //! walrelay builds librdkafka without curl to keep the binary lean).
