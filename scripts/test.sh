@@ -154,7 +154,7 @@ lane_tansu() {
 }
 
 lane_kafka() {
-    stage java "JVM consumer (java/): mvn verify (the library's unit tests, the conformance suite on its own PostgreSQL 15 cluster and Apache Kafka node, and the Spring Boot example service applying a topic with replays and a restart on another pair)"
+    stage java "JVM consumer (java/): mvn verify (the library's unit tests, the conformance suite under both consumer group protocols on its own PostgreSQL 15 cluster and Apache Kafka node, and the Spring Boot example service applying a topic with replays and a restart on another pair)"
     # The Java library runs the same sql/ statements (its build copies them
     # into the jar; the check above refuses tracked copies). Maven resolves
     # the pinned versions into target/tools/m2 once, then works offline. It
@@ -166,10 +166,14 @@ lane_kafka() {
     # stage below, and the chaos runs (three_brokers, pg_failover_chaos) their
     # Java consumer, java/chaos-consumer's: they fail there, under CI=true,
     # when that file is missing.
-    (cd java && WALRELAY_KAFKA_HOME="${kafka_home}" \
+    # The conformance suite plays its scenarios under both consumer group
+    # protocols, the classic one and Kafka 4's (group.protocol=consumer),
+    # one after the other on the same PostgreSQL cluster and Kafka node
+    # (conformance/README.md); so do the Python and the Rust runners below.
+    (cd java && WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_GROUP_PROTOCOL=classic,consumer \
         mvn -q -B -T 1 -Dmaven.repo.local="$(pwd)/../target/tools/m2" verify)
 
-    stage python "Python package (python/): pytest on Apache Kafka, mypy"
+    stage python "Python package (python/): pytest on Apache Kafka (the conformance scenarios under both consumer group protocols), mypy"
     # Against a throwaway PostgreSQL 15 cluster and an Apache Kafka node the
     # tests start themselves (each of the 4 test processes its own; the tests
     # mostly wait on the broker, and on Kafka as fast as on Tansu).
@@ -178,6 +182,7 @@ lane_kafka() {
     # collected) is a failure, not a pass.
     local py_status=0
     (cd python && WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" \
+        WALRELAY_GROUP_PROTOCOL=classic,consumer \
         "${python_bin}" -m pytest -p no:cacheprovider -q -n 4) || py_status=$?
     if [ "${py_status}" -eq 5 ]; then
         echo "pytest collected no tests in python/tests: the Python suite did not run" >&2
@@ -187,12 +192,13 @@ lane_kafka() {
     stage mypy "mypy --strict (the package ships py.typed)"
     "${python_bin}" -m mypy --strict --cache-dir target/tools/mypy-cache python/src/walrelay_consumer python/examples
 
-    stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite, restores (a base backup, a volume snapshot with the topic's records kept or expired with DeleteRecords, the source record deleted), a stalled produce request appended after the next session's tail read (duplicates counted, none lost), short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust, the Python and the Java consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
+    stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite under both consumer group protocols, restores (a base backup, a volume snapshot with the topic's records kept or expired with DeleteRecords, the source record deleted), a stalled produce request appended after the next session's tail read (duplicates counted, none lost), short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust, the Python and the Java consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
     # kafka_security, three_brokers (a short chaos run on three nodes) and
     # ops_kit (Prometheus scraping the relay and both example consumers) run
     # the Python consumer with the virtualenv above (they fail, not skip,
     # without one when CI=true; ops_kit always).
     WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${python_bin}" \
+        WALRELAY_GROUP_PROTOCOL=classic,consumer \
         cargo test --workspace --locked "${kafka_tests[@]}" -- "${threads}"
 
     stage "PostgreSQL 17 failover" "PostgreSQL 17 and Apache Kafka: the primary killed under load, the standby promoted, the same relay on the new primary (and the old primary back as a split brain, refused); the short chaos run with three failovers among the one-broker faults, with the Rust, the Python and the Java consumer"

@@ -224,6 +224,13 @@ def kafka_server_properties(broker_port: int, controller_port: int, data_dir: Pa
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # Consumer-protocol groups (group.protocol=consumer) take their
+        # session timeout and heartbeat from the broker: 3 s and 1 s, as
+        # docs/operations.md says to set for a restart within 5 s.
+        "group.consumer.min.session.timeout.ms": "3000",
+        "group.consumer.session.timeout.ms": "3000",
+        "group.consumer.min.heartbeat.interval.ms": "1000",
+        "group.consumer.heartbeat.interval.ms": "1000",
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 

@@ -5,10 +5,13 @@ signal it: applies records into ``effects`` with the batch handler.
 
 With INSTANCE_ID it is a static member of its group (``group.instance.id``)
 with Kafka's default session timeout (45 s); without, a dynamic member with
-a 6 s session.
+a 6 s session. With WALRELAY_GROUP_PROTOCOL=consumer in the environment it
+speaks Kafka 4's consumer group protocol, whose session timeout is the
+broker's.
 """
 
 import logging
+import os
 import sys
 
 from walrelay_consumer import ConsumerLoop, Settings
@@ -18,9 +21,13 @@ def main() -> int:
     bootstrap, topic, dsn, group, name, interval = sys.argv[1:7]
     instance_id = sys.argv[7] if len(sys.argv) > 7 else None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    kafka = {"bootstrap.servers": bootstrap, "group.id": group, "heartbeat.interval.ms": 1000}
-    if instance_id is None:
-        kafka["session.timeout.ms"] = 6000
+    kafka: dict[str, object] = {"bootstrap.servers": bootstrap, "group.id": group}
+    if os.environ.get("WALRELAY_GROUP_PROTOCOL", "classic") == "consumer":
+        kafka["group.protocol"] = "consumer"
+    else:
+        kafka["heartbeat.interval.ms"] = 1000
+        if instance_id is None:
+            kafka["session.timeout.ms"] = 6000
     loop = ConsumerLoop(
         kafka,
         [topic],

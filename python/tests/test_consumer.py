@@ -479,6 +479,21 @@ def test_configuration_that_would_skip_events_is_refused():
     ConsumerLoop({"bootstrap.servers": "x", "group.id": "g", "enable.auto.commit": False}, ["t"], "dbname=x")
 
 
+def test_the_consumer_group_protocol_refuses_client_side_group_settings_naming_the_fix():
+    base = {"bootstrap.servers": "x", "group.id": "g", "group.protocol": "consumer"}
+    ConsumerLoop(base, ["t"], "dbname=x", group_instance_id="m-0")
+    for key, fix in [
+        ("session.timeout.ms", "consumer.session.timeout.ms"),
+        ("heartbeat.interval.ms", "consumer.heartbeat.interval.ms"),
+        ("partition.assignment.strategy", "group.remote.assignor"),
+        ("group.protocol.type", "remove it"),
+    ]:
+        with pytest.raises(ConfigError, match=f"{key} is not allowed with group.protocol=consumer.*{fix}"):
+            ConsumerLoop({**base, key: "1"}, ["t"], "dbname=x")
+    # The classic protocol (the default) takes them.
+    ConsumerLoop({**base, "group.protocol": "classic", "session.timeout.ms": 6000}, ["t"], "dbname=x")
+
+
 def test_static_group_membership_is_a_keyword_or_the_kafka_setting():
     # Issue 35, item 5: group_instance_id is group.instance.id (KIP-345).
     base = {"bootstrap.servers": "x", "group.id": "g"}

@@ -27,7 +27,7 @@ from walrelay_consumer import (
     RetryPolicy,
     Settings,
 )
-from walrelay_consumer.loop_core import After, Job, LoopCore, PartitionsStopped, Round
+from walrelay_consumer.loop_core import After, Job, LoopCore, PartitionsStopped, Round, rejoin
 from walrelay_consumer.loop_core.pacing import POLL_MAX, POLL_STRAGGLER, poll_timeout
 from walrelay_consumer.partition import Apply, ParkUnkeyed
 
@@ -428,6 +428,72 @@ def test_a_fatal_kafka_error_stops_the_loop_and_ends_it_with_the_error():
     assert not loop.core.stopping()
     loop.core.report(KafkaError(KafkaError._FATAL))
     assert loop.core.stopping()
+    with pytest.raises(KafkaException):
+        loop.core.end()
+
+
+#: The consumer error event librdkafka queues when the broker refuses the
+#: instance id (group.protocol=consumer), as confluent-kafka 2.16.1 (librdkafka
+#: 2.16.0) hands it over: code _FATAL, but fatal() False, and only this text.
+UNRELEASED = KafkaError(
+    KafkaError._FATAL,
+    "Fatal error: Broker: The instance ID is still used by another member in the consumer group: "
+    "ConsumerGroupHeartbeat fatal error: Broker: The instance ID is still used by another member "
+    "in the consumer group",
+)
+
+
+def test_a_refused_instance_id_ends_the_consumer_not_the_loop_and_a_new_one_is_tried(caplog):
+    loop = Loop()
+    loop.core.instance_id = "billing-0"
+    loop.core.assigned([TP0])
+    loop.core.report(UNRELEASED)
+    assert loop.core.consumer_done()
+    assert not loop.core.stopping()
+    with caplog.at_level(logging.WARNING, logger="walrelay_consumer"):
+        wait = loop.core.rejoin()
+    assert wait == rejoin.FIRST_RETRY
+    assert loop.core.assignment.partitions == {}, "the dead consumer's partitions are dropped"
+    assert not loop.core.consumer_done()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "billing-0" in warned[0] and "consumer.session.timeout.ms" in warned[0], warned
+    # Refused again at once: a longer wait, and no second warning yet.
+    caplog.clear()
+    loop.core.report(UNRELEASED)
+    with caplog.at_level(logging.WARNING, logger="walrelay_consumer"):
+        assert loop.core.rejoin() == rejoin.RETRY_CAP
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    loop.core.end()  # nothing to raise: the loop was not ended by it
+
+
+def test_without_a_refusal_or_once_stopping_there_is_no_new_consumer():
+    loop = Loop()
+    assert loop.core.rejoin() is None
+    loop.core.report(UNRELEASED)
+    loop.core.stop()
+    assert loop.core.rejoin() is None
+
+
+def test_refusals_are_logged_again_after_a_while_and_start_over_once_joined():
+    r = rejoin.Refusals()
+    assert r.refused(100.0, "m", "x").log is not None
+    assert r.refused(101.0, "m", "x").log is None
+    later = r.refused(100.0 + rejoin.LOG_EVERY, "m", "x")
+    assert later.log is not None and "3 attempts over 30s" in later.log, later.log
+    assert r.joined(131.0) == (31.0, 3)
+    assert r.joined(132.0) is None
+    again = r.refused(140.0, "m", "x")
+    assert again.wait == rejoin.FIRST_RETRY and again.log is not None
+
+
+def test_other_fatal_errors_still_end_the_loop():
+    loop = Loop()
+    fenced = KafkaError(KafkaError._FATAL, "Fatal error: Broker: Static consumer fenced by other consumer", fatal=True)
+    assert not rejoin.instance_id_in_use(fenced)
+    assert rejoin.instance_id_in_use(KafkaError(KafkaError.UNRELEASED_INSTANCE_ID))
+    loop.core.report(fenced)
+    assert loop.core.stopping()
+    assert loop.core.rejoin() is None
     with pytest.raises(KafkaException):
         loop.core.end()
 

@@ -175,7 +175,7 @@ mod statements;
 pub mod store;
 
 pub use apply::{BatchError, BatchOutcome};
-pub use consumer_loop::{ConfigError, ConsumerLoop, LoopError, StoppedPartition};
+pub use consumer_loop::{ConfigError, ConsumerLoop, GroupProtocol, LoopError, StoppedPartition};
 pub use delivery::Delivery;
 pub use meta::{MetaError, RecordMeta};
 pub use metrics::{Counters, CountersSnapshot, LoopMetrics, Phase, PhaseLabels};

@@ -33,7 +33,18 @@ from .aio import (
     per_batch_async,
     per_record_async,
 )
-from .loop_core import JOB_FAILURES, POLL_BURST, STRAGGLER_WAIT, TP, After, ConsumerKafka, Driver, Job, Round
+from .loop_core import (
+    JOB_FAILURES,
+    POLL_BURST,
+    STRAGGLER_WAIT,
+    TP,
+    After,
+    ConsumerKafka,
+    Driver,
+    Job,
+    Round,
+    close_dead,
+)
 from .marks import load_marks_async
 from .parked_gauge import refresh_async
 from .partition import ParkUnkeyed
@@ -96,12 +107,35 @@ class AsyncConsumerLoop(Driver):
         signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
         for sig in signals:
             loop.add_signal_handler(sig, self.stop)
-        consumer = Consumer(self._config)
-        core.attach(ConsumerKafka(consumer))
         parked_gauge = asyncio.create_task(refresh_async(self._aconnect, self.group, self.metrics))
         try:
+            # A new consumer each time the broker refuses the instance id
+            # (loop_core.rejoin), until the stop or another fatal error.
+            while True:
+                await self._aconsume(apply, kafka)
+                wait = core.rejoin()
+                if wait is None:
+                    break
+                await loop.run_in_executor(None, core.wait_to_rejoin, wait)
+        finally:
+            kafka.shutdown(wait=False)
+            parked_gauge.cancel()
+            await asyncio.wait([parked_gauge])
+            await self._aclose()
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+        core.end()
+
+    async def _aconsume(self, apply: AsyncApply, kafka: ThreadPoolExecutor) -> None:
+        """Runs the loop on one consumer, from its creation to its close: until
+        the stop, or until it is dead."""
+        core = self._core
+        loop = asyncio.get_running_loop()
+        consumer = Consumer(self._config)
+        core.attach(ConsumerKafka(consumer))
+        try:
             core.subscribe(consumer, self._settle, self._defer_load)
-            while not core.stopping():
+            while not core.consumer_done():
                 round_ = await self._awork(apply)
                 timeout = core.between_rounds(round_)
                 messages = await loop.run_in_executor(kafka, consumer.consume, POLL_BURST, timeout)
@@ -116,19 +150,15 @@ class AsyncConsumerLoop(Driver):
                     core.stragglers.collect_abandoned(core.counters)
                 finally:
                     # What the settled batches stored is committed even if
-                    # one of them ended in a bug.
+                    # one of them ended in a bug (not by a dead consumer).
                     await loop.run_in_executor(kafka, self._commit_and_close, consumer)
             finally:
-                kafka.shutdown(wait=False)
                 core.detach()
-                parked_gauge.cancel()
-                await asyncio.wait([parked_gauge])
-                await self._aclose()
-                for sig in signals:
-                    loop.remove_signal_handler(sig)
-        core.end()
 
     def _commit_and_close(self, consumer: Consumer) -> None:
+        if self._core.refused is not None:
+            close_dead(consumer)
+            return
         try:
             self._core.kafka.commit(asynchronous=False)
         finally:

@@ -57,6 +57,7 @@ from .loop_core import (
     PartitionsStopped,
     Round,
     StoppedPartition,
+    close_dead,
 )
 from .marks import load_marks
 from .parked_gauge import ParkedGauge
@@ -135,15 +136,41 @@ class ConsumerLoop(Driver):
         if handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, lambda _s, _f: self.stop())
-        consumer = Consumer(self._config)
-        core.attach(ConsumerKafka(consumer))
         if self.settings.pool_size > 1:
             self._workers = ThreadPoolExecutor(self.settings.pool_size, thread_name_prefix="walrelay-apply")
         parked_gauge = ParkedGauge(self._connect, self.group, self.metrics)
         parked_gauge.start()
         try:
+            # A new consumer each time the broker refuses the instance id
+            # (loop_core.rejoin), until the stop or another fatal error.
+            while True:
+                self._consume(apply)
+                wait = core.rejoin()
+                if wait is None:
+                    break
+                core.wait_to_rejoin(wait)
+        finally:
+            parked_gauge.stop()
+            if self._workers is not None:
+                self._workers.shutdown(wait=True)
+                self._workers = None
+            # The workers are done: so is every abandoned batch.
+            core.stragglers.collect_abandoned(core.counters)
+            self._close_db()
+            self._watchdog.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        core.end()
+
+    def _consume(self, apply: ApplyFn) -> None:
+        """Runs the loop on one consumer, from its creation to its close: until
+        the stop, or until it is dead."""
+        core = self._core
+        consumer = Consumer(self._config)
+        core.attach(ConsumerKafka(consumer))
+        try:
             core.subscribe(consumer, self._settle, self._load_marks)
-            while not core.stopping():
+            while not core.consumer_done():
                 round_ = self._work(apply)
                 timeout = core.between_rounds(round_)
                 core.received(consumer.consume(POLL_BURST, timeout))
@@ -153,22 +180,16 @@ class ConsumerLoop(Driver):
                     self._settle(list(core.stragglers.in_flight))
                 finally:
                     # What the settled batches stored is committed even if
-                    # one of them ended in a bug.
-                    core.kafka.commit(asynchronous=False)
-                    consumer.close()
+                    # one of them ended in a bug (not by a dead consumer).
+                    if core.refused is None:
+                        try:
+                            core.kafka.commit(asynchronous=False)
+                        finally:
+                            consumer.close()
+                    else:
+                        close_dead(consumer)
             finally:
                 core.detach()
-                parked_gauge.stop()
-                if self._workers is not None:
-                    self._workers.shutdown(wait=True)
-                    self._workers = None
-                # The workers are done: so is every abandoned batch.
-                core.stragglers.collect_abandoned(core.counters)
-                self._close_db()
-                self._watchdog.close()
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-        core.end()
 
     def _work(self, apply: ApplyFn) -> Round:
         """Acts on the stragglers that finished, then applies the round's

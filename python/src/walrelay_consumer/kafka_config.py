@@ -1,12 +1,18 @@
 """The Kafka configuration of a consumer loop: what the loop requires, its
-defaults, and static group membership (``group.instance.id``, KIP-345)."""
+defaults, static group membership (``group.instance.id``, KIP-345), and the
+client settings Kafka 4's consumer group protocol (``group.protocol=consumer``,
+KIP-848) does not take.
+
+The loop leaves ``group.protocol`` to the caller: librdkafka's default,
+``classic``, works with every broker and lets a restarted static member take
+its partitions back at once."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ConfigError", "REQUIRED", "DEFAULTS", "consumer_config"]
+__all__ = ["ConfigError", "REQUIRED", "DEFAULTS", "NOT_WITH_CONSUMER_PROTOCOL", "consumer_config"]
 
 #: Settings the loop depends on, and the value it requires.
 REQUIRED: Mapping[str, str] = {
@@ -21,6 +27,26 @@ DEFAULTS: Mapping[str, str] = {
     # A new group starts at the beginning: every retained event is
     # processed once.
     "auto.offset.reset": "earliest",
+}
+
+#: Client settings refused with ``group.protocol=consumer`` (librdkafka
+#: refuses to create such a consumer), and what to do instead.
+NOT_WITH_CONSUMER_PROTOCOL: Mapping[str, str] = {
+    "session.timeout.ms": (
+        "the session timeout is the group's under this protocol: set the group's "
+        "consumer.session.timeout.ms (kafka-configs --entity-type groups), or the brokers' "
+        "group.consumer.session.timeout.ms, and remove session.timeout.ms"
+    ),
+    "heartbeat.interval.ms": (
+        "the heartbeat interval is the group's under this protocol: set the group's "
+        "consumer.heartbeat.interval.ms, or the brokers' group.consumer.heartbeat.interval.ms, "
+        "and remove heartbeat.interval.ms"
+    ),
+    "partition.assignment.strategy": (
+        "the broker assigns the partitions under this protocol: remove it, and set "
+        "group.remote.assignor (uniform or range) if you need another assignor than the broker's default"
+    ),
+    "group.protocol.type": "it belongs to the classic protocol: remove it",
 }
 
 
@@ -51,7 +77,18 @@ def consumer_config(
         config[key] = required
     for key, default in DEFAULTS.items():
         config.setdefault(key, default)
+    _check_group_protocol(config)
     return config, str(group)
+
+
+def _check_group_protocol(config: Mapping[str, Any]) -> None:
+    """Refuses the client-side group settings that ``group.protocol=consumer``
+    does not take, naming what to set instead."""
+    if str(config.get("group.protocol", "classic")).lower() != "consumer":
+        return
+    for key, fix in NOT_WITH_CONSUMER_PROTOCOL.items():
+        if key in config:
+            raise ConfigError(f"the Kafka setting {key} is not allowed with group.protocol=consumer: {fix}")
 
 
 def _static_membership(config: dict[str, Any], instance_id: str | None) -> dict[str, Any]:

@@ -119,6 +119,12 @@ impl ClientContext for LoopContext {
     }
 
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if super::rejoin::is_refusal_log(fac, log_message) {
+            // The loop says what it means and what it does, rate-limited
+            // (rejoin.rs); librdkafka would say "FATAL" at every attempt.
+            tracing::debug!(target: "librdkafka", "{fac}: {log_message}");
+            return;
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert

@@ -54,6 +54,12 @@
 //! * Rebalance events are acted on as they come (the context wakes the
 //!   loop), not with the next record.
 //! * A record without walrelay headers goes to the same policy, alone.
+//! * A consumer librdkafka declares dead (a fatal error) ends the loop
+//!   ([`LoopError::Fatal`]), except when the broker refused a static
+//!   member's instance id under `group.protocol=consumer`: then the loop
+//!   closes it and tries a new one until the broker takes it (`rejoin.rs`).
+//!   With that protocol the client-side group settings it does not take are
+//!   refused when the loop is built ([`GroupProtocol`]).
 //!
 //! **Shutdown** stops fetching, waits for the batches in flight, commits
 //! the stored offsets synchronously and leaves the group.
@@ -61,18 +67,21 @@
 mod context;
 mod driver;
 mod failure;
+mod group_protocol;
 mod handler_call;
 mod job;
 mod parked_gauge;
 mod partition;
 mod phase_clock;
+mod rejoin;
 
+pub use group_protocol::GroupProtocol;
 pub use parked_gauge::PARKED_REFRESH;
 
 use std::sync::Arc;
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
 use tokio_postgres::Transaction;
@@ -84,6 +93,7 @@ use crate::settings::Settings;
 use crate::store::PgHwmStore;
 use context::{commit_sync, LoopContext};
 use job::{Apply, PerBatch, PerRecord};
+use rejoin::{Fatal, Refusals};
 
 /// Settings the loop depends on, and the value it requires.
 const REQUIRED: &[(&str, &str)] = &[
@@ -142,6 +152,15 @@ pub enum ConfigError {
         /// The value the loop needs.
         required: &'static str,
     },
+    /// A client-side group setting that Kafka 4's consumer group protocol
+    /// (`group.protocol=consumer`) does not take.
+    #[error("the Kafka setting {key} is not allowed with group.protocol=consumer: {fix}")]
+    NotWithConsumerProtocol {
+        /// The setting.
+        key: &'static str,
+        /// What to do instead.
+        fix: &'static str,
+    },
     /// rdkafka refused the configuration.
     #[error("creating the Kafka consumer: {0}")]
     Kafka(#[from] KafkaError),
@@ -182,12 +201,44 @@ pub enum LoopError {
         .0.iter().map(|p| format!("{}/{}: {}", p.topic, p.partition, p.error)).collect::<Vec<_>>().join("; ")
     )]
     Stopped(Vec<StoppedPartition>),
+    /// librdkafka declared the consumer dead (a fatal error) for another
+    /// reason than an instance id still in use, which the loop outlasts
+    /// (see docs/consumer.md, static membership). Under the classic
+    /// protocol: `FencedInstanceId`, another running consumer took this
+    /// one's `group.instance.id`. Batches in flight were finished first.
+    #[error(
+        "the Kafka consumer failed for good ({code:?}): {reason}; {}",
+        fatal_advice(.code)
+    )]
+    Fatal {
+        /// librdkafka's error code.
+        code: RDKafkaErrorCode,
+        /// librdkafka's text.
+        reason: String,
+    },
+    /// A new consumer (after the broker refused the instance id) could not
+    /// be created.
+    #[error("creating a new Kafka consumer to rejoin the group: {0}")]
+    Recreate(KafkaError),
+}
+
+fn fatal_advice(code: &RDKafkaErrorCode) -> &'static str {
+    match code {
+        RDKafkaErrorCode::FencedInstanceId => {
+            "another consumer joined the group with this one's group.instance.id: give each \
+             running instance its own id"
+        }
+        _ => "the loop stopped; fix the cause and restart it (nothing uncommitted was lost)",
+    }
 }
 
 /// A consumer-group loop that applies every walrelay record exactly once
 /// into PostgreSQL. See the [module docs](self).
 pub struct ConsumerLoop {
     consumer: Arc<StreamConsumer<LoopContext>>,
+    /// The consumer's configuration, for a new one after a refusal.
+    kafka: ClientConfig,
+    protocol: GroupProtocol,
     topics: Vec<String>,
     group: String,
     store: PgHwmStore,
@@ -202,6 +253,7 @@ impl std::fmt::Debug for ConsumerLoop {
         f.debug_struct("ConsumerLoop")
             .field("topics", &self.topics)
             .field("group", &self.group)
+            .field("protocol", &self.protocol)
             .field("settings", &self.settings)
             .field("handler_timeout", &self.handler_timeout)
             .finish_non_exhaustive()
@@ -254,12 +306,13 @@ impl ConsumerLoop {
                 kafka.set(key, default);
             }
         }
+        let protocol = GroupProtocol::of(&kafka)?;
         let metrics = LoopMetrics::default();
-        let consumer: Arc<StreamConsumer<LoopContext>> =
-            Arc::new(kafka.create_with_context(LoopContext::new(metrics.clone()))?);
-        consumer.context().attach(Arc::downgrade(&consumer));
+        let consumer = create(&kafka, &metrics)?;
         Ok(ConsumerLoop {
             consumer,
+            kafka,
+            protocol,
             topics: topics.iter().map(|t| (*t).to_owned()).collect(),
             group,
             store,
@@ -322,6 +375,11 @@ impl ConsumerLoop {
         &self.group
     }
 
+    /// The consumer group protocol of the configuration (`group.protocol`).
+    pub fn group_protocol(&self) -> GroupProtocol {
+        self.protocol
+    }
+
     /// Subscribes and applies records with a **per-record** handler until
     /// `shutdown` becomes `true` (or its sender is dropped).
     ///
@@ -366,8 +424,34 @@ impl ConsumerLoop {
         E: std::fmt::Display + 'static,
         A: Apply<E>,
     {
+        let parked = parked_gauge::refresh(
+            self.database.clone(),
+            self.group.clone(),
+            self.metrics.clone(),
+        );
+        // The gauge's reads never end: the loop's end drops them.
+        tokio::select! {
+            biased;
+            result = self.consumers(&apply, shutdown) => result,
+            never = parked => match never {},
+        }
+    }
+
+    /// Runs the loop on the consumer, then on a new one each time the broker
+    /// refuses the instance id ([`rejoin`]), until the shutdown or another
+    /// fatal error.
+    async fn consumers<E, A>(
+        self,
+        apply: &A,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), LoopError>
+    where
+        E: std::fmt::Display + 'static,
+        A: Apply<E>,
+    {
         let ConsumerLoop {
             consumer,
+            kafka,
             topics,
             group,
             store,
@@ -375,43 +459,83 @@ impl ConsumerLoop {
             settings,
             metrics,
             handler_timeout,
+            ..
         } = self;
+        let instance_id = kafka.get("group.instance.id").unwrap_or("").to_owned();
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        let result = match consumer.subscribe(&names) {
-            Err(source) => Err(LoopError::Subscribe {
-                topics: topics.clone(),
-                source,
-            }),
-            Ok(()) => {
-                let parked =
-                    parked_gauge::refresh(database.clone(), group.clone(), metrics.clone());
-                let driver = driver::Driver::new(
-                    &consumer,
-                    &group,
-                    &store,
-                    database,
-                    settings,
-                    metrics,
-                    handler_timeout,
-                )
-                .run(&apply, shutdown);
-                // The gauge's reads never end: the loop's end drops them.
-                tokio::select! {
-                    biased;
-                    result = driver => result,
-                    never = parked => match never {},
-                }
+        let mut consumer = consumer;
+        let mut stopped = Vec::new();
+        let mut refusals = Refusals::default();
+        loop {
+            if let Err(source) = consumer.subscribe(&names) {
+                close(consumer, false).await;
+                return Err(LoopError::Subscribe { topics, source });
             }
-        };
-        // Commit and leave the group off the runtime: both block.
-        let closed = tokio::task::spawn_blocking(move || {
-            commit_sync(&*consumer, "shutdown");
-            drop(consumer);
-        })
-        .await;
-        if let Err(e) = closed {
-            tracing::warn!("closing the Kafka consumer failed: {e}");
+            let ended = driver::Driver::new(
+                &consumer,
+                &group,
+                &store,
+                database.clone(),
+                settings.clone(),
+                metrics.clone(),
+                handler_timeout,
+            )
+            .after(&mut refusals)
+            .run(apply, shutdown.clone())
+            .await;
+            // Commit and leave the group, unless the consumer is dead.
+            close(consumer, ended.fatal.is_none()).await;
+            stopped.extend(ended.stopped);
+            let reason = match ended.fatal {
+                None => break,
+                Some(Fatal::Other { code, reason }) => {
+                    return Err(LoopError::Fatal { code, reason });
+                }
+                Some(Fatal::InstanceIdInUse { reason }) => reason,
+            };
+            let retry = refusals.refused(std::time::Instant::now(), &instance_id, &reason);
+            if let Some(text) = retry.log {
+                tracing::warn!("{text}");
+            }
+            let gone = tokio::select! {
+                () = tokio::time::sleep(retry.wait) => false,
+                changed = shutdown.changed() => changed.is_err(),
+            };
+            if gone || *shutdown.borrow() {
+                break;
+            }
+            consumer = create(&kafka, &metrics).map_err(LoopError::Recreate)?;
         }
-        result
+        if stopped.is_empty() {
+            Ok(())
+        } else {
+            Err(LoopError::Stopped(stopped))
+        }
+    }
+}
+
+/// A consumer with the loop's context, which knows its consumer.
+fn create(
+    kafka: &ClientConfig,
+    metrics: &LoopMetrics,
+) -> Result<Arc<StreamConsumer<LoopContext>>, KafkaError> {
+    let consumer: Arc<StreamConsumer<LoopContext>> =
+        Arc::new(kafka.create_with_context(LoopContext::new(metrics.clone()))?);
+    consumer.context().attach(Arc::downgrade(&consumer));
+    Ok(consumer)
+}
+
+/// Closes a consumer off the runtime (both block): commits the stored
+/// offsets first when `commit`, then leaves the group.
+async fn close(consumer: Arc<StreamConsumer<LoopContext>>, commit: bool) {
+    let closed = tokio::task::spawn_blocking(move || {
+        if commit {
+            commit_sync(&*consumer, "shutdown");
+        }
+        drop(consumer);
+    })
+    .await;
+    if let Err(e) = closed {
+        tracing::warn!("closing the Kafka consumer failed: {e}");
     }
 }

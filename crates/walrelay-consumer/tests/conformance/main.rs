@@ -21,7 +21,7 @@ use anyhow::{bail, ensure};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_postgres::Transaction;
-use walrelay_consumer::{ConsumerLoop, Database, Delivery, PgHwmStore, Settings};
+use walrelay_consumer::{ConsumerLoop, Database, Delivery, GroupProtocol, PgHwmStore, Settings};
 use walrelay_testkit::{BrokerKind, ClusterOptions, PgCluster, TestBroker};
 
 use handler::apply;
@@ -62,25 +62,40 @@ async fn every_scenario_of_the_shared_file() -> anyhow::Result<()> {
         BrokerKind::Kafka => "kafka",
         BrokerKind::Tansu => "tansu",
     };
-    let mut runs = JoinSet::new();
-    for scenario in file.scenarios {
-        if !scenario.runs_on(broker) {
-            eprintln!("scenario {}: not played on {broker}", scenario.name);
-            continue;
-        }
-        let (shared, defaults) = (Arc::clone(&shared), file.defaults.clone());
-        runs.spawn(async move {
-            let name = scenario.name.clone();
-            (name, run(&shared, &defaults, scenario).await)
-        });
-    }
     let mut failed = Vec::new();
     let mut passed = 0;
-    while let Some(joined) = runs.join_next().await {
-        match joined? {
-            (_, Ok(())) => passed += 1,
-            (name, Err(e)) => failed.push(format!("scenario {name}: {e:#}")),
+    // One protocol after the other, on the same broker and cluster.
+    for protocol in support::group_protocols()? {
+        let name = support::protocol_name(protocol);
+        ensure!(
+            protocol == GroupProtocol::Classic || broker == "kafka",
+            "the consumer group protocol needs Apache Kafka 4 (WALRELAY_BROKER=kafka)"
+        );
+        let mut runs = JoinSet::new();
+        // Read again for each protocol: the scenarios are moved into the runs.
+        for scenario in scenario::load()?.scenarios {
+            if !scenario.runs_on(broker) {
+                eprintln!("scenario {}: not played on {broker}", scenario.name);
+                continue;
+            }
+            let (shared, defaults) = (Arc::clone(&shared), file.defaults.clone());
+            runs.spawn(async move {
+                let name = scenario.name.clone();
+                (name, run(&shared, &defaults, scenario, protocol).await)
+            });
         }
+        let (mut ok, mut bad) = (0, 0);
+        while let Some(joined) = runs.join_next().await {
+            match joined? {
+                (_, Ok(())) => ok += 1,
+                (scenario, Err(e)) => {
+                    bad += 1;
+                    failed.push(format!("scenario {scenario} ({name} protocol): {e:#}"));
+                }
+            }
+        }
+        eprintln!("group protocol {name}: {ok} scenarios passed, {bad} failed");
+        passed += ok;
     }
     ensure!(
         failed.is_empty(),
@@ -100,14 +115,21 @@ async fn conformance_child() -> anyhow::Result<()> {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return Ok(());
     };
+    // Its logs (RUST_LOG) on its stderr, which the suite's output shows.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     let fields: Vec<&str> = spec.split('\t').collect();
-    let [bootstrap, topic, dsn, group, name, interval_ms, instance_id] = fields[..] else {
-        bail!("{CHILD_ENV} must hold 7 tab-separated fields, not {spec:?}");
+    let [bootstrap, topic, dsn, group, name, interval_ms, instance_id, protocol] = fields[..]
+    else {
+        bail!("{CHILD_ENV} must hold 8 tab-separated fields, not {spec:?}");
     };
-    let mut kafka = support::kafka(bootstrap, group);
+    let mut kafka = support::kafka_for(bootstrap, group, support::parse_protocol(protocol)?);
     if !instance_id.is_empty() {
-        // Static membership, with Kafka's default session timeout: a
-        // restart under the same id must not wait for it.
+        // Static membership, with Kafka's default session timeout (under
+        // the classic protocol; the consumer protocol's is the broker's):
+        // a restart under the same id must not wait for it.
         kafka
             .set("group.instance.id", instance_id)
             .remove("session.timeout.ms");

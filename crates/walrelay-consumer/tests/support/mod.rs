@@ -15,7 +15,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, Transaction};
 use walrelay_consumer::{
-    migrate, ConsumerLoop, Counters, Database, Delivery, LoopError, PgHwmStore, Position, Settings,
+    migrate, ConsumerLoop, Counters, Database, Delivery, GroupProtocol, LoopError, PgHwmStore,
+    Position, Settings,
 };
 use walrelay_contract::header;
 use walrelay_contract::EventKey;
@@ -78,6 +79,52 @@ pub fn kafka(bootstrap: &str, group: &str) -> ClientConfig {
         .set("heartbeat.interval.ms", "1000")
         .set("reconnect.backoff.ms", "20")
         .set("reconnect.backoff.max.ms", "500");
+    config
+}
+
+/// Environment variable naming the consumer group protocols a suite plays
+/// its consumers with: `classic` (the default), `consumer`, or both,
+/// comma-separated (`classic,consumer`), one after the other on the same
+/// broker.
+pub const GROUP_PROTOCOL_ENV: &str = "WALRELAY_GROUP_PROTOCOL";
+
+/// The protocols `$WALRELAY_GROUP_PROTOCOL` names.
+pub fn group_protocols() -> anyhow::Result<Vec<GroupProtocol>> {
+    let value = std::env::var(GROUP_PROTOCOL_ENV).unwrap_or_default();
+    if value.trim().is_empty() {
+        return Ok(vec![GroupProtocol::Classic]);
+    }
+    value.split(',').map(|p| parse_protocol(p.trim())).collect()
+}
+
+pub fn parse_protocol(name: &str) -> anyhow::Result<GroupProtocol> {
+    match name {
+        "classic" => Ok(GroupProtocol::Classic),
+        "consumer" => Ok(GroupProtocol::Consumer),
+        other => anyhow::bail!(
+            "{GROUP_PROTOCOL_ENV}: {other:?} is no group protocol (classic or consumer)"
+        ),
+    }
+}
+
+pub fn protocol_name(protocol: GroupProtocol) -> &'static str {
+    match protocol {
+        GroupProtocol::Classic => "classic",
+        GroupProtocol::Consumer => "consumer",
+    }
+}
+
+/// [`kafka`] under `protocol`: with the consumer protocol, the session
+/// timeout and heartbeat interval are the broker's (the test brokers'
+/// `group.consumer.*`), so the client sets neither.
+pub fn kafka_for(bootstrap: &str, group: &str, protocol: GroupProtocol) -> ClientConfig {
+    let mut config = kafka(bootstrap, group);
+    if protocol == GroupProtocol::Consumer {
+        config
+            .set("group.protocol", "consumer")
+            .remove("session.timeout.ms");
+        config.remove("heartbeat.interval.ms");
+    }
     config
 }
 

@@ -14,6 +14,7 @@ tested without Kafka or PostgreSQL (``tests/test_loop_core.py``).
 * :mod:`.context`: the state every decision shares, stopping a partition;
 * :mod:`.stopped`: what the loop reports about stopped partitions;
 * :mod:`.pacing`: how long polls and rounds wait;
+* :mod:`.rejoin`: a consumer refused its instance id, and when to try a new one;
 * :mod:`.core`: the decisions in the order a driver meets them;
 * :mod:`.driver`: what both drivers share with their users.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 from .core import Load, LoopCore, Settle
 from .driver import Driver
 from .job import JOB_FAILURES, TP, After, Job, Round, Running
-from .kafka_control import ConsumerKafka, Kafka
+from .kafka_control import ConsumerKafka, Kafka, close_dead
 from .pacing import POLL_BURST, STRAGGLER_WAIT
 from .stopped import PartitionsStopped, StoppedPartition
 
@@ -44,4 +45,5 @@ __all__ = [
     "Running",
     "Settle",
     "StoppedPartition",
+    "close_dead",
 ]

@@ -30,6 +30,7 @@ from .job import TP, Job, Round, Running
 from .kafka_control import Kafka, KafkaControl, tps_of
 from .outcome import finish
 from .pacing import poll_timeout
+from .rejoin import Refusals, instance_id_in_use
 from .rounds import Assignment, jobs
 from .stopped import PartitionsStopped, StoppedPartition
 from .stragglers import Stragglers
@@ -52,10 +53,17 @@ class LoopCore:
     while the loop waits for the poll: never two at a time."""
 
     def __init__(
-        self, settings: Settings, group: str, topics: list[str], metrics: Metrics, close_db: Callable[[], None]
+        self,
+        settings: Settings,
+        group: str,
+        topics: list[str],
+        metrics: Metrics,
+        close_db: Callable[[], None],
+        instance_id: str | None = None,
     ) -> None:
         self.settings = settings
         self.group = group
+        self.instance_id = instance_id
         self.topics = topics
         self.counters = Counters()
         self.kafka = KafkaControl(settings.commit_interval)
@@ -66,6 +74,10 @@ class LoopCore:
         #: A fatal Kafka error (a static member fenced by another one with
         #: its group.instance.id): the loop ends with it.
         self.fatal: KafkaError | None = None
+        #: The broker refused the instance id (:mod:`.rejoin`): the driver
+        #: closes the consumer and makes a new one.
+        self.refused: KafkaError | None = None
+        self.refusals = Refusals()
 
     @property
     def stopped(self) -> list[StoppedPartition]:
@@ -78,6 +90,29 @@ class LoopCore:
 
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    def consumer_done(self) -> bool:
+        """The driver's consumer is done with: the loop stops, or the broker
+        refused its instance id."""
+        return self._stop.is_set() or self.refused is not None
+
+    def rejoin(self) -> float | None:
+        """After the driver closed a consumer: the seconds to wait before a
+        new one if the broker refused its instance id (logged, rate-limited),
+        else ``None`` (the loop ends)."""
+        error, self.refused = self.refused, None
+        if error is None or self.stopping():
+            return None
+        # Nothing of the dead consumer's assignment is this member's now.
+        self.assignment.drop(list(self.assignment.partitions))
+        retry = self.refusals.refused(time.monotonic(), self.instance_id or "", error.str())
+        if retry.log is not None:
+            log.warning("%s", retry.log)
+        return retry.wait
+
+    def wait_to_rejoin(self, seconds: float) -> None:
+        """Waits ``seconds`` before a new consumer, or until :meth:`stop`."""
+        self._stop.wait(seconds)
 
     def attach(self, kafka: Kafka) -> None:
         """The driver created its consumer."""
@@ -151,7 +186,11 @@ class LoopCore:
         """A consumer error: librdkafka goes on retrying, so it is only
         reported, an authorization error as the ACL that is missing."""
         message = explain_denied(error, self.topics, self.group)
-        if error.fatal() or error.code() == KafkaError._FATAL:
+        if (error.fatal() or error.code() == KafkaError._FATAL) and instance_id_in_use(error):
+            # A new consumer is tried (.rejoin); logged there.
+            log.debug("the broker refused the instance id: %s", error)
+            self.refused = error
+        elif error.fatal() or error.code() == KafkaError._FATAL:
             # Nothing works after it: end the loop with it.
             log.error("fatal Kafka consumer error, the loop stops: %s", error)
             self.fatal = error
@@ -190,6 +229,11 @@ class LoopCore:
     def assigned(self, tps: list[TP]) -> list[TP]:
         """Partitions assigned: held, and resumed in Kafka."""
         log.info("partitions assigned: %s", tps)
+        joined = self.refusals.joined(time.monotonic())
+        if joined is not None:
+            log.info(
+                "joined the group %.1fs after the broker first refused the instance id (%d refusals)", *joined
+            )
         self.assignment.add(tps)
         self.kafka.resume_assigned(tps)
         return tps

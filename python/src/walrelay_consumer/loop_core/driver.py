@@ -39,7 +39,14 @@ class Driver:
         self.topics = list(topics)
         self.settings = (settings or Settings()).normalized()
         self._config = config
-        self._core = LoopCore(self.settings, self.group, self.topics, self.metrics, self._close_db)
+        self._core = LoopCore(
+            self.settings,
+            self.group,
+            self.topics,
+            self.metrics,
+            self._close_db,
+            instance_id=config.get("group.instance.id"),
+        )
         self.counters = self._core.counters
 
     def stop(self) -> None:

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from .job import TP
 
-__all__ = ["ConsumerKafka", "Kafka", "KafkaControl", "tps_of"]
+__all__ = ["ConsumerKafka", "Kafka", "KafkaControl", "close_dead", "tps_of"]
 
 log = logging.getLogger("walrelay_consumer")
 
@@ -58,6 +58,15 @@ class ConsumerKafka:
             self.consumer.commit(asynchronous=True)
         else:
             self.consumer.commit(asynchronous=False)
+
+
+def close_dead(consumer: Consumer) -> None:
+    """Closes a consumer librdkafka declared dead (a fatal error): nothing to
+    commit, no group to leave; an error closing it is only logged."""
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError) as e:
+        log.debug("closing the dead Kafka consumer: %s", e)
 
 
 def tps_of(partitions: list[TopicPartition]) -> list[TP]:

@@ -24,7 +24,8 @@ use super::context::{LoopContext, RebalanceEvent};
 use super::job::{run_job, Apply, Done, Job, JobKind, TopicPartition};
 use super::partition::{Partition, Queued, Step};
 use super::phase_clock::PhaseClock;
-use super::{LoopError, StoppedPartition};
+use super::rejoin::{Fatal, Refusals};
+use super::StoppedPartition;
 use crate::metrics::LoopMetrics;
 use crate::pool::{Database, Pool};
 use crate::position::Position;
@@ -58,6 +59,19 @@ pub(super) struct Driver<'a> {
     clock: PhaseClock,
     /// See [`super::ConsumerLoop::with_handler_timeout`].
     handler_timeout: Option<Duration>,
+    /// The consumer is dead: the loop ends.
+    fatal: Option<Fatal>,
+    /// The refusals of the instance id before this consumer, if any.
+    refusals: Option<&'a mut Refusals>,
+}
+
+/// How a [`Driver`]'s run ended: at the shutdown, or with its consumer
+/// dead (its batches in flight finished either way).
+pub(super) struct Ended {
+    /// The partitions stopped by poison records.
+    pub(super) stopped: Vec<StoppedPartition>,
+    /// The fatal error, if the consumer died.
+    pub(super) fatal: Option<Fatal>,
 }
 
 /// A partition's own queue of records.
@@ -101,12 +115,33 @@ impl<'a> Driver<'a> {
             stopped: Vec::new(),
             stored: false,
             handler_timeout,
+            fatal: None,
+            refusals: None,
         }
     }
 
+    /// Reports the first assignment to `refusals` (a consumer made after
+    /// the broker refused the instance id).
+    pub(super) fn after(mut self, refusals: &'a mut Refusals) -> Driver<'a> {
+        self.refusals = Some(refusals);
+        self
+    }
+
     /// A consumer error: librdkafka goes on retrying, so it is only
-    /// reported, an authorization error as the ACL that is missing.
-    fn report(&self, e: &KafkaError) {
+    /// reported, an authorization error as the ACL that is missing; but a
+    /// fatal one ends the run ([`super::rejoin`]).
+    fn report(&mut self, e: &KafkaError) {
+        if let KafkaError::MessageConsumptionFatal(code) = e {
+            // The event says only "fatal"; the client knows which error.
+            let (code, reason) = self
+                .consumer
+                .client()
+                .fatal_error()
+                .unwrap_or_else(|| (*code, e.to_string()));
+            tracing::debug!("fatal Kafka consumer error ({code:?}): {reason}");
+            self.fatal = Some(Fatal::of(code, reason));
+            return;
+        }
         let topics: Vec<String> = self
             .consumer
             .subscription()
@@ -126,11 +161,7 @@ impl<'a> Driver<'a> {
         }
     }
 
-    pub(super) async fn run<E, A>(
-        mut self,
-        apply: &A,
-        mut shutdown: watch::Receiver<bool>,
-    ) -> Result<(), LoopError>
+    pub(super) async fn run<E, A>(mut self, apply: &A, mut shutdown: watch::Receiver<bool>) -> Ended
     where
         E: std::fmt::Display + 'static,
         A: Apply<E>,
@@ -216,14 +247,16 @@ impl<'a> Driver<'a> {
                 Woke::Job(done) => self.finish(*done),
                 Woke::Main(received) => self.main_queue(received, &mut queues),
                 Woke::Partition(Ok(message)) => self.enqueue(message),
-                Woke::Partition(Err(e)) => tracing::warn!("Kafka consumer error: {e}"),
+                Woke::Partition(Err(e)) => self.report(&e),
+            }
+            if self.fatal.is_some() {
+                break;
             }
         }
         self.drain(jobs).await;
-        if self.stopped.is_empty() {
-            Ok(())
-        } else {
-            Err(LoopError::Stopped(std::mem::take(&mut self.stopped)))
+        Ended {
+            stopped: std::mem::take(&mut self.stopped),
+            fatal: self.fatal.take(),
         }
     }
 
@@ -389,6 +422,14 @@ impl<'a> Driver<'a> {
                     }
                 }
                 RebalanceEvent::Assigned(assigned) => {
+                    let joined = self.refusals.take().and_then(|r| r.joined(Instant::now()));
+                    if let Some((waited, attempts)) = joined {
+                        tracing::info!(
+                            "joined the group {:.1}s after the broker first refused the \
+                             instance id ({attempts} refusals)",
+                            waited.as_secs_f64()
+                        );
+                    }
                     for tp in &assigned {
                         // The handle of an earlier assignment first: dropping
                         // it disables the queue's wake-ups, which the new

@@ -17,6 +17,15 @@ pub struct NodePorts {
     pub secure: Option<u16>,
 }
 
+/// The brokers' session timeout and heartbeat interval of consumer-protocol
+/// groups, and the bounds that let them be that short.
+const CONSUMER_GROUP_TIMING: [(&str, &str); 4] = [
+    ("group.consumer.min.session.timeout.ms", "3000"),
+    ("group.consumer.session.timeout.ms", "3000"),
+    ("group.consumer.min.heartbeat.interval.ms", "1000"),
+    ("group.consumer.heartbeat.interval.ms", "1000"),
+];
+
 /// `server.properties` for node `node_id` of a cluster whose nodes listen
 /// on `all` (node ids 1..=all.len(), every node a voter), with its data in
 /// `data_dir`. Clients are told to connect to `advertised` (`HOST:PORT`),
@@ -85,6 +94,14 @@ pub(crate) fn server_properties(
     }
     // Groups form at once instead of after 3 s (as testcontainers does).
     set("group.initial.rebalance.delay.ms", "0");
+    // Groups of Kafka 4's consumer protocol (`group.protocol=consumer`)
+    // take their session timeout and heartbeat interval from the broker
+    // (the clients cannot set them): 3 s and 1 s instead of 45 s and 5 s,
+    // so that a killed member's partitions move, and its restart under the
+    // same group.instance.id joins, within seconds (docs/operations.md).
+    for (key, value) in CONSUMER_GROUP_TIMING {
+        set(key, value);
+    }
     if let Some(security) = security {
         s.push_str(&security_properties(security));
     }
@@ -112,6 +129,8 @@ mod tests {
             "offsets.topic.replication.factor=1",
             "transaction.state.log.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
+            "group.consumer.session.timeout.ms=3000",
+            "group.consumer.heartbeat.interval.ms=1000",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

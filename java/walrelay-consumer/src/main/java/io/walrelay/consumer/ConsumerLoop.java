@@ -45,7 +45,8 @@ public final class ConsumerLoop implements AutoCloseable {
     /**
      * @param kafka the Kafka consumer's configuration ({@code bootstrap.servers}, {@code group.id}, ...);
      *     the loop sets {@code enable.auto.commit=false} and byte-array deserializers, and
-     *     {@code auto.offset.reset=earliest} unless given
+     *     {@code auto.offset.reset=earliest} unless given; with {@code group.protocol=consumer} it refuses
+     *     the client settings that protocol does not take ({@link GroupProtocol#of})
      * @param topics the topics to subscribe to
      * @param dataSource where the batches' connections come from
      * @param settings batch bounds, retries, poison policy, pool size
@@ -58,6 +59,7 @@ public final class ConsumerLoop implements AutoCloseable {
         if (groupId == null || groupId.toString().isEmpty()) {
             throw new IllegalArgumentException("the Kafka configuration needs a group.id: the marks are kept per group");
         }
+        GroupProtocol.of(config);
         this.kafkaConfig = config;
         this.topics = List.copyOf(topics);
         this.settings = settings;

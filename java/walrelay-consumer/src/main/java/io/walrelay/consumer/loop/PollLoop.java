@@ -8,6 +8,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalLong;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
@@ -17,6 +18,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.UnreleasedInstanceIdException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.slf4j.Logger;
@@ -34,11 +36,17 @@ import org.slf4j.LoggerFactory;
  *
  * <p>It owns the objects of the run and wires them to each other; none of
  * them calls back into it. Internal: public only for the façade.
+ *
+ * <p>A KafkaConsumer refused its {@code group.instance.id}
+ * ({@link UnreleasedInstanceIdException}, Kafka 4's consumer group protocol)
+ * is dead: the run closes it and tries a new one ({@link Refusals}).
  */
 public final class PollLoop {
     private static final Logger LOG = LoggerFactory.getLogger("io.walrelay.consumer");
     /** How often the lag gauges are read from the consumer (librdkafka's statistics interval in the Rust crate). */
     private static final long LAG_INTERVAL_NANOS = TimeUnit.SECONDS.toNanos(5);
+    /** How long closing the consumer may take (its commit and leaving the group). */
+    private static final Duration CLOSE_WAIT = Duration.ofSeconds(10);
 
     private final Settings settings;
     private final String group;
@@ -55,6 +63,10 @@ public final class PollLoop {
     /** With metrics: where the partitions' time goes; else null. */
     private final PhaseClock clock;
     private volatile boolean stopping;
+    /** Counted down by {@link #stop()}: ends a wait for a new consumer. */
+    private final CountDownLatch stopSignal = new CountDownLatch(1);
+    private final Refusals refusals = new Refusals();
+    private final String instanceId;
     private volatile KafkaConsumer<byte[], byte[]> consumer;
     private long lastLag = System.nanoTime();
     /** The earliest last arrival of a partition whose batch waits to be filled, or {@code Long.MAX_VALUE}. */
@@ -71,6 +83,7 @@ public final class PollLoop {
             Counters counters, LoopMetrics metrics, BatchLayer layer) {
         this.kafkaConfig = kafkaConfig;
         this.group = kafkaConfig.get("group.id").toString();
+        this.instanceId = String.valueOf(kafkaConfig.getOrDefault("group.instance.id", ""));
         this.topics = List.copyOf(topics);
         this.settings = settings;
         this.metrics = metrics;
@@ -92,6 +105,7 @@ public final class PollLoop {
     /** Asks the run to stop (from any thread): it finishes the batches in flight and commits. */
     public void stop() {
         stopping = true;
+        stopSignal.countDown();
         wake();
     }
 
@@ -114,34 +128,19 @@ public final class PollLoop {
             t.setDaemon(true);
             return t;
         });
-        KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(kafkaConfig, new ByteArrayDeserializer(),
-                new ByteArrayDeserializer());
-        consumer = c;
         ParkedGauge gauge = metrics == LoopMetrics.NONE ? null : ParkedGauge.start(pool, layer, group, metrics);
         try {
-            MarkLoader marks = new MarkLoader(pool, layer, group, settings.rebalanceDbTimeout().toMillis());
-            c.subscribe(topics, new Rebalance(group, parts, inFlight, offsets, marks, settings.revokeWait().toNanos(), c));
+            // A new consumer each time the broker refuses the instance id.
             while (!stopping) {
-                if (clock != null) {
-                    clock.snapshot(parts.values(), System.nanoTime());
+                String refused = consume(workers);
+                if (refused == null) {
+                    break;
                 }
-                ConsumerRecords<byte[], byte[]> records = poll(c);
-                if (clock != null) {
-                    long now = System.nanoTime();
-                    clock.tick(now);
-                    reportLag(c, now);
-                }
-                queue(records);
-                inFlight.drain();
-                dispatch(workers);
-                flowControl(c);
-                offsets.maybeCommit(c);
+                Refusals.Retry retry = refusals.refused(System.nanoTime(), instanceId, refused);
+                retry.log().ifPresent(LOG::warn);
+                awaitStop(retry.waitMillis());
             }
-            inFlight.finishAll(settings.revokeWait().toNanos());
-            offsets.commitSync(c, offsets.partitions());
         } finally {
-            consumer = null;
-            closeQuietly(c);
             workers.shutdownNow();
             if (gauge != null) {
                 gauge.close();
@@ -149,6 +148,77 @@ public final class PollLoop {
             pool.close();
         }
         return stopped.errors();
+    }
+
+    /**
+     * Runs the loop on one KafkaConsumer, from its creation to its close:
+     * until the stop (then it finishes the batches in flight and commits),
+     * or until the broker refuses its instance id. Returns the refusal's
+     * text, or null.
+     */
+    private String consume(ExecutorService workers) {
+        KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(kafkaConfig, new ByteArrayDeserializer(),
+                new ByteArrayDeserializer());
+        consumer = c;
+        String refused = null;
+        try {
+            MarkLoader marks = new MarkLoader(pool, layer, group, settings.rebalanceDbTimeout().toMillis());
+            c.subscribe(topics, new Rebalance(group, parts, inFlight, offsets, marks, settings.revokeWait().toNanos(), c));
+            try {
+                while (!stopping) {
+                    step(c, workers);
+                }
+            } catch (UnreleasedInstanceIdException e) {
+                refused = String.valueOf(e.getMessage());
+            }
+            inFlight.finishAll(settings.revokeWait().toNanos());
+            if (refused == null) {
+                offsets.commitSync(c, offsets.partitions());
+            } else {
+                // The consumer is dead: what it held is no longer this member's.
+                for (TopicPartition tp : parts.keySet()) {
+                    offsets.forget(tp);
+                }
+                parts.clear();
+            }
+            return refused;
+        } finally {
+            consumer = null;
+            // A dead consumer has no group to leave: no need to wait for it.
+            closeQuietly(c, refused == null ? CLOSE_WAIT : Duration.ZERO);
+        }
+    }
+
+    /** One turn of the loop: poll, queue, act on finished batches, start new ones, flow control, commit. */
+    private void step(KafkaConsumer<byte[], byte[]> c, ExecutorService workers) {
+        if (clock != null) {
+            clock.snapshot(parts.values(), System.nanoTime());
+        }
+        ConsumerRecords<byte[], byte[]> records = poll(c);
+        long now = System.nanoTime();
+        if (clock != null) {
+            clock.tick(now);
+            reportLag(c, now);
+        }
+        if (refusals.count() > 0 && !parts.isEmpty()) {
+            refusals.joined(now).ifPresent(ms -> LOG.info(
+                    "joined the group {} ms after the broker first refused the instance id", ms));
+        }
+        queue(records);
+        inFlight.drain();
+        dispatch(workers);
+        flowControl(c);
+        offsets.maybeCommit(c);
+    }
+
+    /** Waits {@code millis} unless {@link #stop()} comes first. */
+    private void awaitStop(long millis) {
+        try {
+            stopSignal.await(millis, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            stopping = true;
+        }
     }
 
     /** Polls for at most 200 ms, less when a backoff ends, a batch stops waiting to be filled or a commit is due. */
@@ -260,9 +330,9 @@ public final class PollLoop {
         }
     }
 
-    private static void closeQuietly(KafkaConsumer<byte[], byte[]> c) {
+    private static void closeQuietly(KafkaConsumer<byte[], byte[]> c, Duration wait) {
         try {
-            c.close(Duration.ofSeconds(10));
+            c.close(wait);
         } catch (RuntimeException e) {
             LOG.warn("closing the Kafka consumer: {}", e.toString());
         }

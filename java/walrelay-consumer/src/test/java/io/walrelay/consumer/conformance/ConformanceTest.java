@@ -23,8 +23,9 @@ import org.junit.jupiter.api.TestFactory;
  * The consumer conformance suite, JVM side: every scenario of
  * conformance/scenarios.json (played by the Rust crate and the Python
  * package too) against a real PostgreSQL and Apache Kafka node this class
- * starts, one dynamic test per scenario, each in its own database, topic and
- * group. Unknown actions and fields are refused, so a scenario added there
+ * starts, one dynamic test per scenario and consumer group protocol
+ * ({@code $WALRELAY_GROUP_PROTOCOL}: classic, consumer, or both), each in its
+ * own database, topic and group. Unknown actions and fields are refused, so a scenario added there
  * fails here until it is implemented (conformance/README.md).
  */
 class ConformanceTest {
@@ -81,13 +82,17 @@ class ConformanceTest {
     @TestFactory
     Stream<DynamicTest> scenarios() {
         List<DynamicTest> tests = new ArrayList<>();
-        for (JsonNode scenario : FILE.get("scenarios")) {
-            tests.add(DynamicTest.dynamicTest(scenario.get("name").asText(), () -> play(scenario)));
+        // Each protocol of $WALRELAY_GROUP_PROTOCOL, on the same servers.
+        for (String protocol : Servers.groupProtocols()) {
+            for (JsonNode scenario : FILE.get("scenarios")) {
+                tests.add(DynamicTest.dynamicTest(scenario.get("name").asText() + " (" + protocol + " protocol)",
+                        () -> play(scenario, protocol)));
+            }
         }
         return tests.stream();
     }
 
-    private static void play(JsonNode scenario) throws Exception {
+    private static void play(JsonNode scenario, String protocol) throws Exception {
         if (scenario.has("brokers")) {
             boolean kafkaListed = false;
             for (JsonNode b : scenario.get("brokers")) {
@@ -95,7 +100,7 @@ class ConformanceTest {
             }
             Assumptions.assumeTrue(kafkaListed, "played on " + scenario.get("brokers") + " only");
         }
-        try (World world = new World(scenario, FILE.get("defaults"), kafka, postgres)) {
+        try (World world = new World(scenario, FILE.get("defaults"), kafka, postgres, protocol)) {
             int i = 0;
             for (JsonNode step : scenario.get("steps")) {
                 i++;

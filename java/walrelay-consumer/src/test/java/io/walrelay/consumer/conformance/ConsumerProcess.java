@@ -24,7 +24,8 @@ public final class ConsumerProcess {
         Map<String, Object> kafka = new HashMap<>();
         kafka.put("bootstrap.servers", bootstrap);
         kafka.put("group.id", group);
-        Servers.groupSettings(kafka, args.length <= 6);
+        // The protocol of the scenario that started it (World.startProcess).
+        Servers.groupSettings(kafka, args.length <= 6, Servers.groupProtocols().get(0));
         if (args.length > 6) {
             kafka.put("group.instance.id", args[6]);
         }

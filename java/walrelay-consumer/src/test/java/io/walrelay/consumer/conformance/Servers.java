@@ -23,28 +23,33 @@ final class Servers {
     private Servers() {}
 
     /**
-     * The consumer group protocol the consumers use: {@code classic} (the
-     * default) or Kafka 4's {@code consumer} (KIP-848), from
-     * {@code $WALRELAY_GROUP_PROTOCOL}.
+     * The consumer group protocols the scenarios are played with, one after
+     * the other on the same servers: {@code $WALRELAY_GROUP_PROTOCOL},
+     * {@code classic} (the default), {@code consumer} (Kafka 4's, KIP-848)
+     * or both, comma-separated.
      */
-    static String groupProtocol() {
-        String p = System.getenv().getOrDefault("WALRELAY_GROUP_PROTOCOL", "classic");
-        if (!p.equals("classic") && !p.equals("consumer")) {
-            throw new IllegalArgumentException("WALRELAY_GROUP_PROTOCOL is classic or consumer, not " + p);
+    static List<String> groupProtocols() {
+        List<String> out = new ArrayList<>();
+        for (String p : System.getenv().getOrDefault("WALRELAY_GROUP_PROTOCOL", "classic").split(",")) {
+            String name = p.trim();
+            if (!name.equals("classic") && !name.equals("consumer")) {
+                throw new IllegalArgumentException("WALRELAY_GROUP_PROTOCOL lists classic or consumer, not " + name);
+            }
+            out.add(name);
         }
-        return p;
+        return out;
     }
 
     /**
-     * The group settings of every consumer of the suite: short session
-     * timeouts so that a killed member's partitions move within seconds.
-     * The classic protocol takes them from the client; the consumer protocol
-     * refuses them there and takes them from the broker
-     * ({@link TestKafka}'s {@code group.consumer.*}).
+     * The group settings of every consumer of the suite under
+     * {@code protocol}: short session timeouts so that a killed member's
+     * partitions move within seconds. The classic protocol takes them from
+     * the client; the consumer protocol refuses them there and takes them
+     * from the broker ({@link TestKafka}'s {@code group.consumer.*}).
      */
-    static void groupSettings(java.util.Map<String, Object> config, boolean sessionTimeout) {
-        config.put("group.protocol", groupProtocol());
-        if (groupProtocol().equals("classic")) {
+    static void groupSettings(java.util.Map<String, Object> config, boolean sessionTimeout, String protocol) {
+        config.put("group.protocol", protocol);
+        if (protocol.equals("classic")) {
             config.put("heartbeat.interval.ms", "1000");
             if (sessionTimeout) {
                 config.put("session.timeout.ms", "6000");

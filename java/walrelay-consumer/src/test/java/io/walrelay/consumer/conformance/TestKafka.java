@@ -96,9 +96,10 @@ public final class TestKafka implements AutoCloseable {
         s.put("share.coordinator.state.topic.min.isr", "1");
         s.put("group.initial.rebalance.delay.ms", "0");
         // The consumer protocol's session and heartbeat are the broker's:
-        // as short as the classic consumers' client settings.
-        s.put("group.consumer.min.session.timeout.ms", "6000");
-        s.put("group.consumer.session.timeout.ms", "6000");
+        // 3 s and 1 s, as docs/operations.md says to set for a static member
+        // restarted under the same instance id to apply again within 5 s.
+        s.put("group.consumer.min.session.timeout.ms", "3000");
+        s.put("group.consumer.session.timeout.ms", "3000");
         s.put("group.consumer.min.heartbeat.interval.ms", "1000");
         s.put("group.consumer.heartbeat.interval.ms", "1000");
         StringBuilder out = new StringBuilder();

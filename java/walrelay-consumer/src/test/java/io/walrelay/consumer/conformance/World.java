@@ -66,6 +66,8 @@ final class World implements AutoCloseable {
 
     private final JsonNode defaults;
     private final TestKafka kafka;
+    /** The consumer group protocol of the scenario's consumers. */
+    private final String protocol;
     final String url;
     final String group;
     final String topic;
@@ -76,9 +78,10 @@ final class World implements AutoCloseable {
     private final Map<String, Process> processes = new LinkedHashMap<>();
     private final List<ConsumerLoop> loops = new ArrayList<>();
 
-    World(JsonNode scenario, JsonNode defaults, TestKafka kafka, TestPostgres postgres) throws Exception {
+    World(JsonNode scenario, JsonNode defaults, TestKafka kafka, TestPostgres postgres, String protocol) throws Exception {
         this.defaults = defaults;
         this.kafka = kafka;
+        this.protocol = protocol;
         String suffix = UUID.randomUUID().toString().substring(0, 8);
         String name = scenario.get("name").asText();
         group = name + "-" + suffix;
@@ -161,11 +164,19 @@ final class World implements AutoCloseable {
             case "stop" -> consumers.remove(step.get("consumer").asText()).stop(step.get("stopped"));
             case "start_process" -> startProcess(step);
             case "kill_process" -> killProcess(step.get("consumer").asText());
-            case "await" -> awaitCounts(step.has("effects") ? resolve(step.get("effects")) : null,
-                    step.has("parked") ? step.get("parked").asInt() : null,
-                    step.has("seen") ? step.get("seen").asInt() : null,
-                    step.has("stopped") ? step.get("stopped").asInt() : null,
-                    step.has("within_ms") ? step.get("within_ms").asLong() : AWAIT_MS);
+            case "await" -> {
+                long began = System.nanoTime();
+                awaitCounts(step.has("effects") ? resolve(step.get("effects")) : null,
+                        step.has("parked") ? step.get("parked").asInt() : null,
+                        step.has("seen") ? step.get("seen").asInt() : null,
+                        step.has("stopped") ? step.get("stopped").asInt() : null,
+                        step.has("within_ms") ? step.get("within_ms").asLong() : AWAIT_MS);
+                if (step.has("within_ms")) {
+                    // The measured time, for docs/operations.md's numbers.
+                    System.out.println(group + " (" + protocol + " protocol): reached after "
+                            + (System.nanoTime() - began) / 1_000_000 + " ms");
+                }
+            }
             case "expect_counters" -> {
                 Counters c = countersSum();
                 List<Long> want = List.of(step.get("processed").asLong(), step.get("duplicates").asLong(),
@@ -277,7 +288,7 @@ final class World implements AutoCloseable {
         Map<String, Object> config = new HashMap<>();
         config.put("bootstrap.servers", kafka.bootstrap());
         config.put("group.id", group);
-        Servers.groupSettings(config, true);
+        Servers.groupSettings(config, true, protocol);
         config.put("reconnect.backoff.ms", "20");
         config.put("reconnect.backoff.max.ms", "500");
         ConsumerLoop loop = new ConsumerLoop(config, List.of(topic), TestPostgres.dataSource(url), settings(step));
@@ -297,8 +308,17 @@ final class World implements AutoCloseable {
         if (step.has("instance_id")) {
             argv.add(step.get("instance_id").asText() + "-" + group);
         }
-        processes.put(name, new ProcessBuilder(argv).redirectErrorStream(true)
-                .redirectOutput(ProcessBuilder.Redirect.DISCARD).start());
+        ProcessBuilder pb = new ProcessBuilder(argv).redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.appendTo(processLog(name)));
+        pb.environment().put("WALRELAY_GROUP_PROTOCOL", protocol);
+        processes.put(name, pb.start());
+    }
+
+    /** Where a consumer process logs: target/conformance-processes/GROUP-NAME.log. */
+    private java.io.File processLog(String name) throws java.io.IOException {
+        Path dir = Path.of("target", "conformance-processes");
+        java.nio.file.Files.createDirectories(dir);
+        return dir.resolve(group + "-" + name + ".log").toFile();
     }
 
     private void killProcess(String name) throws Exception {
