@@ -57,15 +57,50 @@ pub(crate) fn create_topic_with(
     for (key, value) in configs {
         topic = topic.set(key, value);
     }
-    let results = block_on(admin(bootstrap)?.create_topics([&topic], &options()))
-        .with_context(|| format!("creating topic {name:?}"))?;
+    let client = admin(bootstrap)?;
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        match create_once(&client, &topic) {
+            Ok(()) => return await_partitions(bootstrap, name, partitions),
+            // A loaded machine: a cluster that just started may time the
+            // request out or not have every broker registered yet.
+            Err(Attempt::Transient(e)) if Instant::now() < deadline => {
+                tracing::debug!("creating topic {name:?}, retrying: {e:#}");
+                std::thread::sleep(POLL * 4);
+            }
+            Err(Attempt::Transient(e) | Attempt::Final(e)) => {
+                return Err(e.context(format!("creating topic {name:?} on {bootstrap}")))
+            }
+        }
+    }
+}
+
+/// How one creation attempt failed: worth retrying or not.
+enum Attempt {
+    Transient(anyhow::Error),
+    Final(anyhow::Error),
+}
+
+fn create_once(
+    client: &AdminClient<DefaultClientContext>,
+    topic: &NewTopic<'_>,
+) -> Result<(), Attempt> {
+    let results = block_on(client.create_topics([topic], &options()))
+        .map_err(|e| Attempt::Transient(e.into()))?;
     for result in results {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => bail!("creating topic {topic:?}: {code}"),
+            Err((
+                name,
+                code @ (RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::InvalidReplicationFactor
+                | RDKafkaErrorCode::NotController
+                | RDKafkaErrorCode::BrokerNotAvailable),
+            )) => return Err(Attempt::Transient(anyhow::anyhow!("{name:?}: {code}"))),
+            Err((name, code)) => return Err(Attempt::Final(anyhow::anyhow!("{name:?}: {code}"))),
         }
     }
-    await_partitions(bootstrap, name, partitions)
+    Ok(())
 }
 
 /// Deletes every record of `name` up to each partition's end (the
