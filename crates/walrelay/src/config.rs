@@ -432,6 +432,18 @@ impl Config {
                 crate::kafka::ClientError::Config { property, reason } => {
                     invalid(format!("kafka.properties.{property:?}"), reason)
                 }
+                // A librdkafka property, or one of walrelay's own `[kafka]`
+                // options (`oauth_provider`, ...).
+                crate::kafka::ClientError::Login(crate::kafka::oauth::OAuthError::Config {
+                    property,
+                    reason,
+                }) if property.contains('.') => {
+                    invalid(format!("kafka.properties.{property:?}"), reason)
+                }
+                crate::kafka::ClientError::Login(crate::kafka::oauth::OAuthError::Config {
+                    property,
+                    reason,
+                }) => invalid(format!("kafka.{property}"), reason),
                 other => invalid("kafka.properties", other.to_string()),
             })
     }

@@ -11,7 +11,6 @@
 //! metadata every few seconds on its own thread, so that an idle relay
 //! still knows whether Kafka is reachable. See `docs/metrics.md`.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::mpsc as std_mpsc;
@@ -31,7 +30,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, info, warn};
 
 use crate::kafka::client::{self as kafka_client, KafkaClient};
-use crate::kafka::properties::{to_client_config, KafkaConfig};
+use crate::kafka::login::LoginContext;
+use crate::kafka::properties::KafkaConfig;
 use crate::metrics::{self, Metrics};
 
 /// How often [`KafkaProbe`] asks Kafka for metadata.
@@ -223,24 +223,22 @@ impl KafkaProbe {
 /// The probe's librdkafka properties: the relay's producer settings
 /// (brokers, security, secrets resolved) under its own client id, from the
 /// one place that builds them for every client ([`kafka_client`]).
-fn probe_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, String> {
-    kafka_client::properties(kafka, KafkaClient::Probe)
-        .map_err(|e| format!("cannot configure the Kafka client: {e}"))
+fn probe_client(kafka: &KafkaConfig) -> Result<BaseProducer<LoginContext>, String> {
+    kafka_client::client_config(kafka, KafkaClient::Probe)
+        .map_err(|e| format!("cannot configure the Kafka client: {e}"))?
+        .base_producer()
+        .map_err(|e| format!("cannot create a Kafka client: {e}"))
 }
 
 fn probe_loop(kafka: &KafkaConfig, metrics: &Metrics, stop: &std_mpsc::Receiver<()>) {
-    let mut client: Option<BaseProducer> = None;
+    let mut client: Option<BaseProducer<LoginContext>> = None;
     let mut was_ok: Option<bool> = None;
     loop {
         let outcome = match &client {
             Some(c) => probe_once(c),
             // Resolved each time a client is created, like the producer's:
             // a secret file that appears or rotates later is picked up.
-            None => match probe_properties(kafka).and_then(|p| {
-                to_client_config(&p)
-                    .create::<BaseProducer>()
-                    .map_err(|e| format!("cannot create a Kafka client: {e}"))
-            }) {
+            None => match probe_client(kafka) {
                 Ok(c) => {
                     let outcome = probe_once(&c);
                     client = Some(c);
@@ -274,10 +272,10 @@ fn probe_loop(kafka: &KafkaConfig, metrics: &Metrics, stop: &std_mpsc::Receiver<
 }
 
 /// Number of brokers in the metadata, or why there is none.
-fn probe_once(client: &BaseProducer) -> Result<usize, String> {
+fn probe_once(client: &BaseProducer<LoginContext>) -> Result<usize, String> {
     let result = client.client().fetch_metadata(None, PROBE_TIMEOUT);
-    // Drain the client's event queue (errors, statistics): nobody else
-    // polls this client.
+    // Drain the client's event queue (errors, statistics, requests for a
+    // fresh OAuth token): nobody else polls this client.
     client.poll(Duration::ZERO);
     match result {
         Ok(m) if !m.brokers().is_empty() => Ok(m.brokers().len()),
@@ -296,7 +294,13 @@ fn probe_once(client: &BaseProducer) -> Result<usize, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+
+    fn probe_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, String> {
+        kafka_client::properties(kafka, KafkaClient::Probe).map_err(|e| e.to_string())
+    }
 
     #[test]
     fn probe_uses_the_relays_brokers_and_its_own_client_id() {

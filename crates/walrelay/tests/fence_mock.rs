@@ -13,7 +13,7 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
 use walrelay::engine::fence::{tail, FenceError};
 use walrelay::engine::fence::{Layout, PartitionTail, TopicFence, TopicLayout};
 use walrelay::engine::key::EventKey;
-use walrelay::kafka::client::{client_config, KafkaClient};
+use walrelay::kafka::client::{client_config, ClientSetup, KafkaClient};
 use walrelay::kafka::properties::KafkaConfig;
 use walrelay_testkit::relay_headers;
 
@@ -32,7 +32,7 @@ fn layout(partition: i32) -> Layout {
     }
 }
 
-fn reader(bootstrap: &str) -> ClientConfig {
+fn reader(bootstrap: &str) -> ClientSetup {
     let kafka = KafkaConfig {
         bootstrap_servers: bootstrap.to_owned(),
         ..KafkaConfig::default()

@@ -19,6 +19,7 @@ use walrelay::config::Config;
 use walrelay::engine::pipeline;
 use walrelay::engine::record::Record;
 use walrelay::engine::sink::{KafkaSink, SinkError};
+use walrelay::kafka::oauth::OAuthError;
 use walrelay::kafka::properties::SinkConfig;
 use walrelay::kafka::ClientError;
 use walrelay_testkit::{read_topics, TestCa};
@@ -38,6 +39,7 @@ fn sink_config(bootstrap: &str, properties: &[(&str, &str)]) -> SinkConfig {
 fn config_error(result: Result<(), ClientError>) -> (String, String) {
     match result {
         Err(ClientError::Config { property, reason }) => (property, reason),
+        Err(ClientError::Login(OAuthError::Config { property, reason })) => (property, reason),
         other => panic!("expected a configuration error, got {other:?}"),
     }
 }
@@ -125,7 +127,11 @@ fn bad_tls_and_sasl_settings_name_the_property_and_the_fix() {
             "unknown SASL mechanism",
         ),
         (sasl("GSSAPI"), "sasl.mechanism", "not built into"),
-        (sasl("OAUTHBEARER"), "sasl.mechanism", "not supported"),
+        (
+            sasl("OAUTHBEARER"),
+            "sasl.oauthbearer.method",
+            "needs a token provider",
+        ),
         (
             vec![("security.protocol", "TLS")],
             "security.protocol",
@@ -190,6 +196,17 @@ fn bad_tls_and_sasl_settings_name_the_property_and_the_fix() {
         "{err}"
     );
     assert!(!err.contains(PASSWORD), "{err}");
+    // An OAuth login without a provider, likewise.
+    config.kafka.properties = sasl("OAUTHBEARER")
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let err = config.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("kafka.properties.\"sasl.oauthbearer.method\"")
+            && err.contains("needs a token provider"),
+        "{err}"
+    );
 }
 
 #[test]

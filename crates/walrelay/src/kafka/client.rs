@@ -20,9 +20,15 @@
 
 use std::collections::BTreeMap;
 
+use rdkafka::admin::AdminClient;
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, FutureProducer, Producer};
 
-use super::error::ClientError;
+use super::conn::Settings;
+use super::error::{ClientError, RequestError};
+use super::login::{is_oauthbearer, Login, LoginContext, LOGIN_PROPERTIES};
 use super::policy::check_security;
 use super::properties::{to_client_config, KafkaConfig, SinkConfig};
 
@@ -51,7 +57,9 @@ pub enum KafkaClient {
 
 /// The producer's configuration, from the Kafka settings.
 pub fn producer_config(kafka: &KafkaConfig) -> SinkConfig {
-    SinkConfig::new(&kafka.bootstrap_servers, kafka.properties.clone())
+    let mut config = SinkConfig::new(&kafka.bootstrap_servers, kafka.properties.clone());
+    config.oauth = kafka.oauth_options();
+    config
 }
 
 /// The librdkafka properties for `client`, secrets resolved. The result
@@ -142,12 +150,81 @@ pub fn close_in_background<C: Send + 'static>(client: C) {
     }
 }
 
-/// A librdkafka client configuration for `client` ([`properties`]).
-pub fn client_config(
-    kafka: &KafkaConfig,
-    client: KafkaClient,
-) -> Result<ClientConfig, ClientError> {
-    Ok(to_client_config(&properties(kafka, client)?))
+/// What `client` is made from ([`properties`], and its [`login`]).
+pub fn client_config(kafka: &KafkaConfig, client: KafkaClient) -> Result<ClientSetup, ClientError> {
+    Ok(ClientSetup {
+        config: to_client_config(&properties(kafka, client)?),
+        login: login(kafka)?,
+    })
+}
+
+/// A client's librdkafka configuration and its login, kept together so
+/// that no client is made without the login its properties ask for: the
+/// constructors below give each kind of client its token.
+#[derive(Clone)]
+pub struct ClientSetup {
+    /// The properties (secrets resolved: never log them but through
+    /// [`crate::secrets::redact`]).
+    pub config: ClientConfig,
+    pub login: Login,
+}
+
+impl std::fmt::Debug for ClientSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSetup")
+            .field("login", &self.login)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientSetup {
+    /// A group-less reader with `context`, which must hand out
+    /// [`Self::login`]'s tokens (see [`LoginContext::token_for_librdkafka`]).
+    /// Its first token is handed over at once: a reader's first calls
+    /// (metadata, offsets) do not poll, which is where librdkafka's
+    /// token requests are served.
+    pub fn consumer_with<C: ConsumerContext>(
+        &self,
+        context: C,
+    ) -> Result<BaseConsumer<C>, KafkaError> {
+        let consumer: BaseConsumer<C> = self.config.create_with_context(context)?;
+        self.login
+            .hand_over(rdkafka::consumer::Consumer::client(&consumer))?;
+        Ok(consumer)
+    }
+
+    /// A reader with rdkafka's default behaviour and this login.
+    pub fn consumer(&self) -> Result<BaseConsumer<LoginContext>, KafkaError> {
+        self.consumer_with(LoginContext::new(self.login.clone()))
+    }
+
+    /// An admin client with this login ([`Login::admin_client`]).
+    pub fn admin(&self) -> Result<AdminClient<LoginContext>, KafkaError> {
+        self.login.admin_client(&self.config)
+    }
+
+    /// A producer with this login (its polling thread serves the token
+    /// requests).
+    pub fn future_producer(&self) -> Result<FutureProducer<LoginContext>, KafkaError> {
+        self.config
+            .create_with_context(LoginContext::new(self.login.clone()))
+    }
+
+    /// A producer that its user polls (the readiness probe), its first
+    /// token handed over at once like a reader's.
+    pub fn base_producer(&self) -> Result<BaseProducer<LoginContext>, KafkaError> {
+        let producer: BaseProducer<LoginContext> = self
+            .config
+            .create_with_context(LoginContext::new(self.login.clone()))?;
+        self.login.hand_over(producer.client())?;
+        Ok(producer)
+    }
+
+    /// How walrelay's own connections reach the brokers as this client
+    /// does, with its tokens.
+    pub fn connections(&self) -> Result<Settings, RequestError> {
+        Settings::from_client_config_with_tokens(&self.config, self.login.token_source())
+    }
 }
 
 const VERIFY_CLIENT_ID: &str = "walrelay-verify";
@@ -168,12 +245,27 @@ fn user_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, Clie
             reason: e.detail(),
         })?;
     check_security(&user)?;
+    if is_oauthbearer(&user) {
+        // The login properties are walrelay's token provider's
+        // ([`login`]), never librdkafka's.
+        for name in LOGIN_PROPERTIES {
+            user.remove(*name);
+        }
+    }
     user.remove("metadata.broker.list");
     user.insert(
         "bootstrap.servers".to_owned(),
         kafka.bootstrap_servers.clone(),
     );
     Ok(user)
+}
+
+/// How every client made from `kafka` logs in: with `OAUTHBEARER`, the
+/// process's token cache for its provider (shared by all of them), else
+/// [`Login::none`]. Each context and each of walrelay's own connections
+/// made from these settings needs it.
+pub fn login(kafka: &KafkaConfig) -> Result<Login, ClientError> {
+    producer_config(kafka).login()
 }
 
 fn verify_properties(kafka: &KafkaConfig) -> Result<BTreeMap<String, String>, ClientError> {
@@ -235,6 +327,7 @@ mod tests {
             // librdkafka accepts it as a whole.
             client_config(&kafka, client)
                 .unwrap()
+                .config
                 .create_native_config()
                 .unwrap();
         }

@@ -35,6 +35,10 @@ pub enum ClientError {
     /// librdkafka refused to create the client.
     #[error("cannot create the Kafka producer: {0}")]
     Create(String),
+    /// An `OAUTHBEARER` login's settings are refused, or no token could
+    /// be had (the token endpoint's answer is in the message).
+    #[error(transparent)]
+    Login(crate::kafka::oauth::OAuthError),
 }
 
 impl ClientError {

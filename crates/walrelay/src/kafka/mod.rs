@@ -9,7 +9,8 @@
 //! | [`requests`] | walrelay's own requests: ApiVersions (the brokers' release), log end, the wait until the leaders' records are readable |
 //! | [`conn`], [`wire`] | walrelay's own broker connections (TLS, SASL) for those requests, and reading their answers |
 //! | [`metadata`] | what a metadata answer says of one topic |
-//! | [`oauth`] | OAUTHBEARER tokens: OIDC, AWS MSK IAM, unsecured development tokens; their refresh (not wired yet) |
+//! | [`oauth`] | OAUTHBEARER tokens: OIDC, AWS MSK IAM, unsecured development tokens; their refresh |
+//! | [`login`] | each client's OAUTHBEARER login: the process's token cache per provider, the librdkafka context that hands tokens out |
 //! | [`acl`] | authorization errors as the ACL to grant |
 //! | `error` | [`ClientError`] (properties refused, a client not created) and [`RequestError`] (a request of walrelay's without a usable answer) |
 //!
@@ -22,6 +23,7 @@ pub mod acl;
 pub mod client;
 pub mod conn;
 mod error;
+pub mod login;
 pub mod metadata;
 pub mod oauth;
 pub mod policy;

@@ -14,6 +14,8 @@ use rdkafka::config::ClientConfig;
 use serde::Deserialize;
 
 use super::error::ClientError;
+use super::login::{is_oauthbearer, Login, LOGIN_PROPERTIES};
+use super::oauth::plan::{OAuthOptions, ProviderName};
 use super::policy::{
     check_files, check_guarantees, check_ignored, check_security, find, ACKS, MAX_IN_FLIGHT,
     MAX_IN_FLIGHT_REQUESTS,
@@ -35,6 +37,28 @@ pub struct KafkaConfig {
     /// inconsistent TLS/SASL settings. Secret properties (`sasl.password`,
     /// ...) may be `env:NAME` or `file:/path` (see [`crate::secrets`]).
     pub properties: BTreeMap<String, String>,
+    /// An `OAUTHBEARER` token provider librdkafka has no property for:
+    /// `"aws-msk-iam"` (see [`super::oauth::plan`]).
+    pub oauth_provider: Option<ProviderName>,
+    /// The MSK cluster's region for `aws-msk-iam` (default: `AWS_REGION`,
+    /// then `AWS_DEFAULT_REGION`).
+    pub aws_region: Option<String>,
+    /// Accept librdkafka's unsecured development tokens
+    /// (`enable.sasl.oauthbearer.unsecure.jwt`): anyone can forge one, so
+    /// the name says what it is.
+    pub insecure_allow_unsecured_jwt: bool,
+}
+
+impl KafkaConfig {
+    /// walrelay's own OAuth options, for the token provider's plan.
+    #[must_use]
+    pub fn oauth_options(&self) -> OAuthOptions {
+        OAuthOptions {
+            oauth_provider: self.oauth_provider,
+            aws_region: self.aws_region.clone(),
+            insecure_allow_unsecured_jwt: self.insecure_allow_unsecured_jwt,
+        }
+    }
 }
 
 impl std::fmt::Debug for KafkaConfig {
@@ -45,6 +69,12 @@ impl std::fmt::Debug for KafkaConfig {
                 "properties",
                 &crate::secrets::DisplayProperties(&self.properties),
             )
+            .field("oauth_provider", &self.oauth_provider)
+            .field("aws_region", &self.aws_region)
+            .field(
+                "insecure_allow_unsecured_jwt",
+                &self.insecure_allow_unsecured_jwt,
+            )
             .finish()
     }
 }
@@ -54,6 +84,9 @@ impl Default for KafkaConfig {
         KafkaConfig {
             bootstrap_servers: "127.0.0.1:9092".into(),
             properties: BTreeMap::new(),
+            oauth_provider: None,
+            aws_region: None,
+            insecure_allow_unsecured_jwt: false,
         }
     }
 }
@@ -144,6 +177,8 @@ pub struct SinkConfig {
     pub properties: BTreeMap<String, String>,
     /// How long [`KafkaSink::partitions`](crate::engine::sink::KafkaSink::partitions) waits for a topic's metadata.
     pub metadata_timeout: Duration,
+    /// walrelay's own `OAUTHBEARER` options (`[kafka]`), for [`Self::login`].
+    pub oauth: OAuthOptions,
 }
 
 impl SinkConfig {
@@ -154,7 +189,41 @@ impl SinkConfig {
             bootstrap_servers: bootstrap_servers.into(),
             properties,
             metadata_timeout: DEFAULT_METADATA_TIMEOUT,
+            oauth: OAuthOptions::default(),
         }
+    }
+
+    /// The `OAUTHBEARER` login settings checked without reading a secret
+    /// or fetching a token: the provider they name and what it needs.
+    fn check_login_settings(&self) -> Result<(), ClientError> {
+        let shown: BTreeMap<String, String> = self
+            .properties
+            .iter()
+            .map(|(k, v)| (k.clone(), crate::secrets::displayable(k, v).to_owned()))
+            .collect();
+        if is_oauthbearer(&shown) {
+            super::oauth::plan::plan(
+                |name| shown.get(name).map(String::as_str),
+                &self.oauth,
+                |name| std::env::var(name).ok(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// How the clients made from these properties log in: with
+    /// `OAUTHBEARER`, the process's token cache for the provider the
+    /// properties and [`Self::oauth`] name (refused, with the setting's
+    /// name, when they name none it can use); else [`Login::none`].
+    pub fn login(&self) -> Result<Login, ClientError> {
+        let user = crate::secrets::resolve_properties(&self.properties).map_err(|e| {
+            ClientError::Config {
+                property: e.property().to_owned(),
+                reason: e.detail(),
+            }
+        })?;
+        check_security(&user)?;
+        Login::for_properties(&user, &self.oauth)
     }
 
     /// Adds (or replaces) one librdkafka property.
@@ -230,6 +299,13 @@ impl SinkConfig {
             }
         }
         props.extend(user.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if is_oauthbearer(user) {
+            // walrelay's token provider reads these ([`super::login`]);
+            // librdkafka, without libcurl, would refuse or misuse them.
+            for name in LOGIN_PROPERTIES {
+                props.remove(*name);
+            }
+        }
 
         // The enforced guarantees (user values, if any, were checked above
         // and are equivalent or stricter).
@@ -297,6 +373,7 @@ impl SinkConfig {
 
     fn validate_with(&self, secrets: Secrets) -> Result<(), ClientError> {
         let props = self.properties_with(secrets, true)?;
+        self.check_login_settings()?;
         to_client_config(&props)
             .create_native_config()
             .map(drop)
@@ -319,6 +396,7 @@ impl fmt::Debug for SinkConfig {
             .field("bootstrap_servers", &self.bootstrap_servers)
             .field("properties", &Redacted(&self.properties))
             .field("metadata_timeout", &self.metadata_timeout)
+            .field("oauth", &self.oauth)
             .finish()
     }
 }

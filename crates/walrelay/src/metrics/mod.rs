@@ -491,6 +491,7 @@ fn kafka_error_labels(error: &SinkError) -> (String, String) {
     let kind = match error {
         SinkError::Client(ClientError::Config { .. }) => "config",
         SinkError::Client(ClientError::Create(_)) => "create",
+        SinkError::Client(ClientError::Login(_)) => "login",
         SinkError::QueueFull => "queue_full",
         SinkError::Produce { .. } => "produce",
         SinkError::Delivery { .. } | SinkError::NotAcknowledged { .. } => "delivery",

@@ -72,9 +72,12 @@ pub async fn find(
 }
 
 /// The cluster's topics and their partition counts.
-fn topics(reader: &rdkafka::ClientConfig, timeout: Duration) -> Result<Vec<(String, u32)>, String> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let client: BaseConsumer = reader.create().map_err(|e| e.to_string())?;
+fn topics(
+    reader: &crate::kafka::client::ClientSetup,
+    timeout: Duration,
+) -> Result<Vec<(String, u32)>, String> {
+    use rdkafka::consumer::Consumer;
+    let client = reader.consumer().map_err(|e| e.to_string())?;
     let metadata = client
         .fetch_metadata(None, timeout)
         .map_err(|e| format!("fetching the cluster's metadata: {e}"))?;

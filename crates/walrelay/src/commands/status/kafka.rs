@@ -28,8 +28,6 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::AdminClient;
-use rdkafka::client::DefaultClientContext;
 use serde::Serialize;
 
 use crate::config::Config;
@@ -167,8 +165,7 @@ pub async fn report(config: &Config, requested: &[String], source: &str) -> Kafk
     let metadata = {
         let admin = admin.clone();
         tokio::task::spawn_blocking(move || {
-            let client: AdminClient<DefaultClientContext> =
-                admin.create().map_err(|e| e.to_string())?;
+            let client = admin.admin().map_err(|e| e.to_string())?;
             let md = client
                 .inner()
                 .fetch_metadata(None, TIMEOUT)

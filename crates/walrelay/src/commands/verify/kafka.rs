@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::kafka::client::ClientSetup;
+use crate::kafka::login::LoginContext;
 use anyhow::{bail, Context};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
@@ -34,10 +35,11 @@ const MAX_ERRORS_KEPT: usize = 20;
 /// librdkafka assigns partitions only to a consumer with a group id; the
 /// reader never joins, commits or fetches offsets, so it needs no ACL on
 /// the group, and a refusal to look the group up is ignored.
-fn consumer_config(kafka: &KafkaConfig) -> anyhow::Result<ClientConfig> {
+fn consumer_config(kafka: &KafkaConfig) -> anyhow::Result<ClientSetup> {
     let mut c =
         crate::kafka::client::client_config(kafka, crate::kafka::client::KafkaClient::Verify)?;
-    c.set("group.id", format!("walrelay-verify-{:016x}", random_u64()));
+    c.config
+        .set("group.id", format!("walrelay-verify-{:016x}", random_u64()));
     Ok(c)
 }
 
@@ -68,7 +70,7 @@ fn denied(code: rdkafka::types::RDKafkaErrorCode, topic: &str) -> Option<String>
 /// Why the client cannot talk to the brokers, if librdkafka reported a
 /// failed TLS handshake or login among its queued errors (it reports
 /// them through the consumer's queue, not the metadata request's error).
-fn transport_refusal(consumer: &BaseConsumer) -> Option<String> {
+fn transport_refusal(consumer: &BaseConsumer<LoginContext>) -> Option<String> {
     (0..64).find_map(|_| match consumer.poll(Duration::ZERO)? {
         Err(e) => match e.rdkafka_error_code()? {
             RDKafkaErrorCode::SSL => Some(
@@ -85,7 +87,7 @@ fn transport_refusal(consumer: &BaseConsumer) -> Option<String> {
 
 /// Which partitions to read, from where.
 fn plan(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<LoginContext>,
     args: &VerifyArgs,
     bootstrap: &str,
     timeout: Duration,
@@ -148,8 +150,8 @@ pub(super) fn read(
 ) -> anyhow::Result<ReadOutcome> {
     let deadline = args.timeout.map(|t| started + t);
     let remaining = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    let consumer: BaseConsumer = consumer_config(kafka)?
-        .create()
+    let consumer = consumer_config(kafka)?
+        .consumer()
         .context("creating the Kafka consumer")?;
     let metadata_timeout = remaining().map_or(METADATA_TIMEOUT, |r| r.min(METADATA_TIMEOUT));
     let plan = plan(&consumer, args, &kafka.bootstrap_servers, metadata_timeout)?;

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rdkafka::config::ClientConfig;
 use tracing::{info, warn};
 
 use super::decide::Decision;
@@ -15,6 +14,7 @@ use super::FenceError;
 use super::{Layout, TopicFence, TopicLayout, Unfenced};
 use crate::config::Config;
 use crate::engine::key::EventKey;
+use crate::kafka::client::ClientSetup;
 use crate::kafka::requests::api_versions::{self, StrictMinIsr};
 use crate::metrics::Metrics;
 
@@ -99,12 +99,12 @@ pub struct SessionFence {
     /// tails are still read, for restore detection only
     /// ([`super::ReplayCheck`]), and a failed read is a WARN, not an
     /// error.
-    reader: Option<ClientConfig>,
+    reader: Option<ClientSetup>,
     /// `relay.fence`: whether what the tails hold is skipped.
     skip: bool,
     /// The admin client's configuration, for the topics' durability
     /// settings ([`super::settings`]).
-    admin: Option<ClientConfig>,
+    admin: Option<ClientSetup>,
     /// Whether the brokers hold the high watermark under min ISR, asked
     /// once per session, when a replicated topic first needs it
     /// ([`api_versions`]).
@@ -119,8 +119,8 @@ impl SessionFence {
     /// For a session whose records carry `source` in `walrelay-source`.
     pub fn new(
         config: &Config,
-        reader: Option<ClientConfig>,
-        admin: Option<ClientConfig>,
+        reader: Option<ClientSetup>,
+        admin: Option<ClientSetup>,
         source: &str,
     ) -> SessionFence {
         SessionFence {
@@ -220,7 +220,7 @@ impl SessionFence {
 impl SessionFence {
     async fn read_tails(
         &self,
-        reader: &ClientConfig,
+        reader: &ClientSetup,
         topic: &Arc<str>,
         partitions: u32,
     ) -> Result<tail::TopicTails, FenceError> {

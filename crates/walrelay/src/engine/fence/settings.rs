@@ -10,11 +10,10 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::admin::{AdminOptions, ResourceSpecifier};
 
 use super::durability::TopicSettings;
+use crate::kafka::client::ClientSetup;
 use crate::kafka::requests::api_versions::StrictMinIsr;
 
 /// The topic settings the rule reads.
@@ -25,7 +24,7 @@ const UNCLEAN_LEADER_ELECTION: &str = "unclean.leader.election.enable";
 /// `replication_factor` replicas, read through an admin client made from
 /// `admin` (walrelay's Kafka properties for an admin client).
 pub async fn read(
-    admin: &ClientConfig,
+    admin: &ClientSetup,
     topic: &str,
     replication_factor: u32,
     strict_min_isr: StrictMinIsr,
@@ -47,12 +46,12 @@ pub async fn read(
 /// `min.insync.replicas` (or why not) and `unclean.leader.election.enable`
 /// of `topic`; `Err` when the request itself failed.
 async fn describe(
-    admin: &ClientConfig,
+    admin: &ClientSetup,
     topic: &str,
     timeout: Duration,
 ) -> Result<(Result<u32, String>, Option<bool>), String> {
-    let client: AdminClient<DefaultClientContext> = admin
-        .create()
+    let client = admin
+        .admin()
         .map_err(|e| format!("creating an admin client: {e}"))?;
     let options = AdminOptions::new().request_timeout(Some(timeout));
     let resource = ResourceSpecifier::Topic(topic);

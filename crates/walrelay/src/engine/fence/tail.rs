@@ -34,7 +34,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::client::OAuthToken;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
@@ -44,7 +45,8 @@ use super::{FenceError, Layout, OwnRecord, PartitionTail};
 use crate::engine::key::EventKey;
 use crate::engine::record::header;
 use crate::kafka::acl::{is_denied, reader_error, ReaderError};
-use crate::kafka::conn::Settings;
+use crate::kafka::client::ClientSetup;
+use crate::kafka::login::{Login, LoginContext};
 use crate::kafka::requests::readable::await_topic_readable;
 
 /// How far back a partition is read when its last record is another
@@ -58,9 +60,20 @@ const POLL_STEP: Duration = Duration::from_millis(100);
 /// `poll` (and ends in [`FenceError`]), so its log and error callbacks
 /// stay quiet, in particular about the partition ends the read waits for
 /// (librdkafka also reports each one as a "global error").
-struct Quiet;
+struct Quiet {
+    login: Login,
+}
 
 impl ClientContext for Quiet {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _oauthbearer_config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        LoginContext::token_for_librdkafka(&self.login)
+    }
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         if matches!(
             level,
@@ -114,7 +127,7 @@ impl TopicTails {
 /// partition, the highest key of `source` found there and its layout.
 /// Blocking: run it on a blocking thread.
 pub fn read(
-    config: &ClientConfig,
+    config: &ClientSetup,
     topic: &str,
     partitions: u32,
     source: &[u8],
@@ -123,7 +136,9 @@ pub fn read(
     let started = Instant::now();
     let deadline = started + timeout;
     let consumer: BaseConsumer<Quiet> = config
-        .create_with_context(Quiet)
+        .consumer_with(Quiet {
+            login: config.login.clone(),
+        })
         .map_err(|e| FenceError::Client(e.to_string()))?;
     // Leaders first: a tail offset assigned before they are known is
     // resolved only on librdkafka's next offset-query retry, half a second
@@ -180,13 +195,13 @@ pub fn read(
 /// the client does; a WARN where it cannot.
 fn wait_if_possible(
     consumer: &BaseConsumer<Quiet>,
-    config: &ClientConfig,
+    config: &ClientSetup,
     topic: &str,
     partitions: u32,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<(), FenceError> {
-    match Settings::from_client_config(config) {
+    match config.connections() {
         Ok(settings) => await_topic_readable(consumer, &settings, topic, partitions, deadline)
             .map_err(|behind| FenceError::Behind {
                 topic: topic.to_owned(),

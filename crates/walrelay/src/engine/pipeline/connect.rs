@@ -3,7 +3,6 @@
 //! confirmed position. Every check that fails here fails before anything
 //! is read or produced, with the fix in the error.
 
-use rdkafka::config::ClientConfig;
 use tokio::time::Instant;
 use walrelay_pg::{
     Config as PgConfig, PgOutputOptions, ReplicationConnection, ReplicationStream, StreamOptions,
@@ -16,6 +15,7 @@ use super::seen::Seen;
 use crate::config::Config;
 use crate::engine::sink::KafkaSink;
 use crate::error::RelayError;
+use crate::kafka::client::ClientSetup;
 use crate::metrics::Metrics;
 use crate::source::monitor::{self, Reports};
 use crate::source::source_record::start::{at_session_start, read_early, AtStart};
@@ -27,9 +27,9 @@ pub(super) struct Connected {
     pub sink: KafkaSink,
     /// The tail fence's reader configuration (read for restore
     /// detection even with the fence off).
-    pub fence_reader: Option<ClientConfig>,
+    pub fence_reader: Option<ClientSetup>,
     /// For the fence's reading of the topics' durability settings.
-    pub fence_admin: Option<ClientConfig>,
+    pub fence_admin: Option<ClientSetup>,
     /// The `walrelay-source` of this session's records.
     pub source: String,
     /// The slot's confirmed position: where the stream starts.
@@ -123,6 +123,18 @@ pub(super) async fn connect(
     // Read while the rest is set up; checked once the server's WAL
     // position is known (below).
     let record_read = read_early(config, &source);
+    // An OAuth login's first token, fetched off the runtime: a wrong
+    // secret or endpoint stops the session here, with the endpoint's
+    // answer, rather than as refused Kafka logins later.
+    let login = crate::kafka::client::login(&config.kafka)?;
+    if login.is_token() {
+        tokio::task::spawn_blocking(move || login.check())
+            .await
+            .map_err(|e| {
+                crate::kafka::ClientError::Create(format!("fetching the Kafka OAuth token: {e}"))
+            })?
+            .map_err(crate::kafka::ClientError::Login)?;
+    }
     let sink = KafkaSink::new(&crate::kafka::client::producer_config(&config.kafka))?;
     // Read even with relay.fence = false: the tails detect a restore.
     let fence_reader = Some(crate::kafka::client::client_config(

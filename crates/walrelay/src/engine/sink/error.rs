@@ -150,6 +150,11 @@ impl SinkError {
     pub fn recovery(&self) -> Recovery {
         match self {
             SinkError::QueueFull => Recovery::RetryAfterDeliveries,
+            // The token service down or overloaded: a later session's
+            // login may succeed.
+            SinkError::Client(ClientError::Login(e)) if e.is_transient() => {
+                Recovery::RestartFromSlot
+            }
             SinkError::Client(_) | SinkError::RecordTooLarge { .. } => Recovery::Fatal,
             // A record too large for librdkafka is too large on replay too.
             SinkError::Produce {

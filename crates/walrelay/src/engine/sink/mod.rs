@@ -84,6 +84,7 @@ impl fmt::Debug for KafkaSink {
 impl KafkaSink {
     /// Creates the producer (it connects in the background).
     pub fn new(config: &SinkConfig) -> Result<KafkaSink, SinkError> {
+        let login = config.login()?;
         let (props, delivery_timeout) = producer_properties(&config.effective_properties()?);
         let mut client_config = to_client_config(&props);
         // librdkafka's log level gates what reaches `ClientContext::log`.
@@ -104,6 +105,7 @@ impl KafkaSink {
         let context = SinkContext {
             deliveries: Arc::clone(&deliveries),
             fatal: Mutex::new(None),
+            login,
         };
         let producer: Inner = client_config
             .create_with_context(context)

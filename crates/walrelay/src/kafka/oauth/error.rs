@@ -82,6 +82,19 @@ impl OAuthError {
             reason: reason.into(),
         }
     }
+
+    /// Whether trying again later may succeed without a change by the
+    /// user: the service unreachable, overloaded or failing (HTTP 5xx,
+    /// 429). A refusal of the credentials (4xx), a wrong setting or an
+    /// unusable token would fail the same way again.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        match self {
+            OAuthError::Transport { .. } => true,
+            OAuthError::Refused { status, .. } => *status >= 500 || *status == 429,
+            _ => false,
+        }
+    }
 }
 
 /// At most `max` characters of an answer, control characters shown as

@@ -38,6 +38,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::kafka::client::ClientSetup;
 use crate::kafka::conn::{Connection, Settings};
 use crate::kafka::wire::{Reader, Request};
 use crate::kafka::RequestError;
@@ -185,12 +186,12 @@ fn finalized_metadata_version(field: &[u8]) -> Result<Option<i16>, String> {
 /// through a client made from `config` (blocking: run it on a blocking
 /// thread).
 pub fn cluster_brokers(
-    config: &rdkafka::ClientConfig,
+    config: &ClientSetup,
     timeout: Duration,
 ) -> Result<Vec<String>, RequestError> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let client: BaseConsumer = config
-        .create()
+    use rdkafka::consumer::Consumer;
+    let client = config
+        .consumer()
         .map_err(|e| RequestError::Metadata(format!("creating a client for the metadata: {e}")))?;
     let metadata = client
         .fetch_metadata(None, timeout)
@@ -207,10 +208,10 @@ pub fn cluster_brokers(
 /// with the reason, when the metadata cannot be read or walrelay cannot
 /// connect that way.
 pub async fn cluster_strict_min_isr(
-    config: &rdkafka::ClientConfig,
+    config: &ClientSetup,
     timeout: Duration,
 ) -> (StrictMinIsr, Option<String>) {
-    let settings = match Settings::from_client_config(config) {
+    let settings = match config.connections() {
         Ok(settings) => settings.without_sasl(),
         Err(why) => {
             return (
@@ -531,7 +532,11 @@ mod tests {
             .set("bootstrap.servers", "127.0.0.1:1")
             .set("security.protocol", "SASL_SSL")
             .set("sasl.mechanism", "GSSAPI");
-        let (strict, why) = cluster_strict_min_isr(&config, Duration::from_millis(10)).await;
+        let setup = ClientSetup {
+            config,
+            login: crate::kafka::login::Login::none(),
+        };
+        let (strict, why) = cluster_strict_min_isr(&setup, Duration::from_millis(10)).await;
         assert_eq!(strict, StrictMinIsr::Unknown);
         let why = why.unwrap();
         assert!(

@@ -9,9 +9,7 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::admin::{AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -24,7 +22,8 @@ use walrelay_pgoutput::Lsn;
 
 use super::{Identity, RecordedEvent, SourceRecord};
 use crate::kafka::acl::{reader_error, Acl, ReaderError};
-use crate::kafka::client::{client_config, KafkaClient};
+use crate::kafka::client::{client_config, ClientSetup, KafkaClient};
+use crate::kafka::login::LoginContext;
 use crate::kafka::properties::KafkaConfig;
 use crate::metrics::Metrics;
 
@@ -74,9 +73,9 @@ pub async fn ensure_topic(
     topic: &str,
     timeout: Duration,
 ) -> Result<TopicSetup, Unavailable> {
-    let admin: AdminClient<DefaultClientContext> = client_config(kafka, KafkaClient::Admin)
+    let admin = client_config(kafka, KafkaClient::Admin)
         .map_err(|e| unavailable("the Kafka admin client's settings", e))?
-        .create()
+        .admin()
         .map_err(|e| unavailable("creating a Kafka admin client", e))?;
     let options = AdminOptions::new()
         .request_timeout(Some(timeout))
@@ -135,13 +134,13 @@ pub async fn read(
 }
 
 fn read_blocking(
-    reader: &ClientConfig,
+    reader: &ClientSetup,
     topic: &str,
     source: &str,
     timeout: Duration,
 ) -> Result<Option<SourceRecord>, Unavailable> {
-    let consumer: BaseConsumer = reader
-        .create()
+    let consumer = reader
+        .consumer()
         .map_err(|e| unavailable("creating the Kafka reader", e))?;
     let found = read_with(&consumer, topic, source, timeout);
     crate::kafka::client::close_in_background(consumer);
@@ -150,7 +149,7 @@ fn read_blocking(
 
 /// [`read_blocking`] with its reader.
 fn read_with(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<LoginContext>,
     topic: &str,
     source: &str,
     timeout: Duration,
@@ -203,7 +202,7 @@ fn read_with(
 
 /// The value of the last record keyed `source` in `[start, end)`.
 fn last_value_of(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<LoginContext>,
     topic: &str,
     partition: i32,
     source: &str,
@@ -269,7 +268,7 @@ pub struct Writer {
     latest: watch::Sender<Option<(RecordedEvent, Lsn)>>,
     task: tokio::task::JoinHandle<()>,
     /// `None` once dropped (on a thread of its own).
-    producer: Option<FutureProducer>,
+    producer: Option<FutureProducer<LoginContext>>,
     topic: String,
     identity: Identity,
 }
@@ -283,9 +282,9 @@ impl Writer {
         interval: Duration,
         metrics: Option<Metrics>,
     ) -> Result<Writer, Unavailable> {
-        let producer: FutureProducer = client_config(kafka, KafkaClient::SourceRecord)
+        let producer = client_config(kafka, KafkaClient::SourceRecord)
             .map_err(|e| unavailable("the source record writer's settings", e))?
-            .create()
+            .future_producer()
             .map_err(|e| unavailable("creating the source record writer", e))?;
         let (latest, mut offered) = watch::channel(None);
         let task = {
@@ -368,15 +367,15 @@ pub async fn write_first(
     position: Lsn,
     timeout: Duration,
 ) -> Result<(), Unavailable> {
-    let producer: FutureProducer = client_config(kafka, KafkaClient::SourceRecord)
+    let producer = client_config(kafka, KafkaClient::SourceRecord)
         .map_err(|e| unavailable("the source record writer's settings", e))?
-        .create()
+        .future_producer()
         .map_err(|e| unavailable("creating the source record writer", e))?;
     write(&producer, topic, identity, None, position, timeout).await
 }
 
 async fn write(
-    producer: &FutureProducer,
+    producer: &FutureProducer<LoginContext>,
     topic: &str,
     identity: &Identity,
     event: Option<RecordedEvent>,

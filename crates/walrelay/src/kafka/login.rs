@@ -1,0 +1,371 @@
+//! How each of walrelay's Kafka clients logs in with `OAUTHBEARER`: one
+//! token cache per token provider in the process, shared by the producer,
+//! the fence's reader and admin client, the source record's writer, the
+//! readiness probe and walrelay's own connections, so that they fetch one
+//! token between them and refresh it once.
+//!
+//! walrelay's librdkafka is built without libcurl (a leaner binary, no
+//! second TLS stack), so librdkafka's own OIDC client is not there: the
+//! login properties (`sasl.oauthbearer.method`, `.client.id`,
+//! `.client.secret`, `.token.endpoint.url`, `.scope`, `.extensions`) are
+//! read by walrelay ([`super::oauth::plan`]), removed from what librdkafka
+//! sees ([`LOGIN_PROPERTIES`]), and librdkafka asks walrelay for each
+//! token through [`LoginContext`].
+//!
+//! Every other mechanism (SCRAM, PLAIN, none) is [`Login::none`]: the
+//! context then never hands out a token.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rdkafka::admin::AdminClient;
+use rdkafka::client::{Client, ClientContext, OAuthToken};
+use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
+use rdkafka::error::KafkaError;
+
+use super::error::ClientError;
+use super::oauth::plan::{plan, OAuthOptions, ProviderPlan};
+use super::oauth::{librdkafka, OAuthError, Provider, TokenCache, TokenSource};
+
+/// The properties walrelay reads for an `OAUTHBEARER` login and librdkafka
+/// never sees: without libcurl it refuses the OIDC ones, and with
+/// `enable.sasl.oauthbearer.unsecure.jwt` it would make its own tokens
+/// instead of asking walrelay's provider.
+pub const LOGIN_PROPERTIES: &[&str] = &[
+    "sasl.oauthbearer.method",
+    "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.credentials.client.id",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.client.credentials.client.secret",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.extensions",
+    "sasl.oauthbearer.config",
+    "enable.sasl.oauthbearer.unsecure.jwt",
+    "https.ca.location",
+];
+
+/// Whether `props` (resolved) log in with `OAUTHBEARER`.
+#[must_use]
+pub fn is_oauthbearer(props: &BTreeMap<String, String>) -> bool {
+    ["sasl.mechanism", "sasl.mechanisms"]
+        .iter()
+        .filter_map(|name| props.get(*name))
+        .any(|m| m.trim().eq_ignore_ascii_case("OAUTHBEARER"))
+}
+
+/// Where a client's tokens come from: nowhere (no `OAUTHBEARER`), or the
+/// process's cache for its provider. Cheap to clone. `Debug` shows the
+/// provider's kind only.
+#[derive(Clone, Default)]
+pub struct Login {
+    tokens: Option<Arc<TokenCache<Provider>>>,
+    kind: &'static str,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.tokens {
+            Some(_) => write!(f, "Login({})", self.kind),
+            None => f.write_str("Login(none)"),
+        }
+    }
+}
+
+impl Login {
+    /// No token login.
+    #[must_use]
+    pub fn none() -> Login {
+        Login::default()
+    }
+
+    /// The login of a client made from `props` (the user's properties,
+    /// secrets resolved) with walrelay's `options`: the process's cache
+    /// for that provider, made on first use. Refuses, with the setting's
+    /// name, what the provider or librdkafka's token callback cannot do.
+    pub fn for_properties(
+        props: &BTreeMap<String, String>,
+        options: &OAuthOptions,
+    ) -> Result<Login, ClientError> {
+        if !is_oauthbearer(props) {
+            return Ok(Login::none());
+        }
+        let plan = plan(
+            |name| props.get(name).map(String::as_str),
+            options,
+            |name| std::env::var(name).ok(),
+        )?;
+        if let ProviderPlan::Oidc { settings, .. } = &plan {
+            if !settings.extensions.is_empty() {
+                return Err(OAuthError::Config {
+                    property: "sasl.oauthbearer.extensions".to_owned(),
+                    reason: "walrelay's producer cannot send SASL extensions yet (its librdkafka \
+                             binding passes none with a token); remove them, or use a cluster \
+                             that does not need them"
+                        .to_owned(),
+                }
+                .into());
+            }
+        }
+        Ok(shared(plan)?)
+    }
+
+    /// Whether this is a token login.
+    #[must_use]
+    pub fn is_token(&self) -> bool {
+        self.tokens.is_some()
+    }
+
+    /// The token source for walrelay's own connections
+    /// ([`super::conn::Settings::from_client_config_with_tokens`]).
+    #[must_use]
+    pub fn token_source(&self) -> Option<Arc<dyn TokenSource>> {
+        self.tokens
+            .clone()
+            .map(|cache| cache as Arc<dyn TokenSource>)
+    }
+
+    /// A token now (the cached one while fresh): what `walrelay run`
+    /// fetches at start so that a wrong secret or endpoint stops it with
+    /// the endpoint's answer rather than as failed Kafka logins later.
+    pub fn check(&self) -> Result<(), OAuthError> {
+        match &self.tokens {
+            Some(cache) => cache.token().map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// A token as librdkafka's token callback takes it.
+    fn oauth_token(&self) -> Result<OAuthToken, OAuthError> {
+        let cache = self.tokens.as_ref().ok_or_else(|| OAuthError::Config {
+            property: "sasl.mechanism".to_owned(),
+            reason: "librdkafka asked for an OAUTHBEARER token, but the client was configured \
+                     without walrelay's token provider"
+                .to_owned(),
+        })?;
+        librdkafka::oauth_token(&cache.token()?)
+    }
+
+    /// Creates an admin client that logs in with this login's token.
+    ///
+    /// rdkafka's `AdminClient` never serves librdkafka's token-refresh
+    /// event (its polling thread reads only the admin results' queue), so
+    /// its first token is handed to librdkafka right after creation. The
+    /// admin clients walrelay makes live for one request, seconds against
+    /// a token's minutes.
+    pub fn admin_client(
+        &self,
+        config: &ClientConfig,
+    ) -> Result<AdminClient<LoginContext>, KafkaError> {
+        let admin = AdminClient::from_config_and_context(config, LoginContext::new(self.clone()))?;
+        self.hand_over(admin.inner())?;
+        Ok(admin)
+    }
+
+    /// Hands a token to a client that may not poll for it before its
+    /// first request (an admin client; a probe that only asks for
+    /// metadata). Nothing for a login without tokens.
+    #[allow(unsafe_code)] // rdkafka has no safe call for it; see below
+    pub fn hand_over<C: ClientContext>(&self, client: &Client<C>) -> Result<(), KafkaError> {
+        if self.tokens.is_none() {
+            return Ok(());
+        }
+        let failed =
+            |reason: String| KafkaError::ClientCreation(format!("Kafka OAuth login: {reason}"));
+        let token = self.oauth_token().map_err(|e| failed(e.to_string()))?;
+        let value = CString::new(token.token).map_err(|e| failed(e.to_string()))?;
+        let principal = CString::new(token.principal_name).map_err(|e| failed(e.to_string()))?;
+        let mut errstr = [0 as std::ffi::c_char; 512];
+        // SAFETY: the client pointer is valid while `client` is borrowed;
+        // the strings are NUL-terminated and live across the call, which
+        // copies them; no extensions (null, 0); `errstr` is writable for
+        // its stated length. This is the call rdkafka itself makes when it
+        // serves the refresh event for producers and consumers.
+        let code = unsafe {
+            rdkafka::bindings::rd_kafka_oauthbearer_set_token(
+                client.native_ptr(),
+                value.as_ptr(),
+                token.lifetime_ms,
+                principal.as_ptr(),
+                std::ptr::null_mut(),
+                0,
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            )
+        };
+        if code == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Ok(());
+        }
+        // SAFETY: librdkafka wrote a NUL-terminated message into `errstr`.
+        let reason = unsafe { std::ffi::CStr::from_ptr(errstr.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        Err(failed(format!("librdkafka refused the token: {reason}")))
+    }
+}
+
+/// The process's one cache per provider plan: clients configured alike
+/// share their tokens; a changed secret (a new plan) gets a new cache.
+fn shared(plan: ProviderPlan) -> Result<Login, OAuthError> {
+    static CACHES: OnceLock<Mutex<Vec<(ProviderPlan, Login)>>> = OnceLock::new();
+    let mut caches = CACHES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((_, login)) = caches.iter().find(|(p, _)| *p == plan) {
+        return Ok(login.clone());
+    }
+    let provider = Provider::new(plan.clone())?;
+    let login = Login {
+        kind: provider.kind(),
+        tokens: Some(Arc::new(TokenCache::new(provider))),
+    };
+    tracing::info!(
+        provider = login.kind,
+        "Kafka clients log in with OAUTHBEARER"
+    );
+    caches.push((plan, login.clone()));
+    Ok(login)
+}
+
+/// A librdkafka client context that hands out the [`Login`]'s tokens and
+/// otherwise behaves as rdkafka's default one. Other contexts
+/// (the producer's, the fence reader's) hold a [`Login`] and call
+/// [`LoginContext::token_for_librdkafka`] the same way.
+#[derive(Clone, Debug, Default)]
+pub struct LoginContext {
+    login: Login,
+}
+
+impl LoginContext {
+    #[must_use]
+    pub fn new(login: Login) -> LoginContext {
+        LoginContext { login }
+    }
+
+    /// What a context's `generate_oauth_token` returns for `login`. The
+    /// error's text reaches librdkafka's log and the client's error
+    /// callback ("Failed to acquire SASL OAUTHBEARER token: ...").
+    pub fn token_for_librdkafka(login: &Login) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        login.oauth_token().map_err(|e| {
+            tracing::warn!("Kafka OAuth token: {e}");
+            Box::new(e) as Box<dyn std::error::Error>
+        })
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for LoginContext {}
+
+/// For producers whose deliveries nobody awaits through the context (the
+/// probe sends nothing; the source record's writer awaits futures).
+impl rdkafka::producer::ProducerContext for LoginContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+}
+
+impl ClientContext for LoginContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _oauthbearer_config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        LoginContext::token_for_librdkafka(&self.login)
+    }
+}
+
+impl From<OAuthError> for ClientError {
+    fn from(e: OAuthError) -> ClientError {
+        ClientError::Login(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn other_mechanisms_log_in_without_tokens() {
+        let login = Login::for_properties(
+            &props(&[("sasl.mechanism", "SCRAM-SHA-512")]),
+            &OAuthOptions::default(),
+        )
+        .unwrap();
+        assert!(!login.is_token());
+        assert!(login.check().is_ok());
+        assert_eq!(format!("{login:?}"), "Login(none)");
+    }
+
+    #[test]
+    fn clients_configured_alike_share_one_cache() {
+        let oidc = props(&[
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            (
+                "sasl.oauthbearer.token.endpoint.url",
+                "http://127.0.0.1:9/token",
+            ),
+            ("sasl.oauthbearer.client.id", "relay"),
+            ("sasl.oauthbearer.client.secret", "s3cret-login-test"),
+        ]);
+        let a = Login::for_properties(&oidc, &OAuthOptions::default()).unwrap();
+        let b = Login::for_properties(&oidc, &OAuthOptions::default()).unwrap();
+        assert!(Arc::ptr_eq(
+            a.tokens.as_ref().unwrap(),
+            b.tokens.as_ref().unwrap()
+        ));
+        let mut other = oidc.clone();
+        other.insert(
+            "sasl.oauthbearer.client.secret".into(),
+            "rotated-login-test".into(),
+        );
+        let c = Login::for_properties(&other, &OAuthOptions::default()).unwrap();
+        assert!(!Arc::ptr_eq(
+            a.tokens.as_ref().unwrap(),
+            c.tokens.as_ref().unwrap()
+        ));
+        let shown = format!("{a:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn extensions_the_producer_cannot_send_are_refused_by_name() {
+        let e = Login::for_properties(
+            &props(&[
+                ("sasl.mechanism", "OAUTHBEARER"),
+                ("sasl.oauthbearer.method", "oidc"),
+                (
+                    "sasl.oauthbearer.token.endpoint.url",
+                    "https://idp.example/token",
+                ),
+                ("sasl.oauthbearer.client.id", "relay"),
+                ("sasl.oauthbearer.client.secret", "x"),
+                ("sasl.oauthbearer.extensions", "logicalCluster=lkc-1"),
+            ]),
+            &OAuthOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sasl.oauthbearer.extensions"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_provider_is_refused_with_what_to_set() {
+        let e = Login::for_properties(
+            &props(&[("sasl.mechanism", "OAUTHBEARER")]),
+            &OAuthOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sasl.oauthbearer.method=oidc"), "{e}");
+    }
+}
