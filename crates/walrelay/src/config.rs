@@ -434,13 +434,13 @@ impl Config {
                 }
                 // A librdkafka property, or one of walrelay's own `[kafka]`
                 // options (`oauth_provider`, ...).
-                crate::kafka::ClientError::Login(crate::kafka::oauth::OAuthError::Config {
+                crate::kafka::ClientError::Login(walrelay_oauth::OAuthError::Config {
                     property,
                     reason,
                 }) if property.contains('.') => {
                     invalid(format!("kafka.properties.{property:?}"), reason)
                 }
-                crate::kafka::ClientError::Login(crate::kafka::oauth::OAuthError::Config {
+                crate::kafka::ClientError::Login(walrelay_oauth::OAuthError::Config {
                     property,
                     reason,
                 }) => invalid(format!("kafka.{property}"), reason),

@@ -40,7 +40,7 @@
 //! | [`commands::status`] | `walrelay status`: the slot as PostgreSQL sees it; with `--kafka`, the topics' durability and the fence's verdict |
 //! | [`commands::verify`] | `walrelay verify`: read topics back and check what a high-water-mark consumer needs |
 //! | [`config`] | the configuration file, environment and flags, checked |
-//! | [`kafka`] | the Kafka wing, everything but the producer's records: the `[kafka]` settings and each client's properties with their checks, walrelay's own requests (ApiVersions, log end) and connections, OAUTHBEARER tokens ([`kafka::oauth`]: OIDC, AWS MSK IAM, their refresh; not yet offered to users), metadata, ACL advice, [`kafka::ClientError`] and [`kafka::RequestError`] |
+//! | [`kafka`] | the Kafka wing, everything but the producer's records: the `[kafka]` settings and each client's properties with their checks, walrelay's own requests (ApiVersions, log end) and connections, OAUTHBEARER logins ([`kafka::login`]; the tokens come from the `walrelay-oauth` crate), metadata, ACL advice, [`kafka::ClientError`] and [`kafka::RequestError`] |
 //! | [`error`] | the relay's error type, with what to do about each |
 //! | [`metrics`], [`http`] | Prometheus metrics, `/metrics`, `/healthz`, `/readyz` |
 //! | [`shutdown`] | SIGTERM/SIGINT and the stop channel |

@@ -181,7 +181,7 @@ pub fn displayable<'a>(name: &str, value: &'a str) -> &'a str {
 }
 
 /// What secret values are shown as.
-pub const REDACTED: &str = "<redacted>";
+pub const REDACTED: &str = walrelay_oauth::REDACTED;
 
 /// A property map whose values may be resolved secrets (what librdkafka
 /// gets), for logs: every secret value replaced by [`REDACTED`], references

@@ -19,9 +19,9 @@ use walrelay::config::Config;
 use walrelay::engine::pipeline;
 use walrelay::engine::record::Record;
 use walrelay::engine::sink::{KafkaSink, SinkError};
-use walrelay::kafka::oauth::OAuthError;
 use walrelay::kafka::properties::SinkConfig;
 use walrelay::kafka::ClientError;
+use walrelay_oauth::OAuthError;
 use walrelay_testkit::{read_topics, TestCa};
 
 const PASSWORD: &str = "pa55-w0rd-never-shown";

@@ -38,7 +38,7 @@ pub enum ClientError {
     /// An `OAUTHBEARER` login's settings are refused, or no token could
     /// be had (the token endpoint's answer is in the message).
     #[error(transparent)]
-    Login(crate::kafka::oauth::OAuthError),
+    Login(walrelay_oauth::OAuthError),
 }
 
 impl ClientError {

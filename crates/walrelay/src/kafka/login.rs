@@ -8,7 +8,7 @@
 //! second TLS stack), so librdkafka's own OIDC client is not there: the
 //! login properties (`sasl.oauthbearer.method`, `.client.id`,
 //! `.client.secret`, `.token.endpoint.url`, `.scope`, `.extensions`) are
-//! read by walrelay ([`super::oauth::plan`]), removed from what librdkafka
+//! read by walrelay ([`walrelay_oauth::plan`]), removed from what librdkafka
 //! sees ([`LOGIN_PROPERTIES`]), and librdkafka asks walrelay for each
 //! token through [`LoginContext`].
 //!
@@ -25,8 +25,8 @@ use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::error::KafkaError;
 
 use super::error::ClientError;
-use super::oauth::plan::{plan, OAuthOptions, ProviderPlan};
-use super::oauth::{librdkafka, OAuthError, Provider, TokenCache, TokenSource};
+use walrelay_oauth::plan::{plan, OAuthOptions, ProviderPlan};
+use walrelay_oauth::{librdkafka, OAuthError, Provider, TokenCache, TokenSource};
 
 /// The properties walrelay reads for an `OAUTHBEARER` login and librdkafka
 /// never sees: without libcurl it refuses the OIDC ones, and with
@@ -356,6 +356,39 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("sasl.oauthbearer.extensions"), "{e}");
+    }
+
+    /// The unsafe hand-over, against librdkafka itself: it takes the token
+    /// (it refuses, for one, a lifetime in the past), and every kind of
+    /// client is created with a token login.
+    #[test]
+    fn every_kind_of_client_is_created_with_its_first_token() {
+        let props = props(&[
+            ("bootstrap.servers", "127.0.0.1:1"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("enable.sasl.oauthbearer.unsecure.jwt", "true"),
+            ("sasl.oauthbearer.config", "principal=relay-login-test"),
+        ]);
+        let options = OAuthOptions {
+            insecure_allow_unsecured_jwt: true,
+            ..OAuthOptions::default()
+        };
+        let login = Login::for_properties(&props, &options).unwrap();
+        assert!(login.is_token());
+        login.check().unwrap();
+        let mut config = ClientConfig::new();
+        for (k, v) in &props {
+            if !LOGIN_PROPERTIES.contains(&k.as_str()) {
+                config.set(k, v);
+            }
+        }
+        let admin = login.admin_client(&config).unwrap();
+        drop(admin);
+        let setup = crate::kafka::client::ClientSetup { config, login };
+        drop(setup.consumer().unwrap());
+        drop(setup.base_producer().unwrap());
+        drop(setup.future_producer().unwrap());
     }
 
     #[test]

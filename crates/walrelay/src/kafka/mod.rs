@@ -9,8 +9,7 @@
 //! | [`requests`] | walrelay's own requests: ApiVersions (the brokers' release), log end, the wait until the leaders' records are readable |
 //! | [`conn`], [`wire`] | walrelay's own broker connections (TLS, SASL) for those requests, and reading their answers |
 //! | [`metadata`] | what a metadata answer says of one topic |
-//! | [`oauth`] | OAUTHBEARER tokens: OIDC, AWS MSK IAM, unsecured development tokens; their refresh |
-//! | [`login`] | each client's OAUTHBEARER login: the process's token cache per provider, the librdkafka context that hands tokens out |
+//! | [`login`] | each client's OAUTHBEARER login: the process's token cache per provider (the providers, OIDC, AWS MSK IAM and unsecured development tokens, are the `walrelay-oauth` crate's), the librdkafka context that hands tokens out |
 //! | [`acl`] | authorization errors as the ACL to grant |
 //! | `error` | [`ClientError`] (properties refused, a client not created) and [`RequestError`] (a request of walrelay's without a usable answer) |
 //!
@@ -25,7 +24,6 @@ pub mod conn;
 mod error;
 pub mod login;
 pub mod metadata;
-pub mod oauth;
 pub mod policy;
 pub mod properties;
 pub mod requests;

@@ -15,12 +15,12 @@ use serde::Deserialize;
 
 use super::error::ClientError;
 use super::login::{is_oauthbearer, Login, LOGIN_PROPERTIES};
-use super::oauth::plan::{OAuthOptions, ProviderName};
 use super::policy::{
     check_files, check_guarantees, check_ignored, check_security, find, ACKS, MAX_IN_FLIGHT,
     MAX_IN_FLIGHT_REQUESTS,
 };
 use crate::secrets::Redacted;
+use walrelay_oauth::plan::{OAuthOptions, ProviderName};
 
 /// `[kafka]`: the brokers and the user's librdkafka properties, as
 /// written (file, environment, flags: [`crate::config::Config::kafka`]),
@@ -38,7 +38,7 @@ pub struct KafkaConfig {
     /// ...) may be `env:NAME` or `file:/path` (see [`crate::secrets`]).
     pub properties: BTreeMap<String, String>,
     /// An `OAUTHBEARER` token provider librdkafka has no property for:
-    /// `"aws-msk-iam"` (see [`super::oauth::plan`]).
+    /// `"aws-msk-iam"` (see [`walrelay_oauth::plan`]).
     pub oauth_provider: Option<ProviderName>,
     /// The MSK cluster's region for `aws-msk-iam` (default: `AWS_REGION`,
     /// then `AWS_DEFAULT_REGION`).
@@ -202,7 +202,7 @@ impl SinkConfig {
             .map(|(k, v)| (k.clone(), crate::secrets::displayable(k, v).to_owned()))
             .collect();
         if is_oauthbearer(&shown) {
-            super::oauth::plan::plan(
+            walrelay_oauth::plan::plan(
                 |name| shown.get(name).map(String::as_str),
                 &self.oauth,
                 |name| std::env::var(name).ok(),

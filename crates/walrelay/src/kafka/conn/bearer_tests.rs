@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::kafka::oauth::{Extensions, OAuthError, Secret, Token};
 use crate::kafka::wire::Reader;
+use walrelay_oauth::{Extensions, OAuthError, Secret, Token};
 
 struct Fixed(Result<Token, OAuthError>);
 
@@ -206,10 +206,10 @@ fn token_endpoint(jwt: String) -> (String, std::thread::JoinHandle<()>) {
 
 #[test]
 fn an_oidc_token_from_the_cache_logs_in_every_connection() {
-    use crate::kafka::oauth::plan::{plan, OAuthOptions};
-    use crate::kafka::oauth::{Provider, TokenCache};
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use base64::Engine as _;
+    use walrelay_oauth::plan::{plan, OAuthOptions};
+    use walrelay_oauth::{Provider, TokenCache};
 
     let jwt = format!(
         "eyJhbGciOiJSUzI1NiJ9.{}.c2ln",

@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use settings::{Login, SaslPlan};
 
-use super::oauth::TokenSource;
 use super::RequestError;
+use walrelay_oauth::TokenSource;
 
 /// The largest response walrelay reads (its requests' answers are a few
 /// hundred bytes to a few kilobytes).
@@ -80,7 +80,7 @@ impl Settings {
 
     /// [`from_client_config`](Self::from_client_config), an `OAUTHBEARER`
     /// login taking its tokens from `tokens` (the relay's
-    /// [`TokenCache`](super::oauth::TokenCache), shared with every other
+    /// [`TokenCache`](walrelay_oauth::TokenCache), shared with every other
     /// user so that a connection does not fetch a token of its own).
     pub fn from_client_config_with_tokens(
         config: &rdkafka::ClientConfig,

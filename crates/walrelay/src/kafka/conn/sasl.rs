@@ -24,7 +24,7 @@ pub enum Mechanism {
     Plain,
     ScramSha256,
     ScramSha512,
-    /// A token from [`crate::kafka::oauth`] (RFC 7628).
+    /// A token from [`walrelay_oauth`] (RFC 7628).
     OAuthBearer,
 }
 
@@ -138,7 +138,7 @@ pub const OAUTHBEARER_ABORT: &[u8] = &[KVSEP];
 /// GS2 header `n,,` (no authorization identity), `auth=Bearer <token>`,
 /// each extension as `key=value`, each followed by `\x01`, and a final
 /// `\x01`. The extensions are expected checked
-/// ([`crate::kafka::oauth::Extensions`]); the token is checked here: a
+/// ([`walrelay_oauth::Extensions`]); the token is checked here: a
 /// bearer token is printable ASCII (RFC 6750's b64token is narrower), and
 /// a control character would break the framing.
 pub fn oauthbearer_message<'a>(

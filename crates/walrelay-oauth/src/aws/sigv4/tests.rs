@@ -8,7 +8,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::kafka::oauth::token::Secret;
+use crate::token::Secret;
 
 fn s3_example_credentials() -> Credentials {
     Credentials {

@@ -69,7 +69,7 @@ pub trait Fetch: Send + Sync {
 
 /// Where a connection gets its token: a [`TokenCache`], or a test's
 /// fixed token. Object-safe, so that walrelay's own connections
-/// ([`crate::kafka::conn::Settings`]) hold one without knowing the
+/// (the relay's `kafka::conn::Settings`) hold one without knowing the
 /// provider.
 pub trait TokenSource: Send + Sync {
     fn token(&self) -> Result<Token, OAuthError>;
@@ -173,8 +173,8 @@ fn store(state: &mut Option<Cached>, token: Token, now: SystemTime) -> Token {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka::oauth::extensions::Extensions;
-    use crate::kafka::oauth::token::Secret;
+    use crate::extensions::Extensions;
+    use crate::token::Secret;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 

@@ -27,8 +27,8 @@ pub struct OidcSettings {
     pub endpoint: Url,
     /// `sasl.oauthbearer.client.id`.
     pub client_id: String,
-    /// `sasl.oauthbearer.client.secret` (resolved through
-    /// [`crate::secrets`]: `env:NAME` and `file:/path` work).
+    /// `sasl.oauthbearer.client.secret` (resolved: the relay's
+    /// `env:NAME` and `file:/path` references work).
     pub client_secret: Secret,
     /// `sasl.oauthbearer.scope`.
     pub scope: Option<String>,

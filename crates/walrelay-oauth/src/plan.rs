@@ -1,7 +1,7 @@
 //! Which token provider a client's properties ask for, read before any
 //! token is fetched so that a mistake stops `walrelay run` with the
 //! setting's name. Pure: the properties (resolved, as
-//! [`crate::secrets::resolve_properties`] leaves them: a client secret
+//! the relay's secret references leave them: a client secret
 //! given as `env:NAME` or `file:/path` is already the secret), walrelay's
 //! own options and the environment are arguments.
 //!
@@ -26,11 +26,8 @@ use super::token::Secret;
 use super::unsecured::Unsecured;
 
 /// walrelay's own OAuth options, for what librdkafka has no property
-/// for. Meant for `[kafka]`; not read from the configuration file yet
-/// (OAUTHBEARER is still refused at start, see
-/// [`crate::kafka::policy::check_security`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+/// for (the relay's `[kafka]` section has them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OAuthOptions {
     /// A token provider librdkafka does not have.
     pub oauth_provider: Option<ProviderName>,

@@ -151,7 +151,7 @@ impl fmt::Debug for Request {
             .iter()
             .map(|(name, value)| {
                 let shown = if is_credential_header(name) {
-                    crate::secrets::REDACTED
+                    crate::REDACTED
                 } else {
                     value.as_str()
                 };

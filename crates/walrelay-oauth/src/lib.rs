@@ -1,4 +1,5 @@
-//! OAUTHBEARER tokens for walrelay's Kafka clients: where a
+//! OAUTHBEARER tokens for walrelay's Kafka clients (the relay's and the
+//! Rust consumer's): where a
 //! token comes from, when it is refreshed, and what it looks like on the
 //! wire, without librdkafka's libcurl-based OIDC client (not linked in:
 //! walrelay builds librdkafka without curl to keep the binary lean).
@@ -18,15 +19,10 @@
 //! | [`http`], [`transport`] | the little HTTP/1.1 a token needs (pure framing; blocking TLS I/O with timeouts) |
 //! | `error` | [`OAuthError`]: what failed, why, what to do; never a secret |
 //!
-//! walrelay's own connections log in with a [`TokenSource`]
-//! ([`crate::kafka::conn::Settings::from_client_config_with_tokens`], the
-//! message in [`crate::kafka::conn::sasl::oauthbearer_message`]).
-//!
-//! Not wired into the relay yet: `sasl.mechanism=OAUTHBEARER` is still
-//! refused at start ([`crate::kafka::policy::check_security`]) until the
-//! relay has run against a real OAuth cluster; nothing outside the tests
-//! builds a provider, and the producer has no token callback. The AWS
-//! parts have never reached AWS (see [`aws`]).
+//! The relay's clients take their tokens from a [`TokenCache`] shared by
+//! all of them (librdkafka's token callback, [`librdkafka::oauth_token`];
+//! walrelay's own connections, through [`TokenSource`]); so do the Rust
+//! consumer's. The AWS parts have never reached AWS (see [`aws`]).
 
 pub mod aws;
 mod error;
@@ -47,6 +43,9 @@ pub use extensions::Extensions;
 pub use provider::Provider;
 pub use refresh::{Fetch, TokenCache, TokenSource};
 pub use token::{Secret, Token};
+
+/// What a secret is shown as, wherever one would be.
+pub const REDACTED: &str = "<redacted>";
 
 /// How walrelay names itself to token endpoints and AWS.
 pub const USER_AGENT: &str = concat!("walrelay/", env!("CARGO_PKG_VERSION"));

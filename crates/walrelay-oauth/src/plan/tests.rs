@@ -1,4 +1,4 @@
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use super::*;
 
@@ -77,32 +77,6 @@ fn oidc_reads_librdkafkas_properties() {
     };
     assert_eq!(settings.client_id, "other");
     assert_eq!(ca_file, Some(PathBuf::from("/etc/idp-ca.pem")));
-}
-
-#[test]
-fn the_client_secret_goes_through_the_secrets_mechanism() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("client-secret");
-    std::fs::write(&path, "from-a-file\n").unwrap();
-    let mut props: BTreeMap<String, String> = OIDC
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    props.insert(
-        "sasl.oauthbearer.client.secret".into(),
-        format!("file:{}", path.display()),
-    );
-    let resolved = crate::secrets::resolve_properties(&props).unwrap();
-    let ProviderPlan::Oidc { settings, .. } = plan(
-        |k| resolved.get(k).map(String::as_str),
-        &OAuthOptions::default(),
-        |_| None,
-    )
-    .unwrap() else {
-        panic!("not OIDC");
-    };
-    assert_eq!(settings.client_secret.expose(), "from-a-file");
-    assert!(!format!("{settings:?}").contains("from-a-file"));
 }
 
 #[test]
@@ -228,15 +202,4 @@ fn no_provider_at_all_says_what_to_set() {
         e.contains("sasl.oauthbearer.method=oidc") && e.contains("aws-msk-iam"),
         "{e}"
     );
-}
-
-#[test]
-fn the_options_parse_from_toml() {
-    let options: OAuthOptions =
-        toml::from_str("oauth_provider = \"aws-msk-iam\"\naws_region = \"eu-west-1\"\n").unwrap();
-    assert_eq!(options.oauth_provider, Some(ProviderName::AwsMskIam));
-    assert_eq!(options.aws_region.as_deref(), Some("eu-west-1"));
-    assert!(!options.insecure_allow_unsecured_jwt);
-    assert!(toml::from_str::<OAuthOptions>("oauth_provider = \"gcp\"").is_err());
-    assert!(toml::from_str::<OAuthOptions>("insecure = true").is_err());
 }

@@ -62,7 +62,7 @@ impl Fetch for Provider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka::oauth::extensions::Extensions;
+    use crate::extensions::Extensions;
 
     #[test]
     fn an_unsecured_provider_makes_tokens_without_io() {

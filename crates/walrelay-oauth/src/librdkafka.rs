@@ -8,7 +8,7 @@
 //! refused here rather than sent without them: a cluster that needs them
 //! (Confluent Cloud's `logicalCluster`, `identityPoolId`) would refuse the
 //! login with a less helpful message. walrelay's own connections do send
-//! them ([`crate::kafka::conn`]).
+//! them (the relay's `kafka::conn`).
 
 use rdkafka::client::OAuthToken;
 
@@ -45,7 +45,7 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
-    use crate::kafka::oauth::{Extensions, Secret};
+    use crate::{Extensions, Secret};
 
     fn token(extensions: Extensions) -> Token {
         Token {

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::SystemTime;
 
 use super::extensions::Extensions;
-use crate::secrets::REDACTED;
+use crate::REDACTED;
 
 /// A secret string: `Debug` and `Display` show `<redacted>`; the value is
 /// read only through [`Secret::expose`], at the one place that sends it.
