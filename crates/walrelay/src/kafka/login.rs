@@ -392,6 +392,52 @@ mod tests {
     }
 
     #[test]
+    fn the_client_secret_is_a_secret_reference_like_any_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("client-secret");
+        let mut kafka = crate::kafka::properties::KafkaConfig::default();
+        for (k, v) in [
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            (
+                "sasl.oauthbearer.token.endpoint.url",
+                "https://idp.example/token",
+            ),
+            ("sasl.oauthbearer.client.id", "relay"),
+        ] {
+            kafka.properties.insert(k.into(), v.into());
+        }
+        kafka.properties.insert(
+            "sasl.oauthbearer.client.secret".into(),
+            format!("file:{}", missing.display()),
+        );
+        let e = crate::kafka::client::login(&kafka).unwrap_err().to_string();
+        assert!(e.contains("sasl.oauthbearer.client.secret"), "{e}");
+        std::fs::write(&missing, "from-a-file\n").unwrap();
+        assert!(crate::kafka::client::login(&kafka).unwrap().is_token());
+    }
+
+    #[test]
+    fn walrelays_own_options_parse_from_the_kafka_section() {
+        let kafka: crate::kafka::properties::KafkaConfig =
+            toml::from_str("oauth_provider = \"aws-msk-iam\"\naws_region = \"eu-west-1\"\n")
+                .unwrap();
+        let options = kafka.oauth_options();
+        assert_eq!(
+            options.oauth_provider,
+            Some(walrelay_oauth::plan::ProviderName::AwsMskIam)
+        );
+        assert_eq!(options.aws_region.as_deref(), Some("eu-west-1"));
+        assert!(!options.insecure_allow_unsecured_jwt);
+        for wrong in ["oauth_provider = \"gcp\"", "insecure = true"] {
+            assert!(
+                toml::from_str::<crate::kafka::properties::KafkaConfig>(wrong).is_err(),
+                "{wrong}"
+            );
+        }
+    }
+
+    #[test]
     fn a_missing_provider_is_refused_with_what_to_set() {
         let e = Login::for_properties(
             &props(&[("sasl.mechanism", "OAUTHBEARER")]),
