@@ -47,7 +47,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_postgres::Transaction;
-use walrelay_consumer::{ConsumerLoop, Database, Delivery, OnPoison, PgHwmStore, Settings};
+use walrelay_consumer::{
+    ConsumerLoop, Database, Delivery, OAuthOptions, OnPoison, PgHwmStore, ProviderName, Settings,
+};
 
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS applied_events (
@@ -86,12 +88,14 @@ struct Args {
     instance_id: Option<String>,
     metrics_addr: Option<std::net::SocketAddr>,
     redrive: bool,
+    oauth: OAuthOptions,
 }
 
 const USAGE: &str = "usage: apply_events --bootstrap HOST:PORT --topic T [--topic T...] \
     --dsn CONNINFO --group G [--mode batch|record] [--on-poison stop|park] [--pool-size N] \
     [--max-batch-records N] [--handler-timeout-ms N] [--instance-id ID] [--metrics-addr HOST:PORT] [--redrive] \
-    [--kafka-property K=V...]";
+    [--kafka-property K=V...] [--oauth-provider aws-msk-iam] [--aws-region REGION]
+    (a --kafka-property value env:NAME is read from the environment variable NAME)";
 
 fn args() -> Result<Args> {
     let mut a = Args {
@@ -108,6 +112,7 @@ fn args() -> Result<Args> {
             .filter(|id| !id.is_empty()),
         metrics_addr: None,
         redrive: false,
+        oauth: OAuthOptions::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -138,12 +143,24 @@ fn args() -> Result<Args> {
             "--instance-id" => a.instance_id = Some(value()?),
             "--metrics-addr" => a.metrics_addr = Some(value()?.parse().context("--metrics-addr")?),
             "--redrive" => a.redrive = true,
+            "--oauth-provider" => match value()?.as_str() {
+                "aws-msk-iam" => a.oauth.oauth_provider = Some(ProviderName::AwsMskIam),
+                other => bail!("--oauth-provider takes aws-msk-iam, not {other:?}"),
+            },
+            "--aws-region" => a.oauth.aws_region = Some(value()?),
             "--kafka-property" => {
                 let v = value()?;
                 let (k, v) = v
                     .split_once('=')
                     .context("--kafka-property takes NAME=VALUE")?;
-                a.kafka.push((k.to_owned(), v.to_owned()));
+                // A secret (the OAuth client secret, a SASL password)
+                // need not be on the command line.
+                let v = match v.strip_prefix("env:") {
+                    Some(name) => std::env::var(name)
+                        .with_context(|| format!("--kafka-property {k}: reading ${name}"))?,
+                    None => v.to_owned(),
+                };
+                a.kafka.push((k.to_owned(), v));
             }
             other => bail!("unknown argument {other}\n{USAGE}"),
         }
@@ -287,8 +304,9 @@ async fn main() -> Result<()> {
         kafka.set(k, v);
     }
     let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
-    let mut consumer = ConsumerLoop::new(kafka, &topics, PgHwmStore::new(), database)?
-        .with_settings(args.settings);
+    let mut consumer =
+        ConsumerLoop::with_oauth(kafka, &topics, PgHwmStore::new(), database, &args.oauth)?
+            .with_settings(args.settings);
     if let Some(timeout) = args.handler_timeout {
         consumer = consumer.with_handler_timeout(timeout);
     }

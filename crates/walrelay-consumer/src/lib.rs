@@ -184,6 +184,9 @@ pub use pool::Database;
 pub use position::{HwmRow, Position, INITIAL_HWM};
 pub use settings::{OnPoison, RetryPolicy, Settings};
 pub use store::{HwmStore, Outcome, PgHwmStore, ProcessError};
+/// The OAuth options librdkafka has no property for (AWS MSK IAM), for
+/// [`ConsumerLoop::with_oauth`].
+pub use walrelay_oauth::plan::{OAuthOptions, ProviderName};
 
 /// The migration that creates the high-water mark table
 /// (`sql/walrelay_consumer.sql`). Idempotent.

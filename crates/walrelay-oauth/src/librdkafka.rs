@@ -13,7 +13,58 @@
 use rdkafka::client::OAuthToken;
 
 use super::error::OAuthError;
+use super::plan::{plan, OAuthOptions, ProviderPlan};
 use super::token::Token;
+
+/// The properties a librdkafka client's `OAUTHBEARER` login is configured
+/// with that librdkafka itself must not see: without libcurl it refuses
+/// the OIDC ones, and with `enable.sasl.oauthbearer.unsecure.jwt` it
+/// would make its own tokens instead of asking the token callback.
+pub const LOGIN_PROPERTIES: &[&str] = &[
+    "sasl.oauthbearer.method",
+    "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.credentials.client.id",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.client.credentials.client.secret",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.extensions",
+    "sasl.oauthbearer.config",
+    "enable.sasl.oauthbearer.unsecure.jwt",
+    "https.ca.location",
+];
+
+/// Whether a client whose properties `get` returns logs in with
+/// `OAUTHBEARER`.
+pub fn is_oauthbearer<'a>(get: impl Fn(&str) -> Option<&'a str>) -> bool {
+    ["sasl.mechanism", "sasl.mechanisms"]
+        .iter()
+        .filter_map(|name| get(name))
+        .any(|m| m.trim().eq_ignore_ascii_case("OAUTHBEARER"))
+}
+
+/// [`plan`] for a librdkafka client, whose token callback cannot pass SASL
+/// extensions: refused by name rather than sent without them (a cluster
+/// that needs them, such as Confluent Cloud's `logicalCluster`, would
+/// refuse the login with a less helpful message).
+pub fn callback_plan<'a>(
+    get: impl Fn(&str) -> Option<&'a str>,
+    options: &OAuthOptions,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<ProviderPlan, OAuthError> {
+    let plan = plan(get, options, env)?;
+    if let ProviderPlan::Oidc { settings, .. } = &plan {
+        if !settings.extensions.is_empty() {
+            return Err(OAuthError::config(
+                "sasl.oauthbearer.extensions",
+                "a librdkafka client cannot send SASL extensions yet (rdkafka 0.39's token \
+                 callback passes none to librdkafka); remove them, or use a cluster that does \
+                 not need them",
+            ));
+        }
+    }
+    Ok(plan)
+}
 
 /// `token` for librdkafka: the value, the principal, the expiry in
 /// milliseconds since the epoch (librdkafka's "lifetime" is an instant).

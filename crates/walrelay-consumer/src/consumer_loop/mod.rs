@@ -70,6 +70,7 @@ mod failure;
 mod group_protocol;
 mod handler_call;
 mod job;
+mod login;
 mod parked_gauge;
 mod partition;
 mod phase_clock;
@@ -85,6 +86,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
 use tokio_postgres::Transaction;
+use walrelay_oauth::plan::OAuthOptions;
 
 use crate::delivery::Delivery;
 use crate::metrics::{Counters, LoopMetrics};
@@ -164,6 +166,10 @@ pub enum ConfigError {
     /// rdkafka refused the configuration.
     #[error("creating the Kafka consumer: {0}")]
     Kafka(#[from] KafkaError),
+    /// An `OAUTHBEARER` login's settings are refused (the message names
+    /// the setting).
+    #[error(transparent)]
+    Login(#[from] walrelay_oauth::OAuthError),
 }
 
 /// A partition stopped by a poison record.
@@ -238,6 +244,8 @@ pub struct ConsumerLoop {
     consumer: Arc<StreamConsumer<LoopContext>>,
     /// The consumer's configuration, for a new one after a refusal.
     kafka: ClientConfig,
+    /// An `OAUTHBEARER` login's tokens, shared by every consumer made.
+    tokens: login::Tokens,
     protocol: GroupProtocol,
     topics: Vec<String>,
     group: String,
@@ -272,13 +280,32 @@ impl ConsumerLoop {
     /// (`queued.min.messages=10000`, `queued.max.messages.kbytes=4096`,
     /// `fetch.queue.backoff.ms=10`; see docs/consumer.md, flow control).
     /// The tables must exist ([`crate::migrate`]).
+    ///
+    /// `sasl.mechanism=OAUTHBEARER` logs in with walrelay's token
+    /// providers, configured with librdkafka's property names (OIDC client
+    /// credentials: `sasl.oauthbearer.method=oidc`, ...); AWS MSK IAM is
+    /// chosen with [`ConsumerLoop::with_oauth`].
     pub fn new(
         kafka: ClientConfig,
         topics: &[&str],
         store: PgHwmStore,
         database: Database,
     ) -> Result<ConsumerLoop, ConfigError> {
+        ConsumerLoop::with_oauth(kafka, topics, store, database, &OAuthOptions::default())
+    }
+
+    /// [`ConsumerLoop::new`] with the OAuth options librdkafka has no
+    /// property for (`oauth_provider: Some(ProviderName::AwsMskIam)` and
+    /// the region, for AWS MSK IAM).
+    pub fn with_oauth(
+        kafka: ClientConfig,
+        topics: &[&str],
+        store: PgHwmStore,
+        database: Database,
+        oauth: &OAuthOptions,
+    ) -> Result<ConsumerLoop, ConfigError> {
         let mut kafka = kafka;
+        let tokens = login::take_login(&mut kafka, oauth)?;
         let group = kafka
             .get("group.id")
             .filter(|g| !g.is_empty())
@@ -308,10 +335,11 @@ impl ConsumerLoop {
         }
         let protocol = GroupProtocol::of(&kafka)?;
         let metrics = LoopMetrics::default();
-        let consumer = create(&kafka, &metrics)?;
+        let consumer = create(&kafka, &tokens, &metrics)?;
         Ok(ConsumerLoop {
             consumer,
             kafka,
+            tokens,
             protocol,
             topics: topics.iter().map(|t| (*t).to_owned()).collect(),
             group,
@@ -452,6 +480,7 @@ impl ConsumerLoop {
         let ConsumerLoop {
             consumer,
             kafka,
+            tokens,
             topics,
             group,
             store,
@@ -504,7 +533,7 @@ impl ConsumerLoop {
             if gone || *shutdown.borrow() {
                 break;
             }
-            consumer = create(&kafka, &metrics).map_err(LoopError::Recreate)?;
+            consumer = create(&kafka, &tokens, &metrics).map_err(LoopError::Recreate)?;
         }
         if stopped.is_empty() {
             Ok(())
@@ -517,10 +546,11 @@ impl ConsumerLoop {
 /// A consumer with the loop's context, which knows its consumer.
 fn create(
     kafka: &ClientConfig,
+    tokens: &login::Tokens,
     metrics: &LoopMetrics,
 ) -> Result<Arc<StreamConsumer<LoopContext>>, KafkaError> {
     let consumer: Arc<StreamConsumer<LoopContext>> =
-        Arc::new(kafka.create_with_context(LoopContext::new(metrics.clone()))?);
+        Arc::new(kafka.create_with_context(LoopContext::new(metrics.clone(), tokens.clone()))?);
     consumer.context().attach(Arc::downgrade(&consumer));
     Ok(consumer)
 }

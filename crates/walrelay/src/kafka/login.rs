@@ -25,34 +25,15 @@ use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::error::KafkaError;
 
 use super::error::ClientError;
-use walrelay_oauth::plan::{plan, OAuthOptions, ProviderPlan};
+use walrelay_oauth::plan::{OAuthOptions, ProviderPlan};
 use walrelay_oauth::{librdkafka, OAuthError, Provider, TokenCache, TokenSource};
 
-/// The properties walrelay reads for an `OAUTHBEARER` login and librdkafka
-/// never sees: without libcurl it refuses the OIDC ones, and with
-/// `enable.sasl.oauthbearer.unsecure.jwt` it would make its own tokens
-/// instead of asking walrelay's provider.
-pub const LOGIN_PROPERTIES: &[&str] = &[
-    "sasl.oauthbearer.method",
-    "sasl.oauthbearer.client.id",
-    "sasl.oauthbearer.client.credentials.client.id",
-    "sasl.oauthbearer.client.secret",
-    "sasl.oauthbearer.client.credentials.client.secret",
-    "sasl.oauthbearer.token.endpoint.url",
-    "sasl.oauthbearer.scope",
-    "sasl.oauthbearer.extensions",
-    "sasl.oauthbearer.config",
-    "enable.sasl.oauthbearer.unsecure.jwt",
-    "https.ca.location",
-];
+pub use walrelay_oauth::librdkafka::LOGIN_PROPERTIES;
 
 /// Whether `props` (resolved) log in with `OAUTHBEARER`.
 #[must_use]
 pub fn is_oauthbearer(props: &BTreeMap<String, String>) -> bool {
-    ["sasl.mechanism", "sasl.mechanisms"]
-        .iter()
-        .filter_map(|name| props.get(*name))
-        .any(|m| m.trim().eq_ignore_ascii_case("OAUTHBEARER"))
+    librdkafka::is_oauthbearer(|name| props.get(name).map(String::as_str))
 }
 
 /// Where a client's tokens come from: nowhere (no `OAUTHBEARER`), or the
@@ -91,23 +72,11 @@ impl Login {
         if !is_oauthbearer(props) {
             return Ok(Login::none());
         }
-        let plan = plan(
+        let plan = librdkafka::callback_plan(
             |name| props.get(name).map(String::as_str),
             options,
             |name| std::env::var(name).ok(),
         )?;
-        if let ProviderPlan::Oidc { settings, .. } = &plan {
-            if !settings.extensions.is_empty() {
-                return Err(OAuthError::Config {
-                    property: "sasl.oauthbearer.extensions".to_owned(),
-                    reason: "walrelay's producer cannot send SASL extensions yet (its librdkafka \
-                             binding passes none with a token); remove them, or use a cluster \
-                             that does not need them"
-                        .to_owned(),
-                }
-                .into());
-            }
-        }
         Ok(shared(plan)?)
     }
 
