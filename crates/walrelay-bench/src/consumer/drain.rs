@@ -54,6 +54,7 @@ pub(super) async fn drain(
             dsn: &dsn,
             python,
             java,
+            partitions,
         },
         applied.clone(),
         stop_rx,

@@ -101,6 +101,9 @@ pub(crate) struct Target<'a> {
     pub jdbc_url: String,
     pub group: &'a str,
     pub mode: Mode,
+    /// How many loops the plain references run (one per partition); the
+    /// library decides its own parallelism.
+    pub loops: i32,
 }
 
 /// The JDBC URL of a `postgres://user@host:port/db?...` DSN.
@@ -130,6 +133,7 @@ pub(crate) fn start(
             &target.jdbc_url,
             target.group,
             target.mode.arg(),
+            &target.loops.max(1).to_string(),
         ]);
     super::python::follow(cmd, "the Java consumer", applied, stop)
 }

@@ -51,6 +51,7 @@ pub(super) async fn live(
             dsn: &dsn,
             python: None,
             java: None,
+            partitions: 1,
         },
         applied.clone(),
         stop_rx,

@@ -29,6 +29,9 @@ pub(super) struct Target<'a> {
     pub python: Option<&'a Path>,
     /// The Java consumers' classpath.
     pub java: Option<&'a str>,
+    /// The topic's partitions: the Java plain loops run one loop per
+    /// partition, as a team would give each partition its own consumer.
+    pub partitions: i32,
 }
 
 fn kafka_config(env: &BenchEnv, group: &str) -> ClientConfig {
@@ -74,6 +77,7 @@ pub(super) async fn start(
             jdbc_url: java::jdbc_url(target.dsn)?,
             group: target.group,
             mode,
+            loops: target.partitions,
         };
         return java::start(target, applied, stop);
     }

@@ -37,9 +37,14 @@ pub enum Consumer {
     PythonApplyLimit,
     #[serde(rename = "Java library, batch handler")]
     JavaBatch,
-    #[serde(rename = "Java inbox table, careful (multi-row, 500/tx)")]
+    /// A loop per partition, each poll's ids and effects one multi-row
+    /// statement each.
+    #[serde(rename = "Java inbox table, careful (a loop per partition, multi-row)")]
     JavaInboxCareful,
-    #[serde(rename = "Java apply limit (multi-row effects, no dedupe)")]
+    /// The best plain loop: a loop per partition, each poll one
+    /// transaction of multi-row effects, no dedupe, offsets committed
+    /// asynchronously after the database commit.
+    #[serde(rename = "Java plain loop (a loop per partition, no dedupe)")]
     JavaApplyLimit,
 }
 
@@ -58,8 +63,10 @@ impl Consumer {
             Consumer::PythonInboxCareful => "Python inbox table, careful (multi-row, 500/tx)",
             Consumer::PythonApplyLimit => "Python apply limit (multi-row effects, no dedupe)",
             Consumer::JavaBatch => "Java library, batch handler",
-            Consumer::JavaInboxCareful => "Java inbox table, careful (multi-row, 500/tx)",
-            Consumer::JavaApplyLimit => "Java apply limit (multi-row effects, no dedupe)",
+            Consumer::JavaInboxCareful => {
+                "Java inbox table, careful (a loop per partition, multi-row)"
+            }
+            Consumer::JavaApplyLimit => "Java plain loop (a loop per partition, no dedupe)",
         }
     }
 

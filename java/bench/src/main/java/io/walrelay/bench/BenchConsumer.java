@@ -20,12 +20,13 @@ import org.postgresql.ds.PGSimpleDataSource;
  * bench's Rust and Python consumers do.
  *
  * <pre>
- * java -cp CP io.walrelay.bench.BenchConsumer BOOTSTRAP TOPIC JDBC_URL GROUP batch|limit|careful
+ * java -cp CP io.walrelay.bench.BenchConsumer BOOTSTRAP TOPIC JDBC_URL GROUP batch|limit|careful [LOOPS]
  * </pre>
  *
  * <p>{@code batch}: walrelay's {@link ConsumerLoop} with a batch handler (one
  * multi-row insert per batch). {@code limit} and {@code careful}: the
- * references of {@link PlainReference}, on plain kafka-clients and JDBC.
+ * references of {@link PlainReference}, on plain kafka-clients and JDBC, with
+ * {@code LOOPS} loops (one per partition; default 1).
  *
  * <p>It tells the bench on stdout what the Python children tell it:
  * {@code first} when the first record is handed over, {@code processed N}
@@ -108,18 +109,19 @@ public final class BenchConsumer {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 5) {
-            System.err.println("usage: BenchConsumer BOOTSTRAP TOPIC JDBC_URL GROUP batch|limit|careful");
+        if (args.length != 5 && args.length != 6) {
+            System.err.println("usage: BenchConsumer BOOTSTRAP TOPIC JDBC_URL GROUP batch|limit|careful [LOOPS]");
             System.exit(2);
         }
         String bootstrap = args[0];
         String topic = args[1];
         String url = args[2];
         String group = args[3];
+        int loops = args.length == 6 ? Integer.parseInt(args[5]) : 1;
         switch (args[4]) {
             case "batch" -> batch(bootstrap, topic, url, group);
             case "limit", "careful" -> new PlainReference(kafka(bootstrap, group), topic, url,
-                    args[4].equals("careful")).run();
+                    args[4].equals("careful"), loops).run();
             default -> {
                 System.err.println("unknown mode " + args[4] + ": batch, limit or careful");
                 System.exit(2);

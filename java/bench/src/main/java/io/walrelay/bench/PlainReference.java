@@ -11,6 +11,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -22,16 +23,18 @@ import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
- * The bench's Java reference peers, written as a careful Java team writes them
- * on plain kafka-clients and JDBC, with no walrelay code: one poll loop, up to
+ * The bench's Java reference peers, written as a skilled Java team writes them
+ * on plain kafka-clients and JDBC, with no walrelay code: one poll loop per
+ * partition (each its own consumer in the group and its own connection, so
+ * partitions are fetched and applied in parallel, as the library does), up to
  * 500 records per poll ({@code max.poll.records}), each poll's records applied
- * in one transaction on one connection, offsets committed asynchronously
- * every second after the commit (and synchronously at the stop).
+ * in one transaction, offsets committed asynchronously after the database
+ * commit, at most every second (and synchronously at the stop).
  *
  * <p>{@code careful}: the inbox table, the ids in one multi-row
  * {@code INSERT ... ON CONFLICT DO NOTHING RETURNING}, the effects of the new
  * ids in one multi-row insert. {@code limit}: the same effects insert with no
- * deduplication at all (the apply limit).
+ * deduplication at all (the best plain loop: the library's limit).
  */
 final class PlainReference {
     static final String INBOX = "INSERT INTO inbox (event_id) SELECT * FROM unnest(?::text[]) "
@@ -43,27 +46,62 @@ final class PlainReference {
     private final String topic;
     private final String url;
     private final boolean careful;
+    private final int loops;
     private final AtomicLong processed = new AtomicLong();
+    private final List<KafkaConsumer<byte[], byte[]>> consumers = new CopyOnWriteArrayList<>();
     private volatile boolean stopping;
 
-    PlainReference(Map<String, Object> kafka, String topic, String url, boolean careful) {
+    PlainReference(Map<String, Object> kafka, String topic, String url, boolean careful, int loops) {
         this.kafka = new HashMap<>(kafka);
         this.kafka.put("enable.auto.commit", "false");
         this.kafka.put("max.poll.records", String.valueOf(BATCH));
         this.topic = topic;
         this.url = url;
         this.careful = careful;
+        this.loops = Math.max(1, loops);
     }
 
+    /** Runs {@code loops} loops on threads of their own until SIGTERM. */
     void run() throws Exception {
         BenchConsumer.reporter(processed::get);
+        BenchConsumer.onSigterm(() -> {
+            stopping = true;
+            consumers.forEach(KafkaConsumer::wakeup);
+        });
+        List<Thread> threads = new ArrayList<>();
+        List<Throwable> failed = new CopyOnWriteArrayList<>();
+        for (int i = 0; i < loops; i++) {
+            Thread t = new Thread(() -> {
+                try {
+                    loop();
+                } catch (Throwable e) {
+                    failed.add(e);
+                    stopping = true;
+                    consumers.forEach(KafkaConsumer::wakeup);
+                }
+            }, "plain-loop-" + i);
+            t.start();
+            threads.add(t);
+        }
+        for (Thread t : threads) {
+            t.join();
+        }
+        if (!failed.isEmpty()) {
+            failed.get(0).printStackTrace();
+            System.exit(1);
+        }
+        BenchConsumer.stopped(processed.get());
+    }
+
+    /** One loop: its own consumer in the group, its own connection. */
+    private void loop() throws Exception {
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(kafka, new ByteArrayDeserializer(),
                 new ByteArrayDeserializer());
                 Connection conn = BenchConsumer.dataSource(url).getConnection()) {
-            BenchConsumer.onSigterm(() -> {
-                stopping = true;
-                consumer.wakeup();
-            });
+            consumers.add(consumer);
+            if (stopping) {
+                return;
+            }
             conn.setAutoCommit(false);
             consumer.subscribe(List.of(topic));
             Map<TopicPartition, OffsetAndMetadata> pending = new HashMap<>();
@@ -93,7 +131,6 @@ final class PlainReference {
                 consumer.commitSync(pending);
             }
         }
-        BenchConsumer.stopped(processed.get());
     }
 
     /** One poll's records in one transaction. */
