@@ -17,6 +17,10 @@ timeout (45 s by default). The id must be unique per running instance
 (e.g. a StatefulSet pod's name): a second instance with the same id fences
 the first out of the group.
 
+``--pool-size N``, ``--max-batch-records N``, ``--max-batch-bytes N`` and
+``--handler-timeout-ms N`` set the package's ``Settings`` (the Rust and Java
+examples' flags); left out, each keeps its default.
+
 ``--metrics-addr HOST:PORT`` serves the loop's metrics
 (``walrelay_consumer_*``, docs/metrics.md) for Prometheus at
 ``http://HOST:PORT/metrics``, from ``prometheus_client``'s default
@@ -95,6 +99,17 @@ def kafka_settings(pairs: Sequence[tuple[str, str]], environ: Mapping[str, str] 
     return resolve_secrets(dict(pairs), environ)
 
 
+def settings(args: argparse.Namespace) -> Settings:
+    """The package's settings from the flags given, its defaults for the others."""
+    given: dict[str, Any] = {"on_poison": OnPoison(args.on_poison)}
+    for name in ("pool_size", "max_batch_records", "max_batch_bytes"):
+        if getattr(args, name) is not None:
+            given[name] = getattr(args, name)
+    if args.handler_timeout_ms is not None:
+        given["handler_timeout"] = args.handler_timeout_ms / 1000
+    return Settings(**given)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
@@ -108,6 +123,12 @@ def main() -> None:
         "(default: $WALRELAY_INSTANCE_ID; none: a dynamic member)",
     )
     p.add_argument("--on-poison", choices=["stop", "park"], default="stop", help="what to do with a record that keeps failing")
+    # The settings' flags have the Rust and Java examples' names; left out,
+    # each keeps the package's default (Settings).
+    p.add_argument("--pool-size", type=int, help="database connections, so partitions applying at the same time")
+    p.add_argument("--max-batch-records", type=int, help="at most this many records in one batch transaction")
+    p.add_argument("--max-batch-bytes", type=int, help="at most this many bytes in one batch")
+    p.add_argument("--handler-timeout-ms", type=int, help="how long one handler call may run (default: no bound)")
     p.add_argument(
         "--metrics-addr",
         metavar="HOST:PORT",
@@ -145,7 +166,7 @@ def main() -> None:
         {"bootstrap.servers": args.bootstrap, "group.id": args.group, **extra},
         args.topic,
         args.dsn,
-        Settings(on_poison=OnPoison(args.on_poison)),
+        settings(args),
         group_instance_id=args.instance_id,
     )
     loop.run_batches(apply)  # until SIGTERM / SIGINT

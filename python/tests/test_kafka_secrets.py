@@ -1,15 +1,9 @@
 """Secret Kafka settings (``walrelay_consumer.kafka_secrets``): the relay's
 rule for which settings hold one, ``env:``/``file:``/``literal:``
-references, errors that never show a value, and the example service's
-``--kafka`` flag, which resolves them."""
+references, errors that never show a value (the example service's
+``--kafka`` flag, which resolves them: ``test_example_cli.py``)."""
 
 from __future__ import annotations
-
-import argparse
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -17,16 +11,6 @@ from walrelay_consumer import SecretError, redacted, resolve_secrets
 from walrelay_consumer.kafka_secrets import REDACTED, is_secret_property, resolve_secret
 
 SECRET = "s3cret-never-shown"
-
-
-def example() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "examples" / "consumer.py"
-    spec = importlib.util.spec_from_file_location("walrelay_example_consumer", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_secret_settings_are_the_relays():
@@ -101,40 +85,3 @@ def test_an_unresolvable_reference_names_the_setting_and_where_it_looked(value, 
 def test_redacted_hides_every_secret_value():
     config = {"sasl.oauthbearer.client.secret": SECRET, "sasl.password": "env:X", "sasl.username": "u"}
     assert redacted(config) == {"sasl.oauthbearer.client.secret": REDACTED, "sasl.password": REDACTED, "sasl.username": "u"}
-
-
-def test_the_example_takes_every_oauth_setting_and_a_secret_from_the_environment():
-    ex = example()
-    pairs = [
-        ex.kafka_pair(text)
-        for text in (
-            "security.protocol=SASL_SSL",
-            "sasl.mechanism=OAUTHBEARER",
-            "sasl.oauthbearer.method=oidc",
-            "sasl.oauthbearer.client.id=orders-service",
-            "sasl.oauthbearer.client.secret=env:KAFKA_CLIENT_SECRET",
-            "sasl.oauthbearer.token.endpoint.url=http://127.0.0.1:8080/token",
-            "sasl.oauthbearer.scope=kafka orders",
-            "sasl.oauthbearer.extensions=logicalCluster=lkc-1,identityPoolId=pool-2",
-        )
-    ]
-    settings = ex.kafka_settings(pairs, {"KAFKA_CLIENT_SECRET": SECRET})
-    assert settings == {
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanism": "OAUTHBEARER",
-        "sasl.oauthbearer.method": "oidc",
-        "sasl.oauthbearer.client.id": "orders-service",
-        "sasl.oauthbearer.client.secret": SECRET,
-        "sasl.oauthbearer.token.endpoint.url": "http://127.0.0.1:8080/token",
-        "sasl.oauthbearer.scope": "kafka orders",
-        "sasl.oauthbearer.extensions": "logicalCluster=lkc-1,identityPoolId=pool-2",
-    }
-
-
-def test_the_example_refuses_a_setting_without_a_value_without_showing_a_secret():
-    ex = example()
-    with pytest.raises(argparse.ArgumentTypeError, match="KEY=VALUE") as raised:
-        ex.kafka_pair(f"sasl.oauthbearer.client.secret:{SECRET}")
-    assert SECRET not in str(raised.value)
-    with pytest.raises(argparse.ArgumentTypeError, match="'linger.ms'"):
-        ex.kafka_pair("linger.ms")
