@@ -10,6 +10,7 @@ end-to-end test of the relay's suites."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -29,7 +30,7 @@ from confluent_kafka import KafkaError
 from conftest import HOST, await_condition, free_port
 from prometheus_client import CollectorRegistry
 
-from walrelay_consumer import ConsumerLoop, Settings
+from walrelay_consumer import AsyncConsumerLoop, ConsumerLoop, Settings
 from walrelay_consumer.denied import explain
 
 SECRET = "s3cret-never-logged"
@@ -151,6 +152,40 @@ def test_an_oauth_cb_is_called_by_the_loop(dsn):
     assert loop._config["oauth_cb"] is oauth_cb
     run_until(loop, lambda: calls)
     assert calls[0] == "audience=kafka"
+
+
+def test_the_asyncio_loop_logs_in_with_oidc_and_serves_an_oauth_cb(token_endpoint, dsn):
+    calls: list[str | None] = []
+
+    def oauth_cb(oauthbearer_config: str | None) -> tuple[str, float]:
+        calls.append(oauthbearer_config)
+        return unsigned_jwt("orders-service"), time.time() + 3600
+
+    cb_config = {
+        "bootstrap.servers": f"{HOST}:{free_port()}",
+        "group.id": "orders-service",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "OAUTHBEARER",
+        "oauth_cb": oauth_cb,
+    }
+
+    async def until(loop: AsyncConsumerLoop, done: Any) -> None:
+        async def handler(conn: Any, batch: Any) -> None:
+            pass
+
+        run = asyncio.create_task(loop.run_batches(handler))
+        deadline = time.monotonic() + 30
+        while not done() and not run.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        loop.stop()
+        await asyncio.wait_for(run, 30)
+
+    oidc = AsyncConsumerLoop(oauth_kafka(token_endpoint.url), ["orders"], dsn, Settings(pool_size=1), CollectorRegistry())
+    asyncio.run(until(oidc, lambda: token_endpoint.requests))
+    assert token_endpoint.requests
+    callback = AsyncConsumerLoop(cb_config, ["orders"], dsn, Settings(pool_size=1), CollectorRegistry())
+    asyncio.run(until(callback, lambda: calls))
+    assert calls[0] is None, "without sasl.oauthbearer.config the callback gets None"
 
 
 def test_the_client_secret_is_not_in_the_logs_or_the_loop_repr(token_endpoint, dsn, caplog):
