@@ -14,6 +14,7 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Function;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.postgresql.ds.PGSimpleDataSource;
@@ -71,32 +72,19 @@ public final class ChaosConsumer {
                     + "--group G --topic T [--topic T ...] [--kafka k=v ...]");
             System.exit(2);
         }
+        Map<String, Object> kafka = null;
+        try {
+            kafka = kafkaConfig(opts.get("--bootstrap"), opts.get("--group"), properties, System::getenv);
+        } catch (IllegalArgumentException e) {
+            System.err.println("ChaosConsumer: " + e.getMessage());
+            System.exit(2);
+        }
         PGSimpleDataSource ds = new PGSimpleDataSource();
         ds.setUrl(jdbcUrl(opts.get("--dsn")));
         ds.setApplicationName("walrelay-chaos-java");
         try (Connection c = ds.getConnection(); Statement st = c.createStatement()) {
             Migration.migrate(c);
             st.execute(SCHEMA);
-        }
-        Map<String, Object> kafka = new HashMap<>();
-        kafka.put("bootstrap.servers", opts.get("--bootstrap"));
-        kafka.put("group.id", opts.get("--group"));
-        kafka.put("session.timeout.ms", "6000");
-        kafka.put("heartbeat.interval.ms", "1000");
-        kafka.put("reconnect.backoff.max.ms", "500");
-        try {
-            for (String pair : properties) {
-                int eq = pair.indexOf('=');
-                if (eq <= 0) {
-                    throw new IllegalArgumentException("--kafka takes k=v (a kafka-clients property), not "
-                            + (KafkaSecrets.isSecret(pair) ? "(not shown: it may hold a secret)" : "'" + pair + "'"));
-                }
-                kafka.put(pair.substring(0, eq).trim(), pair.substring(eq + 1));
-            }
-            kafka = KafkaSecrets.resolve(kafka);
-        } catch (IllegalArgumentException e) {
-            System.err.println("ChaosConsumer: " + e.getMessage());
-            System.exit(2);
         }
         // Offsets committed every two seconds, as the Rust consumer does: a
         // wide window between the database commit and the offset commit.
@@ -116,6 +104,36 @@ public final class ChaosConsumer {
         System.out.flush();
         // A clean stop exits 0; the JVM's own exit after SIGTERM would be 143.
         Runtime.getRuntime().halt(0);
+    }
+
+    /**
+     * The consumer's Kafka configuration: the harness's defaults (a short
+     * session, quick reconnects), then the {@code --kafka k=v} properties
+     * (which may override them), with the {@code env:}/{@code file:}
+     * references of secret properties resolved from {@code environment} and
+     * the files.
+     *
+     * @throws IllegalArgumentException a property without {@code =} (shown
+     *     only if it does not look like a secret), or a reference that cannot
+     *     be resolved
+     */
+    static Map<String, Object> kafkaConfig(String bootstrap, String group, List<String> properties,
+            Function<String, String> environment) {
+        Map<String, Object> kafka = new HashMap<>();
+        kafka.put("bootstrap.servers", bootstrap);
+        kafka.put("group.id", group);
+        kafka.put("session.timeout.ms", "6000");
+        kafka.put("heartbeat.interval.ms", "1000");
+        kafka.put("reconnect.backoff.max.ms", "500");
+        for (String pair : properties) {
+            int eq = pair.indexOf('=');
+            if (eq <= 0 || pair.substring(0, eq).isBlank()) {
+                throw new IllegalArgumentException("--kafka takes k=v (a kafka-clients property), not "
+                        + (KafkaSecrets.isSecret(pair) ? "(not shown: it may hold a secret)" : "'" + pair + "'"));
+            }
+            kafka.put(pair.substring(0, eq).trim(), pair.substring(eq + 1));
+        }
+        return KafkaSecrets.resolve(kafka, environment);
     }
 
     /** libpq's {@code host=H port=P user=U dbname=D} as a JDBC URL. */
