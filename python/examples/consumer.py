@@ -17,10 +17,32 @@ timeout (45 s by default). The id must be unique per running instance
 (e.g. a StatefulSet pod's name): a second instance with the same id fences
 the first out of the group.
 
+``--pool-size N``, ``--max-batch-records N``, ``--max-batch-bytes N`` and
+``--handler-timeout-ms N`` set the package's ``Settings`` (the Rust and Java
+examples' flags); left out, each keeps its default.
+
 ``--metrics-addr HOST:PORT`` serves the loop's metrics
 (``walrelay_consumer_*``, docs/metrics.md) for Prometheus at
 ``http://HOST:PORT/metrics``, from ``prometheus_client``'s default
 registry (``pip install './python[metrics]'``).
+
+``--kafka KEY=VALUE`` (repeatable; ``--kafka-property`` is the same flag)
+adds any librdkafka setting: TLS, SASL, OAuth. The value of a secret
+setting (``sasl.password``, ``sasl.oauthbearer.client.secret``,
+``ssl.key.password``, ...: the relay's rule) may say where the secret is
+instead of holding it, so that it never appears on the command line:
+``env:NAME`` (an environment variable), ``file:/path`` (a file's contents,
+without a trailing newline), ``literal:text`` (text as written). Logging in
+with OAuth (OIDC client credentials)::
+
+    KAFKA_CLIENT_SECRET=... python consumer.py --bootstrap broker:9093 --topic orders \\
+        --dsn "host=127.0.0.1 dbname=app user=app" --group orders-service \\
+        --kafka security.protocol=SASL_SSL --kafka ssl.ca.location=/etc/kafka/ca.pem \\
+        --kafka sasl.mechanism=OAUTHBEARER --kafka sasl.oauthbearer.method=oidc \\
+        --kafka sasl.oauthbearer.client.id=orders-service \\
+        --kafka sasl.oauthbearer.client.secret=env:KAFKA_CLIENT_SECRET \\
+        --kafka sasl.oauthbearer.token.endpoint.url=https://idp.example.com/oauth2/token \\
+        --kafka sasl.oauthbearer.scope=kafka
 """
 
 from __future__ import annotations
@@ -28,12 +50,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 
-from walrelay_consumer import ConsumerLoop, Delivery, OnPoison, Settings, migrate
+from walrelay_consumer import ConfigError, ConsumerLoop, Delivery, OnPoison, Settings, migrate, resolve_secrets
+from walrelay_consumer.kafka_secrets import is_secret_property
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS applied_events (
@@ -60,6 +83,33 @@ def apply(conn: psycopg.Connection[Any], batch: Sequence[Delivery]) -> None:
     )
 
 
+def kafka_pair(text: str) -> tuple[str, str]:
+    """One ``--kafka KEY=VALUE``; an argument without ``=`` is shown in the
+    error only if it does not look like a secret."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        shown = "(not shown: it may hold a secret)" if is_secret_property(text) else repr(text)
+        raise argparse.ArgumentTypeError(f"takes KEY=VALUE (a librdkafka setting), not {shown}")
+    return key.strip(), value
+
+
+def kafka_settings(pairs: Sequence[tuple[str, str]], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``--kafka`` settings (a later one overrides an earlier one), with
+    the ``env:``/``file:`` references of secret settings resolved."""
+    return resolve_secrets(dict(pairs), environ)
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    """The package's settings from the flags given, its defaults for the others."""
+    given: dict[str, Any] = {"on_poison": OnPoison(args.on_poison)}
+    for name in ("pool_size", "max_batch_records", "max_batch_bytes"):
+        if getattr(args, name) is not None:
+            given[name] = getattr(args, name)
+    if args.handler_timeout_ms is not None:
+        given["handler_timeout"] = args.handler_timeout_ms / 1000
+    return Settings(**given)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
@@ -73,16 +123,33 @@ def main() -> None:
         "(default: $WALRELAY_INSTANCE_ID; none: a dynamic member)",
     )
     p.add_argument("--on-poison", choices=["stop", "park"], default="stop", help="what to do with a record that keeps failing")
+    # The settings' flags have the Rust and Java examples' names; left out,
+    # each keeps the package's default (Settings).
+    p.add_argument("--pool-size", type=int, help="database connections, so partitions applying at the same time")
+    p.add_argument("--max-batch-records", type=int, help="at most this many records in one batch transaction")
+    p.add_argument("--max-batch-bytes", type=int, help="at most this many bytes in one batch")
+    p.add_argument("--handler-timeout-ms", type=int, help="how long one handler call may run (default: no bound)")
     p.add_argument(
         "--metrics-addr",
         metavar="HOST:PORT",
         help="serve the metrics at http://HOST:PORT/metrics (needs prometheus_client)",
     )
     p.add_argument(
-        "--kafka", action="append", default=[], metavar="KEY=VALUE", help="another librdkafka setting (repeatable)"
+        "--kafka",
+        "--kafka-property",
+        dest="kafka",
+        action="append",
+        default=[],
+        type=kafka_pair,
+        metavar="KEY=VALUE",
+        help="another librdkafka setting (repeatable); a secret setting's value may be env:NAME, "
+        "file:/path or literal:text",
     )
     args = p.parse_args()
-    extra = dict(setting.split("=", 1) for setting in args.kafka)
+    try:
+        extra = kafka_settings(args.kafka)
+    except ConfigError as e:
+        p.error(str(e))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     with psycopg.connect(args.dsn, autocommit=True) as conn:
@@ -99,7 +166,7 @@ def main() -> None:
         {"bootstrap.servers": args.bootstrap, "group.id": args.group, **extra},
         args.topic,
         args.dsn,
-        Settings(on_poison=OnPoison(args.on_poison)),
+        settings(args),
         group_instance_id=args.instance_id,
     )
     loop.run_batches(apply)  # until SIGTERM / SIGINT

@@ -35,6 +35,7 @@ from .batch import Gap, Plan, plan
 from .consumer import ConfigError, ConsumerLoop, PartitionsStopped, StoppedPartition, load_marks
 from .counters import Counters
 from .handler_timeout import HandlerTimedOut
+from .kafka_secrets import SecretError, redacted, resolve_secrets
 from .keys import INITIAL_HWM, KeyFormatError, parse_key
 from .meta import (
     BadKey,
@@ -94,6 +95,7 @@ __all__ = [
     "RedriveReport",
     "RetryPolicy",
     "RowVanished",
+    "SecretError",
     "Settings",
     "StoppedPartition",
     "is_reserved",
@@ -106,6 +108,8 @@ __all__ = [
     "process_batch_async",
     "process_records",
     "process_records_async",
+    "redacted",
     "redrive",
     "redrive_async",
+    "resolve_secrets",
 ]

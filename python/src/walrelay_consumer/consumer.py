@@ -75,9 +75,14 @@ class ConsumerLoop(Driver):
     ``bootstrap.servers`` and ``group.id``. The loop sets
     ``enable.auto.commit=false``, ``enable.auto.offset.store=false`` and
     ``isolation.level=read_committed`` (refusing other values for them) and
-    ``auto.offset.reset=earliest`` unless given. ``database`` is a libpq
-    connection string or a function returning a new psycopg connection; the
-    tables must exist (:func:`walrelay_consumer.migrate`).
+    ``auto.offset.reset=earliest`` unless given. Every other setting (TLS,
+    SASL, an OAuth login with ``sasl.oauthbearer.method=oidc`` or an
+    ``oauth_cb``) goes to librdkafka as given; the loop never logs the
+    configuration, and secret references (``env:NAME``, ``file:/path``) are
+    resolved by :func:`~walrelay_consumer.resolve_secrets`, not by the loop.
+    ``database`` is a libpq connection string or a function returning a new
+    psycopg connection; the tables must exist
+    (:func:`walrelay_consumer.migrate`).
 
     With ``prometheus_client`` installed, the loop's metrics go to
     ``registry`` (its default registry when ``None``) under the Rust crate's

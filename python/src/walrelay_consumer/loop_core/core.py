@@ -60,10 +60,13 @@ class LoopCore:
         metrics: Metrics,
         close_db: Callable[[], None],
         instance_id: str | None = None,
+        sasl_mechanism: str | None = None,
     ) -> None:
         self.settings = settings
         self.group = group
         self.instance_id = instance_id
+        #: The consumer's SASL mechanism, if any: the words of a login error.
+        self.sasl_mechanism = sasl_mechanism
         self.topics = topics
         self.counters = Counters()
         self.kafka = KafkaControl(settings.commit_interval)
@@ -185,7 +188,7 @@ class LoopCore:
     def report(self, error: KafkaError) -> None:
         """A consumer error: librdkafka goes on retrying, so it is only
         reported, an authorization error as the ACL that is missing."""
-        message = explain_denied(error, self.topics, self.group)
+        message = explain_denied(error, self.topics, self.group, self.sasl_mechanism)
         if (error.fatal() or error.code() == KafkaError._FATAL) and instance_id_in_use(error):
             # A new consumer is tried (.rejoin); logged there.
             log.debug("the broker refused the instance id: %s", error)

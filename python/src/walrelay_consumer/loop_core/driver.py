@@ -46,6 +46,8 @@ class Driver:
             self.metrics,
             self._close_db,
             instance_id=config.get("group.instance.id"),
+            # librdkafka takes both names.
+            sasl_mechanism=config.get("sasl.mechanism", config.get("sasl.mechanisms")),
         )
         self.counters = self._core.counters
 

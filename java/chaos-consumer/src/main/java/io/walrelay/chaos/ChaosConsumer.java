@@ -2,6 +2,7 @@ package io.walrelay.chaos;
 
 import io.walrelay.consumer.ConsumerLoop;
 import io.walrelay.consumer.Delivery;
+import io.walrelay.consumer.KafkaSecrets;
 import io.walrelay.consumer.Migration;
 import io.walrelay.consumer.Settings;
 import java.nio.charset.StandardCharsets;
@@ -13,6 +14,7 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Function;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.postgresql.ds.PGSimpleDataSource;
@@ -30,8 +32,14 @@ import org.postgresql.ds.PGSimpleDataSource;
  *
  * <pre>
  * java -cp target/classes:$(cat target/classpath.txt) io.walrelay.chaos.ChaosConsumer \
- *     --bootstrap B --dsn 'host=H port=P user=U dbname=D' --group G --topic T [--topic T ...]
+ *     --bootstrap B --dsn 'host=H port=P user=U dbname=D' --group G --topic T [--topic T ...] [--kafka k=v ...]
  * </pre>
+ *
+ * <p>{@code --kafka k=v} (repeatable; {@code --kafka-property} is the same
+ * flag) adds a kafka-clients property, or overrides one of its defaults
+ * below: TLS, SASL, an OAuth login, as the example consumer
+ * ({@code ApplyEvents}) takes them, a secret property's value possibly
+ * {@code env:NAME} or {@code file:/path} ({@link KafkaSecrets}).
  *
  * <p>SIGTERM stops it cleanly (exit 0).
  */
@@ -50,17 +58,25 @@ public final class ChaosConsumer {
     public static void main(String[] args) throws Exception {
         Map<String, String> opts = new HashMap<>();
         List<String> topics = new ArrayList<>();
+        List<String> properties = new ArrayList<>();
         for (int i = 0; i + 1 < args.length; i += 2) {
-            if (args[i].equals("--topic")) {
-                topics.add(args[i + 1]);
-            } else {
-                opts.put(args[i], args[i + 1]);
+            switch (args[i]) {
+                case "--topic" -> topics.add(args[i + 1]);
+                case "--kafka", "--kafka-property" -> properties.add(args[i + 1]);
+                default -> opts.put(args[i], args[i + 1]);
             }
         }
         if (args.length % 2 != 0 || topics.isEmpty()
                 || !opts.keySet().containsAll(List.of("--bootstrap", "--dsn", "--group"))) {
             System.err.println("usage: ChaosConsumer --bootstrap HOST:PORT --dsn 'host=H port=P user=U dbname=D' "
-                    + "--group G --topic T [--topic T ...]");
+                    + "--group G --topic T [--topic T ...] [--kafka k=v ...]");
+            System.exit(2);
+        }
+        Map<String, Object> kafka = null;
+        try {
+            kafka = kafkaConfig(opts.get("--bootstrap"), opts.get("--group"), properties, System::getenv);
+        } catch (IllegalArgumentException e) {
+            System.err.println("ChaosConsumer: " + e.getMessage());
             System.exit(2);
         }
         PGSimpleDataSource ds = new PGSimpleDataSource();
@@ -70,12 +86,6 @@ public final class ChaosConsumer {
             Migration.migrate(c);
             st.execute(SCHEMA);
         }
-        Map<String, Object> kafka = new HashMap<>();
-        kafka.put("bootstrap.servers", opts.get("--bootstrap"));
-        kafka.put("group.id", opts.get("--group"));
-        kafka.put("session.timeout.ms", "6000");
-        kafka.put("heartbeat.interval.ms", "1000");
-        kafka.put("reconnect.backoff.max.ms", "500");
         // Offsets committed every two seconds, as the Rust consumer does: a
         // wide window between the database commit and the offset commit.
         ConsumerLoop loop = new ConsumerLoop(kafka, topics, ds,
@@ -94,6 +104,36 @@ public final class ChaosConsumer {
         System.out.flush();
         // A clean stop exits 0; the JVM's own exit after SIGTERM would be 143.
         Runtime.getRuntime().halt(0);
+    }
+
+    /**
+     * The consumer's Kafka configuration: the harness's defaults (a short
+     * session, quick reconnects), then the {@code --kafka k=v} properties
+     * (which may override them), with the {@code env:}/{@code file:}
+     * references of secret properties resolved from {@code environment} and
+     * the files.
+     *
+     * @throws IllegalArgumentException a property without {@code =} (shown
+     *     only if it does not look like a secret), or a reference that cannot
+     *     be resolved
+     */
+    static Map<String, Object> kafkaConfig(String bootstrap, String group, List<String> properties,
+            Function<String, String> environment) {
+        Map<String, Object> kafka = new HashMap<>();
+        kafka.put("bootstrap.servers", bootstrap);
+        kafka.put("group.id", group);
+        kafka.put("session.timeout.ms", "6000");
+        kafka.put("heartbeat.interval.ms", "1000");
+        kafka.put("reconnect.backoff.max.ms", "500");
+        for (String pair : properties) {
+            int eq = pair.indexOf('=');
+            if (eq <= 0 || pair.substring(0, eq).isBlank()) {
+                throw new IllegalArgumentException("--kafka takes k=v (a kafka-clients property), not "
+                        + (KafkaSecrets.isSecret(pair) ? "(not shown: it may hold a secret)" : "'" + pair + "'"));
+            }
+            kafka.put(pair.substring(0, eq).trim(), pair.substring(eq + 1));
+        }
+        return KafkaSecrets.resolve(kafka, environment);
     }
 
     /** libpq's {@code host=H port=P user=U dbname=D} as a JDBC URL. */

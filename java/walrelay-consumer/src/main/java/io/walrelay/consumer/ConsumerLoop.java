@@ -46,7 +46,11 @@ public final class ConsumerLoop implements AutoCloseable {
      * @param kafka the Kafka consumer's configuration ({@code bootstrap.servers}, {@code group.id}, ...);
      *     the loop sets {@code enable.auto.commit=false} and byte-array deserializers, and
      *     {@code auto.offset.reset=earliest} unless given; with {@code group.protocol=consumer} it refuses
-     *     the client settings that protocol does not take ({@link GroupProtocol#of})
+     *     the client settings that protocol does not take ({@link GroupProtocol#of}); any other client
+     *     property (TLS, SASL, an OAuth login) goes to the KafkaConsumer as given: the loop never logs the
+     *     configuration, and kafka-clients logs secret properties ({@code sasl.jaas.config}, passwords) as
+     *     {@code [hidden]}. A secret given as a reference ({@code env:NAME}) must be resolved first
+     *     ({@link KafkaSecrets#resolve})
      * @param topics the topics to subscribe to
      * @param dataSource where the batches' connections come from
      * @param settings batch bounds, retries, poison policy, pool size
@@ -60,6 +64,7 @@ public final class ConsumerLoop implements AutoCloseable {
             throw new IllegalArgumentException("the Kafka configuration needs a group.id: the marks are kept per group");
         }
         GroupProtocol.of(config);
+        OAuthLogin.check(config);
         this.kafkaConfig = config;
         this.topics = List.copyOf(topics);
         this.settings = settings;

@@ -2,6 +2,7 @@ package io.walrelay.example;
 
 import io.walrelay.consumer.ConsumerLoop;
 import io.walrelay.consumer.Delivery;
+import io.walrelay.consumer.KafkaSecrets;
 import io.walrelay.consumer.Migration;
 import io.walrelay.consumer.OnPoison;
 import io.walrelay.consumer.Settings;
@@ -27,12 +28,33 @@ import org.postgresql.ds.PGSimpleDataSource;
  * java -cp target/classes:$(cat target/classpath.txt) io.walrelay.example.ApplyEvents \
  *     --bootstrap kafka:9092 --jdbc-url 'jdbc:postgresql://db/app?user=app' --group billing --topic orders \
  *     [--instance-id ID] [--commit-interval-ms 1000] [--pool-size 4] [--max-batch-records 1000] \
- *     [--max-batch-bytes 4194304] [--handler-timeout-ms N] [--on-poison stop|park] [--kafka-property k=v ...]
+ *     [--max-batch-bytes 4194304] [--handler-timeout-ms N] [--on-poison stop|park] [--kafka k=v ...]
  * </pre>
  *
  * <p>The settings' flags take the Rust example's names ({@code apply_events});
  * left out, each keeps the library's default ({@link Settings#DEFAULT}: no
  * handler timeout, stop on a poison record).
+ *
+ * <p>{@code --kafka k=v} (repeatable; {@code --kafka-property} is the same
+ * flag) adds any kafka-clients property: TLS, SASL, an OAuth login. The value
+ * of a secret property ({@code sasl.jaas.config}, passwords,
+ * {@code sasl.oauthbearer.client.credentials.client.secret}: see
+ * {@link KafkaSecrets}) may be {@code env:NAME} or {@code file:/path}, so that
+ * it never appears on the command line. An OAuth (OIDC client credentials)
+ * login also needs the token endpoint allowed by a JVM system property, given
+ * before the class name:
+ *
+ * <pre>
+ * KAFKA_CLIENT_SECRET=... java -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=https://idp.example.com/oauth2/token \
+ *     -cp target/classes:$(cat target/classpath.txt) io.walrelay.example.ApplyEvents ... \
+ *     --kafka security.protocol=SASL_SSL --kafka sasl.mechanism=OAUTHBEARER \
+ *     --kafka sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler \
+ *     --kafka sasl.oauthbearer.token.endpoint.url=https://idp.example.com/oauth2/token \
+ *     --kafka 'sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required ;' \
+ *     --kafka sasl.oauthbearer.client.credentials.client.id=billing \
+ *     --kafka sasl.oauthbearer.client.credentials.client.secret=env:KAFKA_CLIENT_SECRET \
+ *     --kafka sasl.oauthbearer.scope=kafka
+ * </pre>
  *
  * <p>SIGTERM stops it cleanly (the batches in flight finish, offsets are
  * committed, the group is left) and it prints its counters. It prints
@@ -73,28 +95,48 @@ public final class ApplyEvents {
         };
     }
 
+    static final String USAGE = "usage: ApplyEvents --bootstrap HOST:PORT --jdbc-url URL --group G --topic T "
+            + "[--topic T ...] [--instance-id ID] [--commit-interval-ms N] [--pool-size N] "
+            + "[--max-batch-records N] [--max-batch-bytes N] [--handler-timeout-ms N] [--on-poison stop|park] "
+            + "[--kafka k=v ...] (a secret property's value may be env:NAME or file:/path)";
+
+    /**
+     * One {@code --kafka k=v} into {@code kafka} (a later one wins); an
+     * argument without {@code =} is shown in the error only if it does not
+     * look like a secret.
+     */
+    static void putKafkaProperty(Map<String, Object> kafka, String pair) {
+        int eq = pair.indexOf('=');
+        if (eq <= 0 || pair.substring(0, eq).isBlank()) {
+            String shown = KafkaSecrets.isSecret(pair) ? "(not shown: it may hold a secret)" : "'" + pair + "'";
+            throw new IllegalArgumentException("--kafka takes k=v (a kafka-clients property), not " + shown);
+        }
+        kafka.put(pair.substring(0, eq).trim(), pair.substring(eq + 1));
+    }
+
     public static void main(String[] args) throws Exception {
         Map<String, String> opts = new HashMap<>();
         Map<String, Object> kafka = new HashMap<>();
         List<String> topics = new ArrayList<>();
-        for (int i = 0; i + 1 < args.length; i += 2) {
-            String name = args[i];
-            String value = args[i + 1];
-            switch (name) {
-                case "--topic" -> topics.add(value);
-                case "--kafka-property" -> {
-                    int eq = value.indexOf('=');
-                    kafka.put(value.substring(0, eq), value.substring(eq + 1));
+        try {
+            for (int i = 0; i + 1 < args.length; i += 2) {
+                String name = args[i];
+                String value = args[i + 1];
+                switch (name) {
+                    case "--topic" -> topics.add(value);
+                    case "--kafka", "--kafka-property" -> putKafkaProperty(kafka, value);
+                    default -> opts.put(name, value);
                 }
-                default -> opts.put(name, value);
             }
+            // env: and file: references of secret properties, read now.
+            kafka = KafkaSecrets.resolve(kafka);
+        } catch (IllegalArgumentException e) {
+            System.err.println("ApplyEvents: " + e.getMessage());
+            System.exit(2);
         }
         if (args.length % 2 != 0 || topics.isEmpty() || !opts.keySet().containsAll(
                 List.of("--bootstrap", "--jdbc-url", "--group"))) {
-            System.err.println("usage: ApplyEvents --bootstrap HOST:PORT --jdbc-url URL --group G --topic T "
-                    + "[--topic T ...] [--instance-id ID] [--commit-interval-ms N] [--pool-size N] "
-                    + "[--max-batch-records N] [--max-batch-bytes N] [--handler-timeout-ms N] [--on-poison stop|park] "
-                    + "[--kafka-property k=v ...]");
+            System.err.println(USAGE);
             System.exit(2);
         }
         PGSimpleDataSource ds = new PGSimpleDataSource();

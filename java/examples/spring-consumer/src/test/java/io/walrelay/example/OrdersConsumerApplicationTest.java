@@ -22,6 +22,7 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.SpringApplication;
 import org.springframework.boot.WebApplicationType;
@@ -34,6 +35,7 @@ import org.springframework.context.ConfigurableApplicationContext;
  * crash) exactly once, stops cleanly with its context, and a second start
  * picks up the new records from its marks without applying any again.
  */
+@Tag("integration")
 class OrdersConsumerApplicationTest {
     private static final String TOPIC = "orders";
     private static final int PARTITIONS = 2;

@@ -22,6 +22,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.postgresql.ds.PGSimpleDataSource;
 import org.springframework.jdbc.core.JdbcTemplate;
@@ -38,6 +39,7 @@ import org.springframework.transaction.support.TransactionTemplate;
  * commit together, and roll back together when the handler throws or marks
  * the transaction rollback-only.
  */
+@Tag("integration")
 class SpringTransactionScopeTest {
     private static final String SOURCE = "test/db/slot";
     private static final Position POSITION = new Position("spring", "orders", 0);

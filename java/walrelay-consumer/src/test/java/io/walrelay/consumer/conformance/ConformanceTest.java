@@ -16,6 +16,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
 
@@ -28,6 +29,7 @@ import org.junit.jupiter.api.TestFactory;
  * own database, topic and group. Unknown actions and fields are refused, so a scenario added there
  * fails here until it is implemented (conformance/README.md).
  */
+@Tag("integration")
 class ConformanceTest {
     static final JsonNode FILE = read();
     static TestPostgres postgres;
