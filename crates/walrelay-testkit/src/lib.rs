@@ -26,6 +26,8 @@
 //!   broker-controller nodes) from the jars `scripts/install-kafka.sh`
 //!   installs under `target/tools` (`$WALRELAY_KAFKA_HOME` overrides it);
 //!   [`SharedKafka`] shares single nodes between the tests of a binary.
+//! * [`oauth::TokenIssuer`] is a test OAuth server (client credentials,
+//!   RS256 JWTs, a JWKS).
 //! * [`TestBroker::start`] gives a test the broker `$WALRELAY_BROKER`
 //!   names (`tansu`, the default, or `kafka`), behind one API.
 //! * [`DebeziumWorker::start`] runs Debezium's PostgreSQL connector on a
@@ -54,6 +56,7 @@ pub mod db;
 pub mod debezium;
 mod java;
 pub mod kafka;
+pub mod oauth;
 pub mod procstat;
 mod python;
 mod tls;
