@@ -386,3 +386,136 @@ async fn with_max_reauth_a_session_ends_when_its_token_expires() -> anyhow::Resu
     })?;
     Ok(())
 }
+
+/// A Java producer of one record (`java File.java`, kafka-clients from
+/// the Kafka install): the properties file and topic as arguments.
+const JAVA_PRODUCER: &str = r#"
+import java.io.FileReader;
+import java.util.Properties;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+
+public class OAuthProduce {
+    public static void main(String[] args) throws Exception {
+        Properties props = new Properties();
+        try (FileReader r = new FileReader(args[0])) { props.load(r); }
+        String ser = "org.apache.kafka.common.serialization.StringSerializer";
+        props.put("key.serializer", ser);
+        props.put("value.serializer", ser);
+        props.put("max.block.ms", "20000");
+        props.put("delivery.timeout.ms", "20000");
+        props.put("request.timeout.ms", "10000");
+        try (KafkaProducer<String, String> p = new KafkaProducer<>(props)) {
+            p.send(new ProducerRecord<>(args[1], "java", "v")).get();
+        }
+    }
+}
+"#;
+
+/// A confluent-kafka producer of one record, with librdkafka's own OIDC
+/// login: the properties (JSON) and topic as arguments.
+const PYTHON_PRODUCER: &str = r#"
+import json, sys
+from confluent_kafka import Producer
+props = dict(json.load(open(sys.argv[1])))
+errors = []
+props["error_cb"] = lambda e: errors.append(str(e))
+p = Producer(props)
+p.produce(sys.argv[2], key=b"python", value=b"v",
+          on_delivery=lambda e, m: e and errors.append(str(e)))
+left = p.flush(20)
+if left or errors:
+    sys.exit(f"not delivered: {errors}")
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_and_librdkafka_oidc_clients_log_in_with_the_helpers_properties() -> anyhow::Result<()>
+{
+    let _turn = TURN.lock().await;
+    let fx = tokio::task::block_in_place(fixture);
+    let topic = "oauth-clients";
+    fx.kafka.create_topic(topic, 1)?;
+    let writer = fx.client(WRITER, WRITER_SECRET)?;
+    fx.kafka.grant(
+        &writer.client.principal(),
+        &AclResource::topic(topic),
+        &[AclOperation::Write],
+    )?;
+    let dir = fx.kafka.nodes()[0].dir().to_owned();
+    let mut expected = Vec::new();
+
+    let before = fx.issuer.tokens_issued_to(WRITER);
+    let props_path = dir.join("java-client.properties");
+    let text: String = writer
+        .java()
+        .iter()
+        .map(|(k, v)| format!("{k}={}\n", v.replace('\\', "\\\\")))
+        .collect();
+    std::fs::write(&props_path, text)?;
+    let source = dir.join("OAuthProduce.java");
+    std::fs::write(&source, JAVA_PRODUCER)?;
+    let home = walrelay_testkit::KafkaHome::find()?;
+    let began = Instant::now();
+    let out = tokio::process::Command::new("java")
+        .arg(writer.java_jvm_flag())
+        .arg("-cp")
+        .arg(home.dir().join("libs/*"))
+        .arg(&source)
+        .arg(&props_path)
+        .arg(topic)
+        .output()
+        .await?;
+    assert!(
+        out.status.success(),
+        "java: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("Java producer done in {:?}", began.elapsed());
+    assert!(fx.issuer.tokens_issued_to(WRITER) > before);
+    expected.push("java");
+
+    if let Some(python) = walrelay_testkit::python_interpreter()? {
+        let before = fx.issuer.tokens_issued_to(WRITER);
+        let props_path = dir.join("python-client.json");
+        let props: serde_json::Map<String, serde_json::Value> = writer
+            .librdkafka_oidc()
+            .into_iter()
+            .map(|(k, v)| (k, v.into()))
+            .collect();
+        std::fs::write(&props_path, serde_json::to_string(&props)?)?;
+        let began = Instant::now();
+        let out = tokio::process::Command::new(python)
+            .arg("-c")
+            .arg(PYTHON_PRODUCER)
+            .arg(&props_path)
+            .arg(topic)
+            .output()
+            .await?;
+        assert!(
+            out.status.success(),
+            "python: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("librdkafka OIDC producer done in {:?}", began.elapsed());
+        assert!(fx.issuer.tokens_issued_to(WRITER) > before);
+        expected.push("python");
+    }
+
+    let records = walrelay_testkit::read_topics(
+        &fx.kafka.bootstrap_servers(),
+        &[topic],
+        expected.len(),
+        TIMEOUT,
+    )
+    .await?;
+    let mut keys: Vec<String> = records
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, expected);
+    fx.kafka.delete_topics(&[topic])?;
+    Ok(())
+}
