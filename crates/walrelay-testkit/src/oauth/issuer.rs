@@ -75,6 +75,13 @@ struct State {
     jwks_fetches: u64,
 }
 
+impl State {
+    /// The JWKS document: the published key only.
+    fn jwks(&self) -> serde_json::Value {
+        serde_json::json!({"keys": [self.keys[self.current].jwk()]})
+    }
+}
+
 struct Shared {
     state: Mutex<State>,
     /// Signalled whenever the counters change.
@@ -300,8 +307,7 @@ impl TokenIssuer {
 
     /// The JWKS document `/jwks` serves now.
     pub fn jwks(&self) -> serde_json::Value {
-        let state = self.shared.lock();
-        serde_json::json!({"keys": [state.keys[state.current].jwk()]})
+        self.shared.lock().jwks()
     }
 }
 
@@ -358,7 +364,7 @@ fn respond(request: &Request, shared: &Shared) -> Response {
         "/jwks" if request.method == "GET" => {
             let mut state = shared.lock();
             state.jwks_fetches += 1;
-            let jwks = serde_json::json!({"keys": [state.keys[state.current].jwk()]});
+            let jwks = state.jwks();
             drop(state);
             shared.changed.notify_all();
             Response::json(200, jwks)
@@ -402,4 +408,98 @@ fn token(request: &Request, shared: &Shared) -> Response {
     drop(state);
     shared.changed.notify_all();
     answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oauth::{decode_unverified, OAuthClient};
+    use std::io::{Read, Write};
+
+    fn raw(issuer: &TokenIssuer, request: &str) -> String {
+        let mut s = TcpStream::connect(issuer.addr).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn tokens_are_issued_counted_and_published_keys_rotate() {
+        let issuer = TokenIssuer::start(IssuerOptions {
+            token_lifetime: Duration::from_secs(15),
+            ..IssuerOptions::default()
+        })
+        .unwrap();
+        issuer.register_client("relay", "s3cret");
+        assert!(!format!("{issuer:?}").contains("s3cret"));
+        let client = OAuthClient::new(&issuer.token_url(), "relay", "s3cret").with_scope("kafka");
+        let token = client.fetch_token().unwrap();
+        assert_eq!(token.expires_in, 15);
+        let (header, claims) = decode_unverified(&token.access_token).unwrap();
+        assert_eq!(header["kid"], issuer.current_kid().as_str());
+        assert_eq!(claims["sub"], "relay");
+        assert_eq!(claims["iss"], issuer.base_url().as_str());
+        assert_eq!(claims["aud"], DEFAULT_AUDIENCE);
+        assert_eq!(claims["scope"], "kafka");
+        // Form-field credentials work too.
+        let body = "grant_type=client_credentials&client_id=relay&client_secret=s3cret";
+        let answer = raw(
+            &issuer,
+            &format!(
+                "POST /token HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        );
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert_eq!(issuer.tokens_issued_to("relay"), 2);
+        issuer
+            .await_tokens_issued_to("relay", 2, Duration::from_secs(1))
+            .unwrap();
+        assert!(issuer
+            .await_tokens_issued_to("relay", 3, Duration::from_millis(20))
+            .is_err());
+
+        let wrong = OAuthClient::new(&issuer.token_url(), "relay", "nope");
+        let err = format!("{:#}", wrong.fetch_token().unwrap_err());
+        assert!(
+            err.contains("401") && err.contains("invalid_client"),
+            "{err}"
+        );
+        assert_eq!((issuer.tokens_issued(), issuer.requests_refused()), (2, 1));
+
+        let jwks = raw(&issuer, "GET /jwks HTTP/1.1\r\n\r\n");
+        let first = issuer.current_kid();
+        assert!(jwks.contains(&format!("\"kid\":\"{first}\"")), "{jwks}");
+        assert_eq!(issuer.jwks_fetches(), 1);
+        assert!(issuer
+            .sign(&issuer.claims("x"), KeyChoice::Retired)
+            .is_err());
+        let second = issuer.rotate_key().unwrap();
+        assert_ne!(first, second);
+        let keys = issuer.jwks()["keys"].as_array().unwrap().clone();
+        assert_eq!(keys.len(), 1, "the old key is retired at once");
+        assert_eq!(keys[0]["kid"], second.as_str());
+        let retired = issuer
+            .sign(&issuer.claims("x"), KeyChoice::Retired)
+            .unwrap();
+        assert_eq!(
+            decode_unverified(&retired).unwrap().0["kid"],
+            first.as_str()
+        );
+        let unpublished = issuer
+            .sign(&issuer.claims("x"), KeyChoice::Unpublished)
+            .unwrap();
+        let kid = decode_unverified(&unpublished).unwrap().0["kid"].clone();
+        assert!(kid != first.as_str() && kid != second.as_str());
+        issuer.rotate_key().unwrap();
+        issuer.rotate_key().unwrap();
+        assert!(issuer.rotate_key().is_err(), "four test keys");
+        assert!(issuer
+            .sign(&issuer.claims("x"), KeyChoice::Unpublished)
+            .is_err());
+
+        assert!(raw(&issuer, "GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+        assert!(raw(&issuer, "GET /token HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+    }
 }
