@@ -42,7 +42,7 @@ pub(crate) fn authorize(
         }
         None => return Err(error(400, "invalid_request", "no grant_type")),
     }
-    let (id, secret) = match request.header("authorization") {
+    let candidates = match request.header("authorization") {
         Some(header) => basic_credentials(header).ok_or_else(|| {
             error(
                 401,
@@ -51,7 +51,7 @@ pub(crate) fn authorize(
             )
         })?,
         None => match (field("client_id"), field("client_secret")) {
-            (Some(id), Some(secret)) => (id, secret),
+            (Some(id), Some(secret)) => vec![(id, secret)],
             _ => {
                 return Err(error(
                     401,
@@ -61,30 +61,38 @@ pub(crate) fn authorize(
             }
         },
     };
-    match clients.get(&id) {
-        Some(known) if *known == secret => Ok(Grant {
-            client_id: id,
+    let known = |(id, secret): &(String, String)| clients.get(id) == Some(secret);
+    match candidates.iter().find(|c| known(c)) {
+        Some((id, _)) => Ok(Grant {
+            client_id: id.clone(),
             scope: field("scope").filter(|s| !s.is_empty()),
         }),
         // The same answer for both, as a real server gives.
-        _ => Err(error(
+        None => Err(error(
             401,
             "invalid_client",
-            &format!("client {id:?} is unknown or its secret is wrong"),
+            &format!(
+                "client {:?} is unknown or its secret is wrong",
+                candidates[0].0
+            ),
         )),
     }
 }
 
-/// `Basic base64(id:secret)`, each part form-encoded (RFC 6749 section
-/// 2.3.1; Java's client encodes them, librdkafka sends them as they are).
-fn basic_credentials(header: &str) -> Option<(String, String)> {
+/// `Basic base64(id:secret)`: as sent, and with each part form-decoded.
+/// RFC 6749 section 2.3.1 has them form-encoded (Java's client does);
+/// librdkafka sends them as they are, so a `+` or `%` may be either.
+fn basic_credentials(header: &str) -> Option<Vec<(String, String)>> {
     let (scheme, value) = header.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
     }
     let decoded = String::from_utf8(STANDARD.decode(value.trim()).ok()?).ok()?;
     let (id, secret) = decoded.split_once(':')?;
-    Some((form_decode(id), form_decode(secret)))
+    Some(vec![
+        (id.to_owned(), secret.to_owned()),
+        (form_decode(id), form_decode(secret)),
+    ])
 }
 
 /// An OAuth 2 error answer.
@@ -100,7 +108,10 @@ mod tests {
     use super::*;
 
     fn clients() -> HashMap<String, String> {
-        HashMap::from([("relay".to_owned(), "s3cret".to_owned())])
+        HashMap::from([
+            ("relay".to_owned(), "s3cret".to_owned()),
+            ("odd".to_owned(), "a+b%2".to_owned()),
+        ])
     }
 
     fn post(body: &str, auth: Option<&str>) -> Request {
@@ -139,13 +150,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!((grant.client_id.as_str(), grant.scope), ("relay", None));
-        // Java's client form-encodes the Basic parts.
+        // Java's client form-encodes the Basic parts, librdkafka does not.
         let encoded = basic("relay", "s3cre%74");
         assert!(authorize(
             &post("grant_type=client_credentials", Some(&encoded)),
             &clients()
         )
         .is_ok());
+        for secret in ["a+b%2", "a%2Bb%252"] {
+            let grant = authorize(
+                &post("grant_type=client_credentials", Some(&basic("odd", secret))),
+                &clients(),
+            );
+            assert_eq!(grant.unwrap().client_id, "odd", "{secret}");
+        }
     }
 
     #[test]
