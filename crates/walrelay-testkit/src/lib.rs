@@ -26,6 +26,9 @@
 //!   broker-controller nodes) from the jars `scripts/install-kafka.sh`
 //!   installs under `target/tools` (`$WALRELAY_KAFKA_HOME` overrides it);
 //!   [`SharedKafka`] shares single nodes between the tests of a binary.
+//! * [`oauth::TokenIssuer`] is a test OAuth server whose RS256 tokens a
+//!   node's OAUTHBEARER listener validates ([`KafkaSecurity::oauth`]);
+//!   [`oauth::OAuthClientConfig`] holds its clients' properties.
 //! * [`TestBroker::start`] gives a test the broker `$WALRELAY_BROKER`
 //!   names (`tansu`, the default, or `kafka`), behind one API.
 //! * [`DebeziumWorker::start`] runs Debezium's PostgreSQL connector on a
@@ -54,6 +57,7 @@ pub mod db;
 pub mod debezium;
 mod java;
 pub mod kafka;
+pub mod oauth;
 pub mod procstat;
 mod python;
 mod tls;
@@ -68,8 +72,8 @@ pub use bin::{PgBin, DEBIAN_PG15_BIN, PG_BIN_ENV};
 pub use broker::kafka::{KAFKA_HOME_ENV, KAFKA_VERSION};
 pub use broker::{
     AclOperation, AclResource, BrokerKind, Jvm, KafkaCluster, KafkaHome, KafkaOptions,
-    KafkaSecurity, ScramUser, SharedKafka, TansuBroker, TestBroker, BROKER_ENV, KEEP_BROKER_ENV,
-    TANSU_BIN_ENV,
+    KafkaSecurity, ListenerAuth, OAuthValidation, ScramUser, SharedKafka, TansuBroker, TestBroker,
+    BROKER_ENV, KEEP_BROKER_ENV, TANSU_BIN_ENV,
 };
 pub use cluster::{
     Auth, ClusterOptions, PasswordMethod, PgCluster, HOST, KEEP_CLUSTER_ENV, SUPERUSER,

@@ -19,7 +19,7 @@ pub(crate) mod util;
 
 pub use kafka::{
     AclOperation, AclResource, Jvm, KafkaCluster, KafkaHome, KafkaNode, KafkaOptions,
-    KafkaSecurity, ScramUser, SharedKafka,
+    KafkaSecurity, ListenerAuth, OAuthValidation, ScramUser, SharedKafka,
 };
 pub use tansu::{TansuBroker, TANSU_BIN_ENV};
 pub use util::KEEP_BROKER_ENV;

@@ -111,6 +111,7 @@ pub(crate) fn server_properties(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broker::kafka::ListenerAuth;
 
     #[test]
     fn a_single_node_lowers_the_internal_topics_replication() {
@@ -170,7 +171,7 @@ mod tests {
             ca_pem: String::new(),
             cert_pem: "C".into(),
             key_pem: "K".into(),
-            users: Vec::new(),
+            auth: ListenerAuth::Scram(Vec::new()),
             super_users: Vec::new(),
         };
         let text = server_properties(1, &ports, Path::new("/d"), None, Some(&security));

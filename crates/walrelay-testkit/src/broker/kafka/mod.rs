@@ -9,7 +9,8 @@
 //! defaults except what a small cluster needs ([`config`]). One node is
 //! what the suites use today; [`KafkaOptions::nodes`] is there for a
 //! three-node cluster. [`KafkaOptions::security`] adds a SASL_SSL listener
-//! with SCRAM users and the standard authorizer ([`security`]), and
+//! with SCRAM users or OAUTHBEARER ([`oauth`]) and the standard authorizer
+//! ([`security`]), and
 //! [`KafkaCluster::grant`] / [`KafkaCluster::revoke`] the ACLs ([`acl`]).
 //!
 //! Unlike Tansu: the high watermark is the offset after the last record,
@@ -35,12 +36,14 @@ mod config;
 mod faults;
 mod home;
 mod node;
+mod oauth;
 mod options;
 mod security;
 mod shared;
 
 pub use acl::{AclOperation, AclResource};
-pub use security::{KafkaSecurity, ScramUser, SCRAM_MECHANISM};
+pub use oauth::{OAuthValidation, ALLOWED_URLS_PROPERTY, OAUTH_MECHANISM};
+pub use security::{KafkaSecurity, ListenerAuth, ScramUser, SCRAM_MECHANISM};
 
 pub use config::NodePorts;
 pub use home::{KafkaHome, KAFKA_HOME_ENV, KAFKA_VERSION};

@@ -80,6 +80,8 @@ pub struct KafkaNode {
     dir: PathBuf,
     process: Option<WatchedChild>,
     jvm: Jvm,
+    /// JVM options `security` needs (the OAuth URL allow list).
+    security_jvm: Vec<String>,
 }
 
 impl KafkaNode {
@@ -107,6 +109,7 @@ impl KafkaNode {
             dir,
             process: None,
             jvm,
+            security_jvm: security.map(KafkaSecurity::jvm_options).unwrap_or_default(),
         })
     }
 
@@ -195,7 +198,8 @@ impl KafkaNode {
             .append(true)
             .open(self.log_path())
             .with_context(|| format!("opening {}", self.log_path().display()))?;
-        let jvm = self.jvm.options();
+        let mut jvm = self.jvm.options();
+        jvm.extend(self.security_jvm.iter().cloned());
         let jvm: Vec<&str> = jvm.iter().map(String::as_str).collect();
         let mut cmd = home.java_with(&jvm)?;
         cmd.arg("kafka.Kafka")
