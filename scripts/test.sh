@@ -110,8 +110,8 @@ cargo test --workspace --all-targets --locked --no-run
 # target of the workspace runs in `cargo test`: the list is read from
 # cargo's metadata, so a new suite runs without being named here.
 kafka_suites=(relay_e2e bad_input fence verify_cli exactly_once conformance short
-    three_brokers kafka_security fence_secured debezium debezium_cutover ops_kit restore
-    late_append)
+    three_brokers kafka_security fence_secured relay_oauth debezium debezium_cutover ops_kit
+    restore late_append)
 # And the one that needs PostgreSQL 17 (failover slots), in its own stage.
 pg17_suites=(pg_failover_chaos)
 targets="$(cargo metadata --no-deps --format-version 1 --locked |
@@ -192,7 +192,7 @@ lane_kafka() {
     stage mypy "mypy --strict (the package ships py.typed)"
     "${python_bin}" -m mypy --strict --cache-dir target/tools/mypy-cache python/src/walrelay_consumer python/examples
 
-    stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite under both consumer group protocols, restores (a base backup, a volume snapshot with the topic's records kept or expired with DeleteRecords, the source record deleted), a stalled produce request appended after the next session's tail read (duplicates counted, none lost), short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust, the Python and the Java consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
+    stage "Apache Kafka" "Apache Kafka (${kafka_home##*/}, one KRaft node leased per test, shared by a test binary's tests): relay end to end, bad input, tail fence, walrelay verify, exactly once under kill -9 (the Rust and the Java example consumer), the Rust consumer's conformance suite under both consumer group protocols, restores (a base backup, a volume snapshot with the topic's records kept or expired with DeleteRecords, the source record deleted), a stalled produce request appended after the next session's tail read (duplicates counted, none lost), short chaos run (one node, then three: leader, controller and coordinator kills, a rolling restart, a reassignment, the relay killed in a leader election, with the Rust, the Python and the Java consumer), security (SASL_SSL, least-privilege ACLs: the relay, verify, /readyz, the Rust and the Python consumer), the tail fence on three SASL_SSL nodes, OAuth (OAUTHBEARER validated by Kafka against a token endpoint the test serves, 15 s tokens: the relay killed under load, a wrong secret, an untrusted signing key, the Rust, Python and Java consumers, the Rust conformance suite), Debezium smoke run (its connector and Outbox Event Router on a Kafka Connect worker), the cut-over from it to walrelay, and the operations kit on a real Prometheus (the rules loaded, every dashboard query with data)"
     # kafka_security, three_brokers (a short chaos run on three nodes) and
     # ops_kit (Prometheus scraping the relay and both example consumers) run
     # the Python consumer with the virtualenv above (they fail, not skip,
@@ -200,6 +200,11 @@ lane_kafka() {
     WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PYTHON="${python_bin}" \
         WALRELAY_GROUP_PROTOCOL=classic,consumer \
         cargo test --workspace --locked "${kafka_tests[@]}" -- "${threads}"
+    # The Rust consumer's conformance suite once more, its consumers
+    # logging in with OAUTHBEARER (tests/conformance/login.rs).
+    WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_CONFORMANCE_LOGIN=oauth \
+        WALRELAY_GROUP_PROTOCOL=classic \
+        cargo test --workspace --locked --test conformance -- "${threads}"
 
     stage "PostgreSQL 17 failover" "PostgreSQL 17 and Apache Kafka: the primary killed under load, the standby promoted, the same relay on the new primary (and the old primary back as a split brain, refused); the short chaos run with three failovers among the one-broker faults, with the Rust, the Python and the Java consumer"
     WALRELAY_BROKER=kafka WALRELAY_KAFKA_HOME="${kafka_home}" WALRELAY_PG_BIN="${pg17_bin}" \

@@ -9,6 +9,7 @@
 //! runners implement exactly those, and refuse anything else.
 
 mod handler;
+mod login;
 mod scenario;
 #[path = "../support/mod.rs"]
 mod support;
@@ -17,7 +18,7 @@ mod world;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, ensure};
+use anyhow::{bail, ensure, Context};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_postgres::Transaction;
@@ -30,6 +31,12 @@ use world::run;
 /// Set in the environment of a consumer process this suite starts (and
 /// kills): the test `conformance_child` then runs the consumer.
 const CHILD_ENV: &str = "WALRELAY_CONFORMANCE_CHILD";
+/// The consumer process's login properties (`NAME=VALUE` lines).
+const CHILD_LOGIN_ENV: &str = "WALRELAY_CONFORMANCE_CHILD_LOGIN";
+/// `oauth`: the consumers log in to the broker with OAUTHBEARER (OIDC
+/// client credentials from a token endpoint the suite serves, tokens of
+/// 15 s that the broker makes them renew), on Apache Kafka only.
+const LOGIN_ENV: &str = "WALRELAY_CONFORMANCE_LOGIN";
 const AWAIT: Duration = Duration::from_secs(60);
 
 const CREATE_EFFECTS: &str = "CREATE TABLE effects (
@@ -53,10 +60,18 @@ async fn every_scenario_of_the_shared_file() -> anyhow::Result<()> {
     let cluster = tokio::task::spawn_blocking(|| {
         PgCluster::start(ClusterOptions::default().conf("max_connections", "200"))
     });
-    let broker = tokio::task::spawn_blocking(TestBroker::start);
+    let (broker, login) = match std::env::var(LOGIN_ENV).as_deref() {
+        Ok("oauth") => {
+            let (broker, login) = tokio::task::spawn_blocking(login::oauth_broker).await??;
+            (broker, Some(login))
+        }
+        Ok("") | Err(_) => (tokio::task::spawn_blocking(TestBroker::start).await??, None),
+        Ok(other) => bail!("{LOGIN_ENV}={other:?}: only oauth is known"),
+    };
     let shared = Arc::new(Shared {
         cluster: cluster.await??,
-        broker: broker.await??,
+        broker,
+        login,
     });
     let broker = match shared.broker.kind() {
         BrokerKind::Kafka => "kafka",
@@ -126,6 +141,12 @@ async fn conformance_child() -> anyhow::Result<()> {
         bail!("{CHILD_ENV} must hold 8 tab-separated fields, not {spec:?}");
     };
     let mut kafka = support::kafka_for(bootstrap, group, support::parse_protocol(protocol)?);
+    for line in std::env::var(CHILD_LOGIN_ENV).unwrap_or_default().lines() {
+        let (k, v) = line
+            .split_once('=')
+            .with_context(|| format!("{CHILD_LOGIN_ENV}: {line:?} is not NAME=VALUE"))?;
+        kafka.set(k, v);
+    }
     if !instance_id.is_empty() {
         // Static membership, with Kafka's default session timeout (under
         // the classic protocol; the consumer protocol's is the broker's):
@@ -155,4 +176,33 @@ async fn conformance_child() -> anyhow::Result<()> {
 struct Shared {
     cluster: PgCluster,
     broker: TestBroker,
+    /// How the consumers log in, when not on the broker's plain listener.
+    login: Option<login::ConsumerLogin>,
+}
+
+impl Shared {
+    /// A consumer's Kafka settings in `group`: on the login's listener
+    /// with its properties, or on the plain one.
+    fn consumer_kafka(&self, group: &str, protocol: GroupProtocol) -> rdkafka::ClientConfig {
+        let mut kafka = support::kafka_for(&self.consumer_bootstrap(), group, protocol);
+        for (k, v) in self.login.iter().flat_map(|l| &l.properties) {
+            kafka.set(k, v);
+        }
+        kafka
+    }
+
+    fn consumer_bootstrap(&self) -> String {
+        self.login
+            .as_ref()
+            .map_or_else(|| self.broker.bootstrap_servers(), |l| l.bootstrap.clone())
+    }
+
+    /// The login properties as `NAME=VALUE` lines, for a consumer process.
+    fn login_lines(&self) -> String {
+        self.login
+            .iter()
+            .flat_map(|l| &l.properties)
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect()
+    }
 }

@@ -460,11 +460,7 @@ impl World<'_> {
             "consumer {name} is already running"
         );
         let consumer = ConsumerLoop::new(
-            support::kafka_for(
-                &self.shared.broker.bootstrap_servers(),
-                &self.group,
-                self.protocol,
-            ),
+            self.shared.consumer_kafka(&self.group, self.protocol),
             &[&self.topic],
             PgHwmStore::new(),
             self.database.clone(),
@@ -509,7 +505,7 @@ impl World<'_> {
             "consumer process {name} is already running"
         );
         let spec = [
-            self.shared.broker.bootstrap_servers().as_str(),
+            self.shared.consumer_bootstrap().as_str(),
             &self.topic,
             &self.dsn,
             &self.group,
@@ -522,6 +518,7 @@ impl World<'_> {
         let child = Command::new(std::env::current_exe()?)
             .args(["conformance_child", "--exact", "--nocapture"])
             .env(CHILD_ENV, spec)
+            .env(crate::CHILD_LOGIN_ENV, self.shared.login_lines())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .kill_on_drop(true)

@@ -165,6 +165,15 @@ impl TestBroker {
         Ok(TestBroker { backend })
     }
 
+    /// A Kafka cluster the caller started (e.g. with an OAuth listener),
+    /// as a test broker: its PLAINTEXT listener is what
+    /// [`TestBroker::bootstrap_servers`] gives.
+    pub fn from_cluster(cluster: KafkaCluster) -> TestBroker {
+        TestBroker {
+            backend: Backend::KafkaOwn(cluster),
+        }
+    }
+
     /// Which broker this is.
     pub fn kind(&self) -> BrokerKind {
         match self.backend {
