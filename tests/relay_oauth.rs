@@ -406,12 +406,13 @@ async fn a_wrong_client_secret_stops_the_relay_with_the_token_endpoints_answer()
     })
     .await;
     let mut relay = relay.into_inner().expect("one user");
+    // Reaped either way: killed if it kept running.
     if exited.is_err() {
-        kill9(&mut relay)?;
+        relay.kill()?;
     }
+    let status = relay.wait()?;
     let text = source.read_log("relay.log");
     exited.with_context(|| format!("the relay kept running:\n{text}"))?;
-    let status = relay.wait()?;
     ensure!(!status.success(), "{status:?}: {text}");
     ensure!(
         text.contains("refused the request (HTTP 401)")
