@@ -15,13 +15,13 @@
 //! every event applied exactly once (Apache Kafka only).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use walrelay::config::Config;
 use walrelay::engine::key::EventKey;
+use walrelay_suite::binary;
 use walrelay_testkit::{
     await_condition, java_classpath, read_until_quiet, BrokerKind, ClusterOptions, PgCluster,
     TestBroker,
@@ -29,25 +29,6 @@ use walrelay_testkit::{
 
 const WAIT: Duration = Duration::from_secs(120);
 const TOPIC: &str = "events";
-
-fn target_dir() -> PathBuf {
-    // target/<profile>/deps/exactly_once-<hash>
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf()
-}
-
-fn binary(relative: &str) -> Result<PathBuf> {
-    let path = target_dir().join(relative);
-    ensure!(
-        path.exists(),
-        "{} is missing: scripts/test.sh builds it (cargo build --workspace --bins --examples)",
-        path.display()
-    );
-    Ok(path)
-}
 
 struct Services {
     cluster: PgCluster,

@@ -28,6 +28,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+use walrelay_suite::binary;
 use walrelay_testkit::oauth::{IssuerOptions, OAuthClient, OAuthClientConfig, TokenIssuer};
 use walrelay_testkit::{
     await_condition, java_classpath, python_interpreter, read_until_quiet, BrokerKind,
@@ -130,25 +131,6 @@ async fn fixture() -> Result<Option<(tokio::sync::MutexGuard<'static, ()>, &'sta
         let _ = FIXTURE.set(fixture);
     }
     Ok(Some((turn, FIXTURE.get().expect("set above"))))
-}
-
-fn target_dir() -> PathBuf {
-    // target/<profile>/deps/relay_oauth-<hash>
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf()
-}
-
-fn binary(relative: &str) -> Result<PathBuf> {
-    let path = target_dir().join(relative);
-    ensure!(
-        path.exists(),
-        "{} is missing: scripts/test.sh builds it (cargo build --workspace --bins --examples)",
-        path.display()
-    );
-    Ok(path)
 }
 
 /// A PostgreSQL cluster with walrelay's slot, publication and schema.

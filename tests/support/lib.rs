@@ -288,3 +288,23 @@ pub fn transactions(events: &[Event]) -> Result<Vec<Vec<Event>>> {
 
 /// Default wait for stream progress in tests; generous for a loaded CI box.
 pub const WAIT: Duration = Duration::from_secs(60);
+
+/// A binary the workspace builds, under `target/<profile>/` (`walrelay`,
+/// `examples/apply_events`): `scripts/test.sh` builds them before it runs
+/// the tests (`cargo build --workspace --bins --examples`).
+pub fn binary(relative: &str) -> Result<std::path::PathBuf> {
+    // target/<profile>/deps/<test>-<hash>
+    let exe = std::env::current_exe().context("the test executable's path")?;
+    let profile = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .context("target/<profile>")?;
+    let path = profile.join(relative);
+    if !path.exists() {
+        bail!(
+            "{} is missing: scripts/test.sh builds it (cargo build --workspace --bins --examples)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
