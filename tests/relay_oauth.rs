@@ -361,6 +361,43 @@ async fn the_relay_killed_under_load_loses_nothing_and_writes_nothing_twice() ->
         "{} events relayed through {kills} kill -9s with {issued} tokens, none lost, none twice",
         expected.len()
     );
+
+    // `walrelay verify` (a reader) and `status --kafka` (the admin client,
+    // the brokers' release) log in the same way.
+    let walrelay = |args: &[&str]| -> Result<std::process::Output> {
+        Ok(Command::new(binary("walrelay")?)
+            .args(["--postgres-url", &source.url()])
+            .args(["--bootstrap-servers", &fixture.secure()])
+            .args(fixture.relay_flags(&token_url)?)
+            .args(["--log", "warn"])
+            .args(args)
+            .env(SECRET_ENV, RELAY_SECRET)
+            .env_remove("WALRELAY_CONFIG")
+            .output()?)
+    };
+    let verify = walrelay(&["verify", "--topic", TOPIC, "--idle-timeout", "2s"])?;
+    let shown = |out: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    ensure!(
+        verify.status.success(),
+        "walrelay verify: {}",
+        shown(&verify)
+    );
+    let status = walrelay(&["status", "--kafka", "--topic", TOPIC, "--json"])?;
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout)
+        .with_context(|| format!("walrelay status --kafka: {}", shown(&status)))?;
+    ensure!(
+        json["kafka"]["strict_min_isr"] == "yes"
+            && json["kafka"]["error"].is_null()
+            && json["kafka"]["topics"][0]["fenced"] == true,
+        "status --kafka over the OAuth login: {json}"
+    );
+    assert_no_secret("verify and status", &(shown(&verify) + &shown(&status)));
     Ok(())
 }
 
