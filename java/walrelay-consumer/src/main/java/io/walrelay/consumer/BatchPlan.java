@@ -43,7 +43,7 @@ public record BatchPlan(List<Integer> apply, int duplicates, List<Gap> gaps, Map
      * sources were first raised).
      */
     public static BatchPlan of(Map<String, String> marks, List<RecordMeta> records) {
-        List<Integer> apply = new ArrayList<>(records.size());
+        Indexes apply = new Indexes(records.size());
         List<Gap> gaps = new ArrayList<>(0);
         Map<String, String> raised = new LinkedHashMap<>(2);
         int duplicates = 0;
@@ -73,7 +73,7 @@ public record BatchPlan(List<Integer> apply, int duplicates, List<Gap> gaps, Map
             if (prev != null && !running.equals(Keys.INITIAL) && prev.compareTo(running) > 0) {
                 gaps.add(new Gap(i, source, running, prev));
             }
-            apply.add(i);
+            apply.append(i);
             if (!dirty) {
                 raised.put(source, key);
             }
