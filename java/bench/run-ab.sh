@@ -19,9 +19,12 @@
 # java/bench/target/classpath.txt).
 #
 # One line per run: mode, partitions, repeat, records/s (from the child's
-# "first" line to its "processed RECORDS" line) and the child's CPU
-# (user+sys from /proc/PID/stat when it reached RECORDS, JVM start and JIT
-# included) in µs per record; then medians and ratios against "limit".
+# "first" line to its "processed RECORDS" line), the child's CPU (user+sys
+# from /proc/PID/stat when it reached RECORDS, JVM start and JIT included)
+# in µs per record, and the part of it spent after the first record; then
+# medians and ratios against "limit". Per run, OUT has the child's stdout
+# with arrival times (.log), its CPU per thread name (.threads) and the
+# database's commits and rows (.db).
 set -euo pipefail
 
 RECORDS=${1:-300000}
@@ -110,8 +113,12 @@ run_one() {
   java ${JAVA_OPTS:-} -cp "$cp" io.walrelay.bench.BenchConsumer "$BOOT" "ab$p" "$url" "g-$db" "$arg" "$p" \
     > "$fifo" 2> "$OUT/$mode-$p-$rep.err" &
   local pid=$!
-  local deadline=$((SECONDS + 300)) cpu=""
+  local deadline=$((SECONDS + 300)) cpu="" cpu_first=""
   while [ $SECONDS -lt $deadline ]; do
+    if [ -z "$cpu_first" ] && grep -q ' first$' "$log" 2>/dev/null; then
+      # The CPU spent before the first record (JVM start, joining the group), within one 20 ms turn.
+      cpu_first=$(awk -v t="$TICK" '{print ($14 + $15) / t}' "/proc/$pid/stat")
+    fi
     if awk -v n="$RECORDS" '$2=="processed" && $3>=n {f=1} END {exit !f}' "$log" 2>/dev/null; then
       cpu=$(awk -v t="$TICK" '{print ($14 + $15) / t}' "/proc/$pid/stat")
       # Where that CPU went, per thread name (numbers folded: C2 CompilerThre#, walrelay-worker-#).
@@ -133,13 +140,18 @@ run_one() {
   kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   wait "$stamper" 2>/dev/null || true
+  # The database's committed transactions (the child's batches, and a few of its own set-up), after the child left.
+  sleep 0.5
+  "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "$db" -Atc \
+    "SELECT 'commits ' || xact_commit || ' rows ' || (SELECT count(*) FROM applied_events) FROM pg_stat_database WHERE datname = current_database()" \
+    > "$OUT/$mode-$p-$rep.db" 2>&1 || true
   if [ -z "$cpu" ]; then
     echo "$mode $p $rep FAILED" ; return
   fi
-  awk -v n="$RECORDS" -v cpu="$cpu" -v m="$mode" -v p="$p" -v r="$rep" '
+  awk -v n="$RECORDS" -v cpu="$cpu" -v c0="${cpu_first:-0}" -v m="$mode" -v p="$p" -v r="$rep" '
     $2=="first" && !f {f=$1}
     $2=="processed" && $3>=n && !d {d=$1}
-    END {printf "%s %d %d %.0f %.2f\n", m, p, r, n/(d-f), cpu*1e6/n}' "$log"
+    END {printf "%s %d %d %.0f %.2f %.2f\n", m, p, r, n/(d-f), cpu*1e6/n, (cpu-c0)*1e6/n}' "$log"
 }
 
 RESULTS="$OUT/results.txt"
