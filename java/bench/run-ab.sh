@@ -156,28 +156,20 @@ run_one() {
 
 RESULTS="$OUT/results.txt"
 : > "$RESULTS"
+# The modes run back to back, in alternating direction from one repeat to
+# the next, so that no mode always runs first (after the fill, or after a
+# given other mode).
+REVERSED=$(echo "$MODES" | tr ' ' '\n' | grep -v '^$' | tac | paste -sd' ')
 for rep in $(seq 1 "$REPEATS"); do
+  order=$MODES
+  [ $((rep % 2)) = 0 ] && order=$REVERSED
   for P in 4 1; do
-    for mode in $MODES; do
+    for mode in $order; do
       run_one "$mode" "$P" "$rep" | tee -a "$RESULTS"
     done
   done
 done
 
-echo "--- medians (records/s, CPU µs/record) and ratios against limit"
-awk '
-  $4 != "FAILED" { k=$1" "$2; rate[k]=rate[k]" "$4; cpu[k]=cpu[k]" "$5; keys[k]=1 }
-  function median(s,   a, n, i, j, t) {
-    n = split(s, a, " ")
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t=a[i]; a[i]=a[j]; a[j]=t }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-  }
-  END {
-    for (k in keys) { mr[k]=median(rate[k]); mc[k]=median(cpu[k]) }
-    for (k in keys) {
-      split(k, kk, " "); l = "limit " kk[2]
-      printf "%-8s %d partitions: %8.0f records/s (%.2fx limit), %6.2f µs CPU/record (%.2fx limit)\n",
-        kk[1], kk[2], mr[k], (l in mr) ? mr[k]/mr[l] : 0, mc[k], (l in mc) ? mc[k]/mc[l] : 0
-    }
-  }' "$RESULTS" | sort -k2,2nr -k1,1 | tee "$OUT/summary.txt"
+echo "--- medians over the repeats (records/s, CPU µs/record), and the median of each repeat's ratio to limit"
+awk -f "$HERE/ab-summary.awk" "$RESULTS" | sort -k2,2nr -k1,1 | tee "$OUT/summary.txt"
 echo "raw lines: $RESULTS"
