@@ -78,7 +78,8 @@ group.initial.rebalance.delay.ms=0
 PROPS
 KJAVA=(java -Xms64m -Xmx1g -XX:+UseSerialGC -Djava.awt.headless=true
   "-Dlog4j2.configurationFile=$KAFKA_HOME/config/log4j2.properties" -cp "$KAFKA_HOME/libs/*")
-"${KJAVA[@]}" kafka.tools.StorageTool format --ignore-formatted -t "$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=' | cut -c1-22)" \
+# "--cluster-id=": a random id may start with "-", which the tool would take for an option.
+"${KJAVA[@]}" kafka.tools.StorageTool format --ignore-formatted "--cluster-id=$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=' | cut -c1-22)" \
   -c "$WORK/server.properties" >/dev/null
 "${KJAVA[@]}" kafka.Kafka "$WORK/server.properties" > "$WORK/kafka.log" 2>&1 &
 KAFKA_PID=$!
