@@ -88,8 +88,17 @@ public final class BatchApplier {
         int parkedIndex = park != null ? records.size() - 1 : -1;
         boolean parkedIsNew = park != null && !plan.apply().isEmpty()
                 && plan.apply().get(plan.apply().size() - 1) == parkedIndex;
-        List<Integer> take = without(plan.apply(), parkedIndex);
-        List<Delivery> fresh = pick(records, take);
+        List<Integer> take;
+        List<Delivery> fresh;
+        if (parkedIndex < 0 && plan.apply().size() == records.size()) {
+            // Every record is new (the plan's indexes are then 0..n-1), as under a backlog: the
+            // handler gets a copy of the batch's list in one array copy, no index picked one by one.
+            take = plan.apply();
+            fresh = new ArrayList<>(records);
+        } else {
+            take = without(plan.apply(), parkedIndex);
+            fresh = pick(records, take);
+        }
         if (!fresh.isEmpty()) {
             runHandler(conn, position, calls, take, fresh);
         }

@@ -38,52 +38,90 @@ public record BatchPlan(List<Integer> apply, int duplicates, List<Gap> gaps, Map
      * Decides every record against {@code marks} (a missing source is at {@link Keys#INITIAL}).
      *
      * <p>A batch is nearly always one source, so the running mark is kept in a
-     * local while the source stays the same and written to {@code raised} when
+     * field while the source stays the same and written to {@code raised} when
      * it changes and at the end (the map's order is still the order in which
      * sources were first raised).
+     *
+     * <p>The loop holds only what every record needs (two comparisons, an
+     * index appended); a change of source, a gap and the map's writes are
+     * methods of {@link Running} called once per run of a source or per gap.
+     * The JIT then compiles a small loop: this method is compiled several
+     * times early in a run (tiered, then on-stack replacement), and with the
+     * maps inlined it was the costliest of walrelay's compilations.
      */
     public static BatchPlan of(Map<String, String> marks, List<RecordMeta> records) {
-        List<Integer> apply = new ArrayList<>(records.size());
-        List<Gap> gaps = new ArrayList<>(0);
-        Map<String, String> raised = new LinkedHashMap<>(2);
-        int duplicates = 0;
-        String current = null;
-        String running = null;
-        boolean dirty = false;
+        Running run = new Running(marks, records.size());
         for (int i = 0; i < records.size(); i++) {
             RecordMeta meta = records.get(i);
             String source = meta.source();
-            if (!source.equals(current)) {
-                if (dirty) {
-                    raised.put(current, running);
-                }
-                current = source;
-                dirty = false;
-                running = raised.get(source);
-                if (running == null) {
-                    running = marks.getOrDefault(source, Keys.INITIAL);
-                }
+            if (source != run.source && !source.equals(run.source)) {
+                run.switchTo(source);
             }
             String key = meta.key();
-            if (key.compareTo(running) <= 0) {
-                duplicates++;
+            if (key.compareTo(run.mark) <= 0) {
+                run.duplicates++;
                 continue;
             }
             String prev = meta.prevKey();
-            if (prev != null && !running.equals(Keys.INITIAL) && prev.compareTo(running) > 0) {
-                gaps.add(new Gap(i, source, running, prev));
+            if (prev != null && prev.compareTo(run.mark) > 0) {
+                run.gapUnlessInitial(i, prev);
             }
-            apply.add(i);
-            if (!dirty) {
-                raised.put(source, key);
+            run.apply.append(i);
+            if (!run.dirty) {
+                run.firstRaise(key);
             }
-            running = key;
+            run.mark = key;
+        }
+        return run.plan();
+    }
+
+    /** The state of {@link #of} while it walks a batch: the current source's running mark and what is decided. */
+    private static final class Running {
+        final Map<String, String> marks;
+        final Indexes apply;
+        final List<Gap> gaps = new ArrayList<>(0);
+        final Map<String, String> raised = new LinkedHashMap<>(2);
+        int duplicates;
+        /** The current source (null before the first record) and its running mark. */
+        String source;
+        String mark;
+        /** The current source's mark rose since it became current: {@code raised} is behind {@code mark}. */
+        boolean dirty;
+
+        Running(Map<String, String> marks, int size) {
+            this.marks = marks;
+            this.apply = new Indexes(size);
+        }
+
+        void switchTo(String next) {
+            if (dirty) {
+                raised.put(source, mark);
+            }
+            source = next;
+            dirty = false;
+            String r = raised.get(next);
+            mark = r != null ? r : marks.getOrDefault(next, Keys.INITIAL);
+        }
+
+        /** A new record whose previous key is above the running mark: a gap, unless the mark is the initial one. */
+        void gapUnlessInitial(int index, String prev) {
+            if (!mark.equals(Keys.INITIAL)) {
+                gaps.add(new Gap(index, source, mark, prev));
+            }
+        }
+
+        /** The first new record of this run of the source: its entry in {@code raised} keeps the first-raised order. */
+        void firstRaise(String key) {
+            raised.put(source, key);
             dirty = true;
         }
-        if (dirty) {
-            raised.put(current, running);
+
+        BatchPlan plan() {
+            if (dirty) {
+                raised.put(source, mark);
+            }
+            return new BatchPlan(apply, duplicates, gaps, raised);
         }
-        return new BatchPlan(apply, duplicates, gaps, raised);
     }
 
     /** Whether nothing in the batch is new. */

@@ -3,6 +3,7 @@ package io.walrelay.consumer;
 import io.walrelay.consumer.loop.BatchLayer;
 import io.walrelay.consumer.loop.Park;
 import io.walrelay.consumer.loop.Queued;
+import io.walrelay.consumer.loop.SourceHint;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -30,10 +31,12 @@ final class LoopSupport implements BatchLayer {
     }
 
     @Override
-    public Queued read(ConsumerRecord<byte[], byte[]> record, String sourceHint) {
+    public Queued read(ConsumerRecord<byte[], byte[]> record, SourceHint sourceHint) {
         HeaderScan scan = HeaderScan.of(record.headers());
         try {
-            return Queued.of(record, RecordMeta.of(scan, sourceHint), null, scan.bytes);
+            RecordMeta meta = RecordMeta.of(scan, sourceHint.text(), sourceHint.bytes());
+            sourceHint.remember(meta.source(), scan.source);
+            return Queued.of(record, meta, null, scan.bytes);
         } catch (MetaException e) {
             return Queued.of(record, null, e, scan.bytes);
         }

@@ -4,6 +4,7 @@ import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import org.apache.kafka.common.header.Header;
 
 /**
@@ -37,6 +38,16 @@ public record RecordMeta(String key, String source, Long lsn, Long commitLsn, St
      * makes by source.
      */
     static RecordMeta of(HeaderScan scan, String sourceHint) throws MetaException {
+        return of(scan, sourceHint, null);
+    }
+
+    /**
+     * {@link #of(HeaderScan, String)} with the hint's header bytes too
+     * ({@code sourceHintBytes}, or null): the header's bytes equal to them
+     * name the same source (one comparison of arrays instead of one per
+     * character of the text).
+     */
+    static RecordMeta of(HeaderScan scan, String sourceHint, byte[] sourceHintBytes) throws MetaException {
         if (scan.error != null) {
             throw scan.error;
         }
@@ -45,10 +56,14 @@ public record RecordMeta(String key, String source, Long lsn, Long commitLsn, St
         boolean hasKey = scan.has(HeaderScan.KEY), hasSource = scan.has(HeaderScan.SOURCE),
                 hasLsn = scan.has(HeaderScan.LSN), hasCommit = scan.has(HeaderScan.COMMIT_LSN),
                 hasPrevKey = scan.has(HeaderScan.PREV_KEY), hasPrev = scan.has(HeaderScan.PREV);
-        String keyText = required(Headers.IDEMPOTENCY_KEY, hasKey ? key : null);
-        String parsedKey = parseKey(Headers.IDEMPOTENCY_KEY, keyText);
-        String sourceText = hasSource && sameAscii(source, sourceHint) ? sourceHint
-                : required(Headers.SOURCE, hasSource ? source : null);
+        // The relay's own form first (KeyBytes); the general path for the rest and for every refusal.
+        String parsedKey = hasKey ? KeyBytes.hex(key) : null;
+        if (parsedKey == null) {
+            parsedKey = parseKey(Headers.IDEMPOTENCY_KEY, required(Headers.IDEMPOTENCY_KEY, hasKey ? key : null));
+        }
+        String sourceText = hasSource && sourceHint != null
+                && (sourceHintBytes != null ? Arrays.equals(source, sourceHintBytes) : sameAscii(source, sourceHint))
+                ? sourceHint : required(Headers.SOURCE, hasSource ? source : null);
         if (sourceText.isEmpty()) {
             throw new MetaException(MetaException.Kind.EMPTY_SOURCE, Headers.SOURCE, "the \"" + Headers.SOURCE
                     + "\" header is empty: walrelay always names the source (cluster/database/slot, or "
@@ -58,7 +73,8 @@ public record RecordMeta(String key, String source, Long lsn, Long commitLsn, St
         if (hasPrevKey && hasPrev) {
             throw MetaException.twoPreviousKeys();
         } else if (hasPrev) {
-            String text = optional(Headers.PREV, prev);
+            previous = prev == null || prev.length == 0 ? null : KeyBytes.compact(prev);
+            String text = previous != null ? null : optional(Headers.PREV, prev);
             if (text != null && !text.isEmpty()) {
                 try {
                     previous = Keys.fromCompact(text);
@@ -67,7 +83,8 @@ public record RecordMeta(String key, String source, Long lsn, Long commitLsn, St
                 }
             }
         } else {
-            String text = optional(Headers.PREV_KEY, hasPrevKey ? prevKey : null);
+            previous = hasPrevKey ? KeyBytes.hex(prevKey) : null;
+            String text = previous != null ? null : optional(Headers.PREV_KEY, hasPrevKey ? prevKey : null);
             if (text != null && !text.isEmpty()) {
                 previous = parseKey(Headers.PREV_KEY, text);
             }

@@ -94,6 +94,43 @@ class RecordMetaTest {
     }
 
     @Test
+    void theHintsBytesDecideWhetherItsTextIsReused() throws Exception {
+        String hint = new String("7312/app/walrelay");
+        byte[] bytes = hint.getBytes(StandardCharsets.UTF_8);
+        RecordMeta same = RecordMeta.of(scan(h("idempotency-key", KEY, "walrelay-source", "7312/app/walrelay")), hint,
+                bytes);
+        assertTrue(same.source() == hint, "the partition's source string is reused");
+        RecordMeta other = RecordMeta.of(scan(h("idempotency-key", KEY, "walrelay-source", "7312/app/walrelaz")), hint,
+                bytes);
+        assertEquals("7312/app/walrelaz", other.source());
+        String accented = "7312/app/réplica";
+        RecordMeta utf8 = RecordMeta.of(scan(h("idempotency-key", KEY, "walrelay-source", accented)), accented,
+                accented.getBytes(StandardCharsets.UTF_8));
+        assertTrue(utf8.source() == accented, "a UTF-8 source is reused too");
+        assertEquals(MetaException.Kind.MISSING_HEADER, assertThrows(MetaException.class,
+                () -> RecordMeta.of(scan(h("idempotency-key", KEY, "walrelay-source", null)), hint, bytes)).kind());
+    }
+
+    @Test
+    void theRelaysFormAndTheOthersGiveTheSameMeta() throws Exception {
+        RecordMeta lean = RecordMeta.fromHeaders(h("idempotency-key", KEY, "walrelay-source", "s",
+                "walrelay-prev", "1531f10/1532000"));
+        RecordMeta other = RecordMeta.fromHeaders(h("idempotency-key", KEY.toUpperCase(), "walrelay-source", "s",
+                "walrelay-prev", "1531F10/1532000"));
+        assertEquals(lean, other);
+        assertEquals(PREV, RecordMeta.fromHeaders(h("idempotency-key", KEY, "walrelay-source", "s",
+                "walrelay-prev-key", PREV.toUpperCase())).prevKey());
+        assertEquals(MetaException.Kind.BAD_KEY, kind(h("idempotency-key", KEY, "walrelay-source", "s",
+                "walrelay-prev", "1531f10/153200g")));
+        assertEquals(MetaException.Kind.BAD_KEY, kind(h("idempotency-key", KEY, "walrelay-source", "s",
+                "walrelay-prev-key", PREV.substring(1))));
+        assertNull(RecordMeta.fromHeaders(h("idempotency-key", KEY, "walrelay-source", "s", "walrelay-prev", null))
+                .prevKey());
+        assertNull(RecordMeta.fromHeaders(h("idempotency-key", KEY, "walrelay-source", "s", "walrelay-prev-key", ""))
+                .prevKey());
+    }
+
+    @Test
     void theScanCountsEveryHeadersBytesAndKeepsTheFirstRefusal() {
         HeaderScan s = scan(h("idempotency-key", KEY, "trace", "abc", "idempotency-key", KEY, "walrelay-source", "s",
                 "x", null));

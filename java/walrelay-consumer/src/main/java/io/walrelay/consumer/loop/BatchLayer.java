@@ -22,8 +22,12 @@ import org.apache.kafka.common.TopicPartition;
  * the loop to live in a package of its own.
  */
 public interface BatchLayer {
-    /** Reads a record's headers once, for its partition's queue; {@code sourceHint}: the previous record's source. */
-    Queued read(ConsumerRecord<byte[], byte[]> record, String sourceHint);
+    /**
+     * Reads a record's headers once, for its partition's queue;
+     * {@code sourceHint}: the partition's previous record's source, which
+     * the read updates.
+     */
+    Queued read(ConsumerRecord<byte[], byte[]> record, SourceHint sourceHint);
 
     /**
      * One batch of one partition in one transaction, with the loop's

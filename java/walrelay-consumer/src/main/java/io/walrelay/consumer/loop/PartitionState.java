@@ -62,7 +62,7 @@ final class PartitionState {
     }
 
     /** The source of the last record queued with a meta: the hint for the next one's ({@link BatchLayer#read}). */
-    String lastSource;
+    final SourceHint lastSource = new SourceHint();
     /** When a poll last brought records of this partition ({@link System#nanoTime()}). */
     long lastArrival;
     /** Its next batch waits to be filled (set by the loop's dispatch): its phase is polling. */
@@ -80,9 +80,6 @@ final class PartitionState {
         queuedBytes += q.bytes;
         queue.addLast(q);
         lastArrival = now;
-        if (q.meta != null) {
-            lastSource = q.meta.source();
-        }
     }
 
     /**
@@ -168,10 +165,19 @@ final class PartitionState {
     /** Whether the mark rows of every source of the first {@code take} records are known to exist. */
     boolean knowsSources(int take) {
         Iterator<Queued> it = queue.iterator();
+        // The records of a partition share one source string (SourceHint): looked up once per run of it.
+        String checked = null;
         for (int i = 0; i < take && it.hasNext(); i++) {
             Queued q = it.next();
-            if (q.meta == null || !known.contains(q.meta.source())) {
+            if (q.meta == null) {
                 return false;
+            }
+            String source = q.meta.source();
+            if (source != checked) {
+                if (!known.contains(source)) {
+                    return false;
+                }
+                checked = source;
             }
         }
         return true;

@@ -59,6 +59,31 @@ class PartitionStateTest {
         assertEquals(new Step.Skip(3), p.nextStep(S, 0));
     }
 
+    /** A record at {@code offset} with key {@code seq} from {@code source} (the string itself kept). */
+    static Queued from(String source, long offset, long seq) {
+        ConsumerRecord<byte[], byte[]> r = new ConsumerRecord<>("t", 0, offset, null, new byte[] {1});
+        return Queued.of(r, new RecordMeta(k(seq), source, null, null, null), null, 0);
+    }
+
+    @Test
+    void theSourcesOfABatchAreKnownOnlyWhenEachIs() {
+        String a = new String("a");
+        String b = new String("b");
+        PartitionState p = new PartitionState(new Position("g", "t", 0));
+        p.push(from(a, 0, 1), 0);
+        p.push(from(a, 1, 2), 0);
+        p.push(from(b, 2, 3), 0);
+        p.push(from(new String("a"), 3, 4), 0);
+        assertFalse(p.knowsSources(1), "no mark row known yet");
+        p.learn(Map.of("a", k(0)));
+        assertTrue(p.knowsSources(2), "one source, looked up once");
+        assertFalse(p.knowsSources(3), "b is not known");
+        p.learn(Map.of("b", k(0)));
+        assertTrue(p.knowsSources(4), "an equal string of another record");
+        p.push(q(4, -1), 0);
+        assertFalse(p.knowsSources(5), "a record without a meta");
+    }
+
     @Test
     void onlyAWholeQueueBelowTheBatchLimitWaitsToBeFilledAndNotForLong() {
         long window = PartitionState.FILL_WINDOW_NANOS;
