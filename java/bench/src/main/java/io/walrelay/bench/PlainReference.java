@@ -128,7 +128,14 @@ final class PlainReference {
                 // SIGTERM: stop below.
             }
             if (!pending.isEmpty()) {
-                consumer.commitSync(pending);
+                try {
+                    consumer.commitSync(pending);
+                } catch (WakeupException e) {
+                    // SIGTERM's wakeup came while this loop was applying, not
+                    // polling: it fires at the next blocking call, this one,
+                    // and is then cleared.
+                    consumer.commitSync(pending);
+                }
             }
         }
     }
