@@ -243,7 +243,10 @@ for name in tansu kafka; do
     if [ "${status}" != 0 ]; then
         failed+=("${name} (exit ${status})")
         echo "==> lane ${name} FAILED (exit ${status}); its failures (whole log: ${lane_logs}/${name}.log, lines [${name}] above):" >&2
-        grep -E -A3 '^(failures:|---- |test .* FAILED|error[:\[])|panicked' "${lane_logs}/${name}.log" | tail -80 >&2 || true
+        # cargo's failures, pytest's (each failure's heading and E lines, the
+        # short summary's FAILED/ERROR lines), Maven's [ERROR] lines.
+        grep -E -A3 '^(failures:|---- |test .* FAILED|error[:\[])|panicked|^(FAILED|ERROR) |^_{3,} .* _{3,}$|^E  |^\[ERROR\]' \
+            "${lane_logs}/${name}.log" | tail -80 >&2 || true
     fi
 done
 [ "${#failed[@]}" -eq 0 ] || exit 1
