@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
-use walrelay::config::Config;
+use walrelay::config::{Config, KeylessPlacement};
 use walrelay::engine::checkpoint::CheckpointTracker;
 use walrelay::engine::key::{EventKey, KeyAssigner};
 use walrelay::engine::partition::{partition_for_key, partition_for_keyless};
@@ -466,7 +466,7 @@ fn records(bench: &mut Bench) {
         partition_for_key(black_box(b"customer-42"), 12)
     });
     bench.case("partition", "for_keyless", 1, || {
-        partition_for_keyless(black_box(key), 12)
+        partition_for_keyless(black_box(key), 12, KeylessPlacement::WalRange)
     });
 }
 

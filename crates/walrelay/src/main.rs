@@ -60,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let config = cli.options.effective_config()?;
     match cli.command {
-        Command::Config => print!("{}", cli::render(&config)),
+        Command::Config => print!("{}", walrelay::config::render(&config)),
         Command::Setup(args) => {
             let options = walrelay::commands::setup::SetupOptions {
                 accept_slot_loss: args.accept_slot_loss,
@@ -120,6 +120,10 @@ async fn main() -> anyhow::Result<()> {
                         &config,
                         &args.topics,
                         &status.source_id,
+                        status
+                            .confirmed_flush_lsn
+                            .as_deref()
+                            .and_then(|lsn| lsn.parse().ok()),
                     )
                     .await,
                 );

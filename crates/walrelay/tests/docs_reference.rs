@@ -250,7 +250,7 @@ fn documented_defaults_match_the_code() {
     // The default configuration plus an outbox table with nothing but its
     // name: what `walrelay config` prints for them are the defaults.
     let config = Config::from_toml("[[outbox]]\ntable = \"docs_probe\"\n", "defaults").unwrap();
-    let rendered = walrelay::commands::cli::render(&config);
+    let rendered = walrelay::config::render(&config);
     let table: toml::Table = toml::from_str(&rendered).unwrap();
     let mut values = BTreeMap::new();
     flatten("", &table, &mut values);

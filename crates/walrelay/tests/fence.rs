@@ -20,7 +20,9 @@ use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use support::{key_of, spawn_relay, Env, WAIT};
+use walrelay::config::KeylessPlacement;
 use walrelay::engine::key::EventKey;
+use walrelay::engine::partition::partition_for_keyless;
 use walrelay_testkit::{
     await_condition, read_topics, read_until_quiet, relay_headers, ConsumedRecord, TestBroker,
 };
@@ -870,6 +872,92 @@ async fn switching_the_header_set_between_sessions_keeps_the_fence() -> Result<(
     verify_clean(&bootstrap, &topics, ids.len()).await
 }
 
+/// `relay.keyless_placement` switched between sessions over crashes: a
+/// session whose replay holds records placed by the earlier rule keeps
+/// that rule (each replayed record lands where its first copy is, so the
+/// fence skips it), and the first session with nothing of it to replay
+/// switches. Each keyless record sits where its layout's rule puts it,
+/// each event once, and `walrelay verify` reads the topics whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_the_keyless_placement_between_sessions_keeps_every_replay_where_it_was(
+) -> Result<()> {
+    let env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    env.create_topics(&["orders", OUTBOX_TOPIC])?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
+    let topics = ["orders", OUTBOX_TOPIC];
+    const COMMIT: &[&str] = &["--keyless-placement", "commit"];
+
+    // By commit, killed; the default (wal-range) replays it by commit,
+    // killed too; then to the end, still by commit (its replay starts
+    // where the first one did).
+    let mut ids = write_transactions(&env, "commit", 3).await?;
+    write_unconfirmed_and_kill(&env, &bootstrap, &log, &topics, ids.len(), COMMIT).await?;
+    ids.extend(write_transactions(&env, "kept", 3).await?);
+    write_unconfirmed_and_kill(&env, &bootstrap, &log, &topics, ids.len(), &[]).await?;
+    relay_to_the_end(&env, &bootstrap, &log, &[]).await?;
+    let deferred = log_text(&log);
+    // Nothing placed by commit is replayed any more: wal-range from here.
+    ids.extend(write_transactions(&env, "ranges", 3).await?);
+    relay_to_the_end(&env, &bootstrap, &log, &[]).await?;
+
+    let records = read_until_quiet(&bootstrap, &topics, Duration::from_secs(1), WAIT).await?;
+    let counts = check_wire(&records)?;
+    let all: Vec<&ConsumedRecord> = records.iter().collect();
+    check_each_once(&all, &ids)?;
+    ensure!(
+        counts.values().all(|n| *n == 1) && records.len() == ids.len(),
+        "{} records for {} events: a replay went to another partition",
+        records.len(),
+        ids.len()
+    );
+    let partitions = u32::try_from(support::PARTITIONS)?;
+    let mut keyless = [0usize; 2];
+    for r in &records {
+        let id = event_id(r);
+        let layout = r.header_str("walrelay-layout").unwrap_or_default();
+        let by_ranges = layout.ends_with("/wal20");
+        ensure!(
+            by_ranges == id.starts_with("ranges-"),
+            "{id}: layout {layout}, placed by the wrong rule"
+        );
+        if r.key.is_none() {
+            let rule = if by_ranges {
+                KeylessPlacement::WalRange
+            } else {
+                KeylessPlacement::Commit
+            };
+            keyless[usize::from(by_ranges)] += 1;
+            let expected = partition_for_keyless(key_of(r), partitions, rule);
+            ensure!(
+                u32::try_from(r.partition)? == expected,
+                "{id}: in partition {}, its layout {layout} places it in {expected}",
+                r.partition
+            );
+        }
+    }
+    ensure!(
+        keyless == [30, 15],
+        "keyless records by commit and by range: {keyless:?}"
+    );
+    ensure!(
+        deferred.matches("stay placed by the rule").count() >= 2,
+        "the sessions replaying records placed by commit did not keep it: {deferred}"
+    );
+    let text = log_text(&log);
+    ensure!(
+        text.contains("placed by relay.keyless_placement from this session on"),
+        "the last session did not switch: {text}"
+    );
+    ensure!(
+        !text.contains("tail fence off"),
+        "a switch of the keyless placement unfenced a topic: {text}"
+    );
+    verify_clean(&bootstrap, &topics, ids.len()).await
+}
+
 /// Every header of `r`, as a copy of it carries them.
 fn headers_of(r: &ConsumedRecord) -> OwnedHeaders {
     r.headers
@@ -941,8 +1029,17 @@ async fn a_copied_record_at_a_partition_tail_never_makes_the_replay_skip() -> Re
     let mirror_bootstrap = mirror.bootstrap_servers();
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("relay.log");
-    let main = ["--source-id", "one-source"];
-    let copier = ["--source-id", "one-source", "--slot", "other"];
+    // By commit, so that a few transactions reach every partition (by
+    // ranges of WAL they would all share one).
+    let main = ["--source-id", "one-source", "--keyless-placement", "commit"];
+    let copier = [
+        "--source-id",
+        "one-source",
+        "--slot",
+        "other",
+        "--keyless-placement",
+        "commit",
+    ];
 
     let mut ids = write_transactions(&env, "a", 3).await?;
     relay_slot_to_the_end(&env, &bootstrap, &log, &main, "walrelay").await?;

@@ -29,6 +29,7 @@ use walrelay::engine::fence::session::SessionFence;
 use walrelay::engine::fence::{TopicFence, Unfenced};
 use walrelay::kafka::client::{client_config, KafkaClient};
 use walrelay::kafka::requests::api_versions::StrictMinIsr;
+use walrelay_pgoutput::Lsn;
 use walrelay_testkit::{read_until_quiet, KafkaCluster, KafkaHome, KafkaOptions};
 
 /// Three nodes of `home`, with `features` at format, which notice a killed
@@ -158,6 +159,7 @@ async fn fence_of(bootstrap: &str, topic: &str) -> Result<TopicFence> {
         Some(client_config(&config.kafka, KafkaClient::Fence)?),
         Some(client_config(&config.kafka, KafkaClient::Admin)?),
         "durability-test",
+        Lsn(0),
     );
     let state = fence.open(&Arc::from(topic), 1, None).await?;
     Ok(state.fence)

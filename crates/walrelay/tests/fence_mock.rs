@@ -10,11 +10,14 @@ use rdkafka::message::Header;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, DefaultProducerContext, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
+use walrelay::config::KeylessPlacement;
+use walrelay::engine::fence::keyless::Placing;
 use walrelay::engine::fence::{tail, FenceError};
 use walrelay::engine::fence::{Layout, PartitionTail, TopicFence, TopicLayout};
 use walrelay::engine::key::EventKey;
 use walrelay::kafka::client::{client_config, ClientSetup, KafkaClient};
 use walrelay::kafka::properties::KafkaConfig;
+use walrelay_pgoutput::Lsn;
 use walrelay_testkit::relay_headers;
 
 type Cluster = MockCluster<'static, DefaultProducerContext>;
@@ -29,6 +32,7 @@ fn layout(partition: i32) -> Layout {
     Layout {
         partition: u32::try_from(partition).expect("a partition"),
         topic: LAYOUT,
+        keyless: KeylessPlacement::WalRange,
     }
 }
 
@@ -105,7 +109,11 @@ fn each_partition_is_read_to_its_end_for_its_highest_own_key() {
     );
     assert_eq!(tails.partitions[2], PartitionTail::default());
     // Each top record's predecessor was read, so each is trusted.
-    let decision = TopicFence::decide(&tails.partitions, LAYOUT);
+    let placing = Placing {
+        rule: KeylessPlacement::WalRange,
+        start: Lsn(0),
+    };
+    let decision = TopicFence::decide(&tails.partitions, LAYOUT, placing);
     assert!(decision.untrusted.is_empty());
     assert_eq!(decision.fence.key(1), Some(EventKey(11)));
 }

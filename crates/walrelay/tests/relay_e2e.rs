@@ -13,6 +13,7 @@ use futures_util::SinkExt;
 use support::{apply_high_water_marks, check_confirmations_follow_acks, key_of, Env, WAIT};
 use tokio::sync::{mpsc, watch};
 use walrelay::commands::setup::{self, Step};
+use walrelay::config::KeylessPlacement;
 use walrelay::engine::partition::{partition_for_key, partition_for_keyless};
 use walrelay::engine::pipeline::{self, Trace};
 use walrelay_testkit::{
@@ -221,7 +222,7 @@ async fn relays_every_committed_event_with_topic_partition_key_value_and_headers
         };
         let expected_partition = match &r.key {
             Some(k) => partition_for_key(k, n),
-            None => partition_for_keyless(key, n),
+            None => partition_for_keyless(key, n, KeylessPlacement::WalRange),
         };
         assert_eq!(
             r.partition as u32,

@@ -247,7 +247,7 @@ fn secrets_come_from_files_and_environment_and_are_never_shown() {
     sink.validate().unwrap();
 
     // Never shown: Debug of every configuration type, `walrelay config`.
-    let rendered = walrelay::commands::cli::render(&config);
+    let rendered = walrelay::config::render(&config);
     for shown in [
         format!("{config:?}"),
         format!("{:?}", config.kafka),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, ConfigError, HeaderSet, MessageRoute, OutboxConfig};
+use crate::config::{Config, ConfigError, HeaderSet, KeylessPlacement, MessageRoute};
 use crate::kafka::properties::KafkaConfig;
 
 /// Relay a PostgreSQL logical replication slot to Kafka, with ordered
@@ -212,6 +212,12 @@ pub struct Options {
     #[arg(long, env = "WALRELAY_HEADERS", global = true, value_enum)]
     pub headers: Option<HeaderSet>,
 
+    /// How records without a key get their partition: wal-range (runs of
+    /// consecutive transactions share one) or commit (each transaction
+    /// on its own, as before) [default: wal-range].
+    #[arg(long, env = "WALRELAY_KEYLESS_PLACEMENT", global = true, value_enum)]
+    pub keyless_placement: Option<KeylessPlacement>,
+
     /// Topic for events that cannot be routed (malformed envelope, unknown
     /// prefix, NULL outbox key, outbox UPDATE, ...): they become
     /// dead-letter records there and the relay keeps going, instead of
@@ -346,6 +352,9 @@ impl Options {
         if let Some(v) = self.headers {
             c.relay.headers = v;
         }
+        if let Some(v) = self.keyless_placement {
+            c.relay.keyless_placement = v;
+        }
         if let Some(v) = &self.source_record_topic {
             c.relay.source_record_topic = v.clone();
         }
@@ -363,76 +372,10 @@ impl Options {
     }
 }
 
-/// The configuration as TOML for `walrelay config`, with secrets masked.
-pub fn render(config: &Config) -> String {
-    let mut out = String::new();
-    let masked_url = walrelay_pg::Config::parse(&config.postgres.url)
-        .map(|c| c.redacted_url())
-        .unwrap_or_else(|_| "<unparsable>".into());
-    out.push_str(&format!(
-        "[postgres]\nurl = {masked_url:?}\nslot = {:?}\npublication = {:?}\nstatus_interval = {:?}\npublication_check_interval = {:?}\nslot_failover = {}\n\n",
-        config.postgres.slot,
-        config.postgres.publication,
-        humantime::format_duration(config.postgres.status_interval).to_string(),
-        humantime::format_duration(config.postgres.publication_check_interval).to_string(),
-        config.postgres.slot_failover
-    ));
-    out.push_str(&format!(
-        "[kafka]\nbootstrap_servers = {:?}\n\n[kafka.properties]\n",
-        config.kafka.bootstrap_servers
-    ));
-    for (k, v) in &config.kafka.properties {
-        // Secret references (`env:NAME`, `file:/path`) are shown as written,
-        // secrets themselves never.
-        out.push_str(&format!(
-            "{k:?} = {:?}\n",
-            crate::secrets::displayable(k, v)
-        ));
-    }
-    out.push_str(&format!(
-        "\n[relay]\n{}max_in_flight_events = {}\nmax_in_flight_bytes = {}\nignore_prefixes = {:?}\nmax_backoff = {:?}\nstandby_poll = {:?}\nfence = {}\nfence_timeout = {:?}\nheaders = {:?}\nsource_record_topic = {:?}\n",
-        config
-            .relay
-            .source_id
-            .as_ref()
-            .map(|s| format!("source_id = {s:?}\n"))
-            .unwrap_or_default(),
-        config.relay.max_in_flight_events,
-        config.relay.max_in_flight_bytes,
-        config.relay.ignore_prefixes,
-        humantime::format_duration(config.relay.max_backoff).to_string(),
-        humantime::format_duration(config.relay.standby_poll).to_string(),
-        config.relay.fence,
-        humantime::format_duration(config.relay.fence_timeout).to_string(),
-        config.relay.headers.as_str(),
-        config.relay.source_record_topic
-    ));
-    for m in &config.messages {
-        out.push_str(&format!(
-            "\n[[messages]]\nprefix = {:?}\ntopic = {:?}\n",
-            m.prefix, m.topic
-        ));
-    }
-    for o in &config.outbox {
-        render_outbox(&mut out, o);
-    }
-    if let Some(topic) = &config.dead_letter.topic {
-        out.push_str(&format!("\n[dead_letter]\ntopic = {topic:?}\n"));
-    }
-    out
-}
-
-fn render_outbox(out: &mut String, o: &OutboxConfig) {
-    let c = &o.columns;
-    out.push_str(&format!(
-        "\n[[outbox]]\ntable = {:?}\ntopic = {:?}\n\n[outbox.columns]\nid = {:?}\naggregatetype = {:?}\naggregateid = {:?}\ntype = {:?}\npayload = {:?}\nheaders = {:?}\n",
-        o.table, o.topic, c.id, c.aggregatetype, c.aggregateid, c.event_type, c.payload, c.headers
-    ));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::render;
     use clap::CommandFactory;
 
     #[test]
@@ -531,6 +474,26 @@ mod tests {
         assert_eq!(file.relay.headers, HeaderSet::Full);
         let err = Config::from_toml("[relay]\nheaders = \"lite\"\n", "t").unwrap_err();
         assert!(err.to_string().contains("lean"), "{err}");
+    }
+
+    #[test]
+    fn keyless_records_are_placed_by_wal_range_by_default_by_commit_on_request() {
+        let config = |a: &[&str]| {
+            let mut args = vec!["walrelay"];
+            args.extend_from_slice(a);
+            args.push("config");
+            Cli::try_parse_from(args).map(|c| c.options.effective_config().unwrap())
+        };
+        let placement = |c: Config| c.relay.keyless_placement;
+        assert_eq!(placement(config(&[]).unwrap()), KeylessPlacement::WalRange);
+        let commit = config(&["--keyless-placement", "commit"]).unwrap();
+        assert!(render(&commit).contains("keyless_placement = \"commit\""));
+        assert_eq!(placement(commit), KeylessPlacement::Commit);
+        assert!(config(&["--keyless-placement", "sticky"]).is_err());
+        let file = Config::from_toml("[relay]\nkeyless_placement = \"commit\"\n", "t").unwrap();
+        assert_eq!(placement(file), KeylessPlacement::Commit);
+        let err = Config::from_toml("[relay]\nkeyless_placement = \"random\"\n", "t").unwrap_err();
+        assert!(err.to_string().contains("wal-range"), "{err}");
     }
 
     #[test]

@@ -29,6 +29,7 @@
 use std::time::Duration;
 
 use serde::Serialize;
+use walrelay_pgoutput::Lsn;
 
 use crate::config::Config;
 use crate::engine::fence::durability;
@@ -134,8 +135,15 @@ fn template_matches(template: &str, topic: &str) -> bool {
 
 /// Asks the cluster of `config` about `requested` topics (see
 /// [`topics_to_report`]); `source` is the relay's `walrelay-source`,
-/// whose records the layout check reads.
-pub async fn report(config: &Config, requested: &[String], source: &str) -> KafkaDurability {
+/// whose records the layout check reads, and `replay_from` the slot's
+/// confirmed position, where the relay's next session replays from
+/// (`None`: unknown, every record read counts as replayed).
+pub async fn report(
+    config: &Config,
+    requested: &[String],
+    source: &str,
+    replay_from: Option<Lsn>,
+) -> KafkaDurability {
     let kafka = &config.kafka;
     let admin = match client_config(kafka, KafkaClient::Admin) {
         Ok(admin) => admin,
@@ -222,7 +230,7 @@ pub async fn report(config: &Config, requested: &[String], source: &str) -> Kafk
                     crate::engine::fence::settings::read(&admin, &topic, rf, strict, TIMEOUT).await;
                 let mut t = topic_durability(topic, &settings);
                 if t.fenced && config.relay.fence {
-                    match layout_verdict(config, &t.topic, partitions, source).await {
+                    match layout_verdict(config, &t.topic, partitions, source, replay_from).await {
                         Ok(None) => {}
                         Ok(Some(why)) => {
                             t.fenced = false;
@@ -249,8 +257,9 @@ async fn layout_verdict(
     topic: &str,
     partitions: u32,
     source: &str,
+    replay_from: Option<Lsn>,
 ) -> Result<Option<String>, String> {
-    use crate::engine::fence::{TopicFence, TopicLayout};
+    use crate::engine::fence::{keyless, TopicFence, TopicLayout};
     let reader = client_config(&config.kafka, KafkaClient::Fence).map_err(|e| e.to_string())?;
     let now = TopicLayout {
         partitions,
@@ -263,14 +272,22 @@ async fn layout_verdict(
     .await
     .map_err(|e| e.to_string())?
     .map_err(|e| e.to_string())?;
-    Ok(match TopicFence::decide(&tails.partitions, now).fence {
-        TopicFence::Unfenced(why) => Some(format!(
+    // The rule placing keyless records, as the relay's next session
+    // chooses it (without the slot's position: as if every tail record
+    // were replayed, the strictest reading).
+    let start = replay_from.unwrap_or(Lsn(0));
+    let rule = keyless::choose(&tails.partitions, config.relay.keyless_placement, start).rule;
+    let placing = keyless::Placing { rule, start };
+    Ok(
+        match TopicFence::decide(&tails.partitions, now, placing).fence {
+            TopicFence::Unfenced(why) => Some(format!(
             "{why}: the relay turns the fence off for this topic in its next session, and writes \
              its replay again (duplicates, never a loss); it is on again once every partition's \
              last record was written with today's layout"
         )),
-        TopicFence::Fenced(_) => None,
-    })
+            TopicFence::Fenced(_) => None,
+        },
+    )
 }
 
 /// With `relay.fence = false` the relay reads no tail: no topic is fenced,

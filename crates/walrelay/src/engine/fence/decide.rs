@@ -9,7 +9,9 @@
 
 use std::fmt;
 
+use super::keyless::Placing;
 use super::{Layout, TopicLayout};
+use crate::config::KeylessPlacement;
 use crate::engine::key::EventKey;
 
 /// A record of this relay's source read from a partition's tail.
@@ -95,6 +97,13 @@ pub enum Unfenced {
     /// A partition's last own record has no layout header this walrelay
     /// reads (written by an older walrelay).
     LayoutUnknown { partition: u32 },
+    /// A partition's last own record is replayed in this session but was
+    /// placed by another keyless rule than the session's.
+    PlacementChanged {
+        partition: u32,
+        was: KeylessPlacement,
+        now: KeylessPlacement,
+    },
     /// A record the fence reads may not have been acknowledged
     /// ([`super::durability`]).
     NotProvenAcked(super::durability::NotProvenAcked),
@@ -117,6 +126,12 @@ impl fmt::Display for Unfenced {
             Unfenced::LayoutUnknown { partition } => write!(
                 f,
                 "partition {partition}'s last record carries no layout header this walrelay reads (written by an older walrelay)"
+            ),
+            Unfenced::PlacementChanged { partition, was, now } => write!(
+                f,
+                "partition {partition}'s last record is replayed in this session and was placed by relay.keyless_placement = \"{}\", the session places by \"{}\"",
+                was.as_str(),
+                now.as_str()
             ),
             Unfenced::NotProvenAcked(why) => why.fmt(f),
         }
@@ -180,9 +195,10 @@ pub struct Decision {
 
 impl TopicFence {
     /// Decides the fence of a topic from its partitions' tails (one entry
-    /// per partition, in partition order), for records routed with `now`.
+    /// per partition, in partition order), for records routed with `now`
+    /// and, without a key, placed as `placing` says.
     #[must_use]
-    pub fn decide(tails: &[PartitionTail], now: TopicLayout) -> Decision {
+    pub fn decide(tails: &[PartitionTail], now: TopicLayout, placing: Placing) -> Decision {
         let mut keys = Vec::with_capacity(tails.len());
         let mut untrusted = Vec::new();
         for (partition, tail) in (0u32..).zip(tails) {
@@ -198,6 +214,13 @@ impl TopicFence {
                     partition,
                     was: layout.topic,
                     now,
+                });
+            }
+            if placing.replays_elsewhere(top.key.high(), layout.keyless) {
+                return Decision::unfenced(Unfenced::PlacementChanged {
+                    partition,
+                    was: layout.keyless,
+                    now: placing.rule,
                 });
             }
             let verdict = if layout.partition != partition {
@@ -261,10 +284,17 @@ mod tests {
         routing: 0x0123_4567_89ab_cdef,
     };
 
+    /// By commit, every tail record replayed (the start at 0).
+    const PLACING: Placing = Placing {
+        rule: KeylessPlacement::Commit,
+        start: walrelay_pgoutput::Lsn(0),
+    };
+
     fn at(partition: u32) -> Option<Layout> {
         Some(Layout {
             partition,
             topic: NOW,
+            keyless: KeylessPlacement::Commit,
         })
     }
 
@@ -302,7 +332,7 @@ mod tests {
         assert_eq!(t.last(), Some(EventKey(7)));
         assert!(!t.wants_more());
 
-        let d = TopicFence::decide(&[t, PartitionTail::default()], NOW);
+        let d = TopicFence::decide(&[t, PartitionTail::default()], NOW, PLACING);
         assert!(d.untrusted.is_empty());
         let fence = d.fence;
         assert_eq!(fence.key(0), Some(EventKey(9)));
@@ -322,7 +352,7 @@ mod tests {
         // (a re-drive, a forwarded record), with a higher key.
         let mut t = chain(1, &[10, 11]);
         t.observe(Some(own(2, 500, Some(499), at(3))));
-        let d = TopicFence::decide(&[chain(0, &[1, 2]), t], NOW);
+        let d = TopicFence::decide(&[chain(0, &[1, 2]), t], NOW, PLACING);
         assert_eq!(d.fence.key(0), Some(EventKey(2)), "the other stays fenced");
         assert_eq!(d.fence.key(1), None);
         assert!(!d.fence.covers(1, EventKey(12)));
@@ -347,7 +377,7 @@ mod tests {
         let mut t = chain(1, &[10, 11]);
         t.observe(Some(own(2, 500, Some(499), at(1))));
         assert!(t.wants_more(), "the predecessor may lie further back");
-        let d = TopicFence::decide(&[PartitionTail::default(), t], NOW);
+        let d = TopicFence::decide(&[PartitionTail::default(), t], NOW, PLACING);
         assert_eq!(d.fence.key(1), None);
         assert!(matches!(
             d.untrusted[..],
@@ -364,7 +394,7 @@ mod tests {
         // some partition's first record.
         let mut t = chain(0, &[10, 11]);
         t.observe(Some(own(2, 500, None, at(0))));
-        let d = TopicFence::decide(&[t], NOW);
+        let d = TopicFence::decide(&[t], NOW, PLACING);
         assert!(matches!(
             d.untrusted[..],
             [(0, Untrusted::ChainBroken { prev: None, .. })]
@@ -378,7 +408,7 @@ mod tests {
         t.observe(Some(own(1, 20, None, at(0))));
         t.observe(None);
         t.observe(Some(own(3, 21, Some(20), at(0))));
-        let d = TopicFence::decide(&[t], NOW);
+        let d = TopicFence::decide(&[t], NOW, PLACING);
         assert_eq!(d.fence.key(0), Some(EventKey(21)));
         assert!(d.untrusted.is_empty());
     }
@@ -410,9 +440,10 @@ mod tests {
             Some(Layout {
                 partition: 1,
                 topic: was,
+                keyless: KeylessPlacement::Commit,
             }),
         )));
-        let d = TopicFence::decide(&[chain(0, &[100]), old], NOW);
+        let d = TopicFence::decide(&[chain(0, &[100]), old], NOW, PLACING);
         assert_eq!(
             d.fence,
             TopicFence::Unfenced(Unfenced::LayoutChanged {
@@ -439,18 +470,49 @@ mod tests {
         let other_routes = Layout {
             partition: 0,
             topic: TopicLayout { routing: 1, ..NOW },
+            keyless: KeylessPlacement::Commit,
         };
         let mut t = PartitionTail::default();
         t.observe(Some(own(0, 1, None, Some(other_routes))));
         assert!(matches!(
-            TopicFence::decide(&[t], NOW).fence,
+            TopicFence::decide(&[t], NOW, PLACING).fence,
             TopicFence::Unfenced(Unfenced::LayoutChanged { partition: 0, .. })
         ));
         let mut old = PartitionTail::default();
         old.observe(Some(own(0, 1, None, None)));
         assert_eq!(
-            TopicFence::decide(&[PartitionTail::default(), old], NOW).fence,
+            TopicFence::decide(&[PartitionTail::default(), old], NOW, PLACING).fence,
             TopicFence::Unfenced(Unfenced::LayoutUnknown { partition: 1 })
+        );
+    }
+
+    #[test]
+    fn a_record_replayed_under_another_keyless_rule_unfences_the_topic_one_confirmed_does_not() {
+        let by_ranges = Layout {
+            keyless: KeylessPlacement::WalRange,
+            ..at(0).unwrap()
+        };
+        // Key high 5: at or after a start of 5 it is replayed.
+        let tail = || {
+            let mut t = PartitionTail::default();
+            t.observe(Some(own(0, 5 << 64, None, Some(by_ranges))));
+            t
+        };
+        let placing = |start| Placing {
+            rule: KeylessPlacement::Commit,
+            start: walrelay_pgoutput::Lsn(start),
+        };
+        assert_eq!(
+            TopicFence::decide(&[tail()], NOW, placing(5)).fence,
+            TopicFence::Unfenced(Unfenced::PlacementChanged {
+                partition: 0,
+                was: KeylessPlacement::WalRange,
+                now: KeylessPlacement::Commit
+            })
+        );
+        assert_eq!(
+            TopicFence::decide(&[tail()], NOW, placing(6)).fence,
+            TopicFence::Fenced(vec![Some(EventKey(5 << 64))])
         );
     }
 }

@@ -23,6 +23,7 @@
 //! |---|---|
 //! | this one | the `walrelay-layout` header ([`Layout`]) and the routing fingerprint |
 //! | [`decide`] | a topic's fence from its partitions' tails (pure) |
+//! | [`keyless`] | which rule places a topic's keyless records in a session, from the same tails (pure) |
 //! | [`replay`] | the check that the replay reproduces the fence (pure) |
 //! | [`durability`] | whether a readable record was acknowledged (pure), from [`settings`], the topic's settings as the cluster reports them |
 //! | [`tail`] | reading the partitions' tails (through librdkafka) |
@@ -76,6 +77,11 @@
 //!   walrelay) is **not fenced** in this session: the replay is produced
 //!   as before, with a WARN naming the topic and both layouts. Its new
 //!   records carry the new layout, so the next session fences it again.
+//!   The layout also names the rule that placed the topic's keyless
+//!   records; a session places its replay by the rule of the records it
+//!   replays ([`keyless`]), so a change of `relay.keyless_placement` keeps
+//!   the fence, and a tail record replayed under another rule (which
+//!   [`keyless::choose`] never lets happen) unfences the topic.
 //! - **The WAL is the WAL `S` read.** A database restored from a base
 //!   backup, recovered to an earlier point or failed over to a standby
 //!   that had not received everything keeps its system identifier (so the
@@ -95,6 +101,7 @@
 pub mod decide;
 pub mod durability;
 pub mod error;
+pub mod keyless;
 pub mod replay;
 pub mod session;
 pub mod settings;
@@ -110,7 +117,7 @@ use std::fmt;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use crate::config::Config;
+use crate::config::{Config, KeylessPlacement};
 
 /// How a topic is routed in this session: its partition count and the
 /// [`routing_fingerprint`] of the configuration for it.
@@ -122,16 +129,28 @@ pub struct TopicLayout {
     pub routing: u64,
 }
 
-/// How a record was routed, as written in the `walrelay-layout` header
-/// (`<partition>/<partitions>/<fingerprint>`, e.g. `2/4/9f86d081884c7d65`):
-/// the partition it was routed to, and its topic's [`TopicLayout`].
+/// How a record was routed, as written in the `walrelay-layout` header:
+/// the partition it was routed to, its topic's [`TopicLayout`], and the
+/// rule that placed it if it had no key. Placed by
+/// [`KeylessPlacement::Commit`]: `<partition>/<partitions>/<fingerprint>`
+/// (e.g. `2/4/9f86d081884c7d65`, what releases before `wal-range` wrote);
+/// by [`KeylessPlacement::WalRange`] the same plus `/wal20` (ranges of
+/// 2^20 bytes). A release that knows only the first form reads the second
+/// as a layout it does not know, and leaves the topic unfenced rather than
+/// trusting it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     /// The partition the record was routed to.
     pub partition: u32,
     /// The topic's layout.
     pub topic: TopicLayout,
+    /// The rule that places the topic's records without a key (written on
+    /// every record of the session, keyed or not: it is the topic's).
+    pub keyless: KeylessPlacement,
 }
+
+/// The `walrelay-layout` field naming [`KeylessPlacement::WalRange`].
+const WAL_RANGE_FIELD: &str = "wal20";
 
 impl Layout {
     /// The header value.
@@ -146,7 +165,12 @@ impl Layout {
     pub fn parse(value: &[u8]) -> Option<Layout> {
         let text = std::str::from_utf8(value).ok()?;
         let (partition, rest) = text.split_once('/')?;
-        let (partitions, routing) = rest.split_once('/')?;
+        let (partitions, rest) = rest.split_once('/')?;
+        let (routing, keyless) = match rest.split_once('/') {
+            None => (rest, KeylessPlacement::Commit),
+            Some((routing, WAL_RANGE_FIELD)) => (routing, KeylessPlacement::WalRange),
+            Some(_) => return None,
+        };
         let number = |t: &str| -> Option<u32> {
             if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
@@ -162,13 +186,18 @@ impl Layout {
                 partitions: number(partitions)?,
                 routing: u64::from_str_radix(routing, 16).ok()?,
             },
+            keyless,
         })
     }
 }
 
 impl fmt::Display for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.partition, self.topic)
+        write!(f, "{}/{}", self.partition, self.topic)?;
+        match self.keyless {
+            KeylessPlacement::Commit => Ok(()),
+            KeylessPlacement::WalRange => write!(f, "/{WAL_RANGE_FIELD}"),
+        }
     }
 }
 
@@ -247,12 +276,19 @@ mod tests {
             partitions: 4,
             routing: 0x0123_4567_89ab_cdef,
         },
+        keyless: KeylessPlacement::Commit,
     };
 
     #[test]
     fn the_header_round_trips_and_refuses_what_walrelay_does_not_write() {
         assert_eq!(NOW.to_string(), "2/4/0123456789abcdef");
         assert_eq!(Layout::parse(&NOW.header_value()), Some(NOW));
+        let ranges = Layout {
+            keyless: KeylessPlacement::WalRange,
+            ..NOW
+        };
+        assert_eq!(ranges.to_string(), "2/4/0123456789abcdef/wal20");
+        assert_eq!(Layout::parse(&ranges.header_value()), Some(ranges));
         for bad in [
             &b""[..],
             b"4",
@@ -270,6 +306,10 @@ mod tests {
             b"2/4/+123456789abcdef",
             b"x/4/0123456789abcdef",
             b"2/4/0123456789abcdef/1",
+            b"2/4/0123456789abcdef/",
+            b"2/4/0123456789abcdef/wal21",
+            b"2/4/0123456789abcdef/wal20/",
+            b"2/4/0123456789abcdef/WAL20",
             b"\xff/4/0123456789abcdef",
         ] {
             assert_eq!(

@@ -7,16 +7,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::{info, warn};
 
-use super::decide::Decision;
+use super::decide::{Decision, PartitionTail};
 use super::durability;
+use super::keyless::{self, Change, Placing};
 use super::tail;
 use super::FenceError;
 use super::{Layout, TopicFence, TopicLayout, Unfenced};
-use crate::config::Config;
+use crate::config::{Config, KeylessPlacement};
 use crate::engine::key::EventKey;
 use crate::kafka::client::ClientSetup;
 use crate::kafka::requests::api_versions::{self, StrictMinIsr};
 use crate::metrics::Metrics;
+use walrelay_pgoutput::Lsn;
 
 /// What the session knows of one topic it writes to.
 #[derive(Debug)]
@@ -24,6 +26,8 @@ pub struct TopicState {
     name: Arc<str>,
     /// Per partition, the `walrelay-layout` header value of its records.
     layouts: Vec<Bytes>,
+    /// The rule placing the topic's keyless records in this session.
+    keyless: KeylessPlacement,
     /// Per partition, the key of the last record of this source in it
     /// when the session opened the topic: the `walrelay-prev-key` of the
     /// session's first record to it.
@@ -46,6 +50,12 @@ impl TopicState {
             .get(partition as usize)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// The rule placing the topic's records without a key.
+    #[must_use]
+    pub fn keyless(&self) -> KeylessPlacement {
+        self.keyless
     }
 
     /// The key of the last record of this source in `partition` when the
@@ -110,18 +120,22 @@ pub struct SessionFence {
     /// ([`api_versions`]).
     strict_min_isr: tokio::sync::OnceCell<StrictMinIsr>,
     source: Bytes,
+    /// The slot's confirmed position: where the replay starts.
+    start: Lsn,
     /// For each topic's routing fingerprint.
     config: Arc<Config>,
     timeout: Duration,
 }
 
 impl SessionFence {
-    /// For a session whose records carry `source` in `walrelay-source`.
+    /// For a session whose records carry `source` in `walrelay-source`,
+    /// replaying from `start`.
     pub fn new(
         config: &Config,
         reader: Option<ClientSetup>,
         admin: Option<ClientSetup>,
         source: &str,
+        start: Lsn,
     ) -> SessionFence {
         SessionFence {
             reader,
@@ -129,14 +143,15 @@ impl SessionFence {
             admin,
             strict_min_isr: tokio::sync::OnceCell::new(),
             source: Bytes::copy_from_slice(source.as_bytes()),
+            start,
             config: Arc::new(config.clone()),
             timeout: config.relay.fence_timeout,
         }
     }
 
     /// The state of `topic`, which has `partitions` partitions: its layout,
-    /// and its fence from the partitions' tails (read now, once per topic
-    /// and session).
+    /// the rule placing its keyless records, and its fence from the
+    /// partitions' tails (read now, once per topic and session).
     pub async fn open(
         &self,
         topic: &Arc<str>,
@@ -147,73 +162,130 @@ impl SessionFence {
             partitions,
             routing: super::routing_fingerprint(&self.config, topic),
         };
+        let configured = self.config.relay.keyless_placement;
+        let unread = || vec![None; partitions as usize];
+        let (fence, last_in_kafka, tops, keyless) = match &self.reader {
+            None => (
+                TopicFence::Unfenced(Unfenced::Disabled),
+                unread(),
+                unread(),
+                configured,
+            ),
+            Some(reader) if !self.skip => match self.read_tails(reader, topic, partitions).await {
+                Ok(tails) => {
+                    info!(%topic, "relay.fence = false: the partitions' tails were read to detect a restore, and nothing is skipped");
+                    let keyless = self.keyless_rule(topic, &tails.partitions);
+                    let (last, tops) = tails.ends();
+                    (
+                        TopicFence::Unfenced(Unfenced::Disabled),
+                        last,
+                        tops,
+                        keyless,
+                    )
+                }
+                Err(e) => {
+                    warn!(%topic, "relay.fence = false, and the partitions' tails could not be read to detect a restore ({e}): in this session a database whose WAL went back is caught for this topic only if it went back behind its keys, and keyless records are placed by relay.keyless_placement even if a replay was placed by another rule; grant Read on the topic to restore both");
+                    (
+                        TopicFence::Unfenced(Unfenced::Disabled),
+                        unread(),
+                        unread(),
+                        configured,
+                    )
+                }
+            },
+            Some(reader) => {
+                let tails = self.read_tails(reader, topic, partitions).await?;
+                let keyless = self.keyless_rule(topic, &tails.partitions);
+                let placing = Placing {
+                    rule: keyless,
+                    start: self.start,
+                };
+                let fence = self.fence_of(topic, &tails, now, placing, metrics).await;
+                let (last, tops) = tails.ends();
+                (fence, last, tops, keyless)
+            }
+        };
         let layouts = (0..partitions)
             .map(|partition| {
                 Layout {
                     partition,
                     topic: now,
+                    keyless,
                 }
                 .header_value()
             })
             .collect();
-        let unread = || vec![None; partitions as usize];
-        let (fence, last_in_kafka, tops) = match &self.reader {
-            None => (TopicFence::Unfenced(Unfenced::Disabled), unread(), unread()),
-            Some(reader) if !self.skip => match self.read_tails(reader, topic, partitions).await {
-                Ok(tails) => {
-                    info!(%topic, "relay.fence = false: the partitions' tails were read to detect a restore, and nothing is skipped");
-                    let (last, tops) = tails.ends();
-                    (TopicFence::Unfenced(Unfenced::Disabled), last, tops)
-                }
-                Err(e) => {
-                    warn!(%topic, "relay.fence = false, and the partitions' tails could not be read to detect a restore ({e}): in this session a database whose WAL went back is caught for this topic only if it went back behind its keys; grant Read on the topic to restore the check");
-                    (TopicFence::Unfenced(Unfenced::Disabled), unread(), unread())
-                }
-            },
-            Some(reader) => {
-                let tails = self.read_tails(reader, topic, partitions).await?;
-                let Decision {
-                    mut fence,
-                    untrusted,
-                } = TopicFence::decide(&tails.partitions, now);
-                if let TopicFence::Fenced(_) = fence {
-                    if let Err(why) = self.durable(topic, tails.replication_factor).await {
-                        fence = TopicFence::Unfenced(Unfenced::NotProvenAcked(why));
-                    }
-                }
-                let records: u64 = tails.partitions.iter().map(|t| t.records_read).sum();
-                let elapsed_ms = u64::try_from(tails.elapsed.as_millis()).unwrap_or(u64::MAX);
-                log_fence(topic, &fence, now);
-                for (partition, why) in &untrusted {
-                    warn!(%topic, partition, "tail fence off for this partition in this session: {why}; its replay is written again (duplicates for readers without a high-water mark) rather than trusting a record walrelay may not have written there");
-                }
-                info!(
-                    %topic,
-                    partitions,
-                    records_read = records,
-                    elapsed_ms,
-                    fenced = matches!(fence, TopicFence::Fenced(_)),
-                    untrusted = untrusted.len(),
-                    "read the partition tails of the topic"
-                );
-                if let Some(m) = metrics {
-                    m.fence_read(topic, records, matches!(fence, TopicFence::Unfenced(_)));
-                    for _ in &untrusted {
-                        m.fence_untrusted(topic);
-                    }
-                }
-                let (last, tops) = tails.ends();
-                (fence, last, tops)
-            }
-        };
         Ok(TopicState {
             name: topic.clone(),
             layouts,
+            keyless,
             last_in_kafka,
             tops,
             fence,
             skipped: vec![(0, false); partitions as usize],
         })
+    }
+
+    /// The fence of a topic whose tails were read, logged and counted.
+    async fn fence_of(
+        &self,
+        topic: &Arc<str>,
+        tails: &tail::TopicTails,
+        now: TopicLayout,
+        placing: Placing,
+        metrics: Option<&Metrics>,
+    ) -> TopicFence {
+        let Decision {
+            mut fence,
+            untrusted,
+        } = TopicFence::decide(&tails.partitions, now, placing);
+        if let TopicFence::Fenced(_) = fence {
+            if let Err(why) = self.durable(topic, tails.replication_factor).await {
+                fence = TopicFence::Unfenced(Unfenced::NotProvenAcked(why));
+            }
+        }
+        let records: u64 = tails.partitions.iter().map(|t| t.records_read).sum();
+        let elapsed_ms = u64::try_from(tails.elapsed.as_millis()).unwrap_or(u64::MAX);
+        log_fence(topic, &fence, now);
+        for (partition, why) in &untrusted {
+            warn!(%topic, partition, "tail fence off for this partition in this session: {why}; its replay is written again (duplicates for readers without a high-water mark) rather than trusting a record walrelay may not have written there");
+        }
+        info!(
+            %topic,
+            partitions = tails.partitions.len(),
+            records_read = records,
+            elapsed_ms,
+            fenced = matches!(fence, TopicFence::Fenced(_)),
+            untrusted = untrusted.len(),
+            "read the partition tails of the topic"
+        );
+        if let Some(m) = metrics {
+            m.fence_read(topic, records, matches!(fence, TopicFence::Unfenced(_)));
+            for _ in &untrusted {
+                m.fence_untrusted(topic);
+            }
+        }
+        fence
+    }
+
+    /// The rule placing `topic`'s keyless records in this session
+    /// ([`keyless::choose`]), logged when it is not simply the configured
+    /// one.
+    fn keyless_rule(&self, topic: &str, tails: &[PartitionTail]) -> KeylessPlacement {
+        let choice = keyless::choose(tails, self.config.relay.keyless_placement, self.start);
+        match choice.change {
+            None => {}
+            Some(Change::Adopted { from }) => {
+                info!(%topic, was = from.as_str(), now = choice.rule.as_str(), "keyless records of this topic are placed by relay.keyless_placement from this session on; nothing placed by the earlier rule is replayed");
+            }
+            Some(Change::Deferred {
+                configured,
+                newest_replayed,
+            }) => {
+                info!(%topic, placed_by = choice.rule.as_str(), configured = configured.as_str(), newest_replayed = %newest_replayed, "keyless records of this topic stay placed by the rule that placed the records this session replays, so each lands where its first copy went; relay.keyless_placement takes over at a later session, once the slot has confirmed past them");
+            }
+        }
+        choice.rule
     }
 }
 

@@ -103,7 +103,7 @@ impl Placement {
             .expect("the topic's destination was inserted above");
         let partition = match &record.key {
             Some(k) => partition_for_key(k, dest.partitions),
-            None => partition_for_keyless(record.event_key, dest.partitions),
+            None => partition_for_keyless(record.event_key, dest.partitions, dest.fence.keyless()),
         };
         let held = self.replay.holding();
         self.replay

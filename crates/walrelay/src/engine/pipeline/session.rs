@@ -172,7 +172,7 @@ impl<'a> Session<'a> {
             m.session_started(confirmed);
         }
         let mut placement = Placement::new(
-            SessionFence::new(config, c.fence_reader, c.fence_admin, &c.source),
+            SessionFence::new(config, c.fence_reader, c.fence_admin, &c.source, confirmed),
             ReplayCheck::new(confirmed, c.server_wal, &c.source),
             config.relay.headers,
         );
