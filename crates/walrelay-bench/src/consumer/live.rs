@@ -129,14 +129,16 @@ pub(super) async fn live(
         for &rate in run.rates {
             let t = Instant::now();
             let clock = load::Clock::now();
+            let db_cpu = env.db_cpu_window()?;
             let commits = load.run(Stretch::at(rate, run.duration, *next)).await?;
             let elapsed = t.elapsed().as_secs_f64();
             advance(next, &commits);
             let total = written.len() + commits.len();
             wait_applied(&applied, total as u64, &task).await?;
+            let db_cores = db_cpu.finish().await? / t.elapsed().as_secs_f64();
             let m = load::measure(env, &effects, &commits, &acks, clock).await?;
             tracing::info!(
-                "end to end {} p{} {}: {rate}/s: commit → effect p50 {:.2} / p99 {:.2} / p99.9 {:.2} / max {:.2} ms; commit → ack p99 {:.2}, ack → effect p99 {:.2}",
+                "end to end {} p{} {}: {rate}/s: commit → effect p50 {:.2} / p99 {:.2} / p99.9 {:.2} / max {:.2} ms; commit → ack p50 {:.2} / p99 {:.2}, ack → effect p50 {:.2} / p99 {:.2}; {:.1} events per consumer tx, DB {db_cores:.2} cores",
                 consumer.label(),
                 shape.partitions,
                 if shape.keyed { "keyed" } else { "keyless" },
@@ -144,8 +146,11 @@ pub(super) async fn live(
                 m.commit_to_effect.p99,
                 m.commit_to_effect.p999,
                 m.commit_to_effect.max,
+                m.commit_to_ack.p50,
                 m.commit_to_ack.p99,
+                m.ack_to_effect.p50,
                 m.ack_to_effect.p99,
+                m.events_per_tx,
             );
             runs.push(ConsumerLatencyRun {
                 consumer,
@@ -158,6 +163,8 @@ pub(super) async fn live(
                 commit_to_effect: m.commit_to_effect,
                 commit_to_ack: m.commit_to_ack,
                 ack_to_effect: m.ack_to_effect,
+                events_per_tx: m.events_per_tx,
+                db_cores,
             });
             written.extend(commits);
         }

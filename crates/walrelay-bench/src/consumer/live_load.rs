@@ -255,6 +255,7 @@ pub(super) struct Measured {
     pub commit_to_effect: Percentiles,
     pub commit_to_ack: Percentiles,
     pub ack_to_effect: Percentiles,
+    pub events_per_tx: f64,
 }
 
 /// The stretch `commits`: each event's source commit and effect commit
@@ -287,7 +288,7 @@ pub(super) async fn measure(
     let rows = effects
         .query(
             "SELECT left(payload, 20)::int8, event_id, \
-             (extract(epoch FROM pg_xact_commit_timestamp(xmin)) * 1000000)::int8 \
+             (extract(epoch FROM pg_xact_commit_timestamp(xmin)) * 1000000)::int8, xmin::text \
              FROM applied_events WHERE left(payload, 20)::int8 BETWEEN $1 AND $2",
             &[&lo, &hi],
         )
@@ -303,7 +304,9 @@ pub(super) async fn measure(
     let hist = || Histogram::<u64>::new_with_max(600_000_000, 3);
     let (mut e2e, mut to_ack, mut ack_to_effect) = (hist()?, hist()?, hist()?);
     let mut seen = HashMap::with_capacity(rows.len());
+    let mut transactions = std::collections::HashSet::new();
     for row in &rows {
+        transactions.insert(row.get::<_, String>(3));
         let seq: i64 = row.get(0);
         if seen.insert(seq, ()).is_some() {
             bail!("event {seq} has two effect rows");
@@ -335,6 +338,7 @@ pub(super) async fn measure(
         commit_to_effect: Percentiles::of(&e2e),
         commit_to_ack: Percentiles::of(&to_ack),
         ack_to_effect: Percentiles::of(&ack_to_effect),
+        events_per_tx: rows.len() as f64 / transactions.len().max(1) as f64,
     })
 }
 

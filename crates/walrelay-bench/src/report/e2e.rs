@@ -30,6 +30,8 @@ struct Row {
     e2e: Percentiles,
     ack: Percentiles,
     ack_to_effect: Percentiles,
+    events_per_tx: f64,
+    db_cores: f64,
 }
 
 fn label(c: Consumer) -> &'static str {
@@ -90,6 +92,8 @@ fn row(
         e2e: median_pct(&of, |r| r.commit_to_effect),
         ack: median_pct(&of, |r| r.commit_to_ack),
         ack_to_effect: median_pct(&of, |r| r.ack_to_effect),
+        events_per_tx: Stat::of(of.iter().map(|r| r.events_per_tx))?.median,
+        db_cores: Stat::of(of.iter().map(|r| r.db_cores))?.median,
     })
 }
 
@@ -126,15 +130,20 @@ pub fn markdown(s: &mut String, lat: &[ConsumerLatencyRun]) {
          commit (walrelay's producer settings) and a plain loop applies it (one multi-row \
          insert per poll, no dedupe). commit → ack: to the producer's delivery report (walrelay \
          in the bench's process; the reference's own producer); ack → effect: the consumer's \
-         part. Medians over the repeats.\n"
+         part. Events per consumer transaction: effect rows over the transactions that wrote \
+         them. DB cores: the database server's CPU seconds per second over the stretch and its \
+         catch-up. Medians over the repeats.\n"
     );
     for (partitions, keyed) in shapes(lat) {
         let _ = writeln!(s, "\n{}:\n", shape_label(partitions, keyed));
         let _ = writeln!(
             s,
-            "| rate | path | achieved | p50 | p99 | p99.9 | max | p99 × plain | commit → ack p50 / p99 | ack → effect p50 / p99 |"
+            "| rate | path | achieved | p50 | p99 | p99.9 | max | p99 × plain | commit → ack p50 / p99 | ack → effect p50 / p99 | events / consumer tx | DB cores |"
         );
-        let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            s,
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
         for rate in rates(lat) {
             let plain = row(lat, PLAIN, partitions, keyed, rate);
             for consumer in ORDER {
@@ -148,7 +157,7 @@ pub fn markdown(s: &mut String, lat: &[ConsumerLatencyRun]) {
                     });
                 let _ = writeln!(
                     s,
-                    "| {rate}/s | {} | {:.0}/s | {:.1} | {:.1} | {:.1} | {:.1} | {vs} | {:.1} / {:.1} | {:.1} / {:.1} |",
+                    "| {rate}/s | {} | {:.0}/s | {:.1} | {:.1} | {:.1} | {:.1} | {vs} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} | {:.2} |",
                     label(consumer),
                     r.achieved,
                     r.e2e.p50,
@@ -159,6 +168,8 @@ pub fn markdown(s: &mut String, lat: &[ConsumerLatencyRun]) {
                     r.ack.p99,
                     r.ack_to_effect.p50,
                     r.ack_to_effect.p99,
+                    r.events_per_tx,
+                    r.db_cores,
                 );
             }
         }
@@ -237,6 +248,8 @@ mod tests {
             commit_to_effect: p,
             commit_to_ack: p,
             ack_to_effect: p,
+            events_per_tx: 3.0,
+            db_cores: 0.5,
         }
     }
 

@@ -164,4 +164,11 @@ pub struct ConsumerLatencyRun {
     pub commit_to_ack: Percentiles,
     /// Delivery report → committed effect: the consumer's part.
     pub ack_to_effect: Percentiles,
+    /// Events per consumer transaction (effect rows over the distinct
+    /// transactions that wrote them).
+    pub events_per_tx: f64,
+    /// The database server's CPU over the stretch and its catch-up, in
+    /// cores (CPU seconds per second): the load's commits, the walsender
+    /// and the consumer's transactions.
+    pub db_cores: f64,
 }
