@@ -28,7 +28,7 @@ from walrelay_consumer import (
     Settings,
 )
 from walrelay_consumer.loop_core import After, Job, LoopCore, PartitionsStopped, Round, rejoin
-from walrelay_consumer.loop_core.pacing import POLL_MAX, POLL_STRAGGLER, poll_timeout
+from walrelay_consumer.loop_core.pacing import POLL_BURST, POLL_MAX, POLL_STRAGGLER, poll_burst, poll_timeout
 from walrelay_consumer.partition import Apply, ParkUnkeyed
 
 TP0 = ("t", 0)
@@ -345,6 +345,45 @@ def test_the_poll_waits_for_nothing_when_ready_briefly_for_a_straggler_else_unti
     assert poll_timeout(Round(wake=99.0), 10.0, stragglers=False) == POLL_MAX
     assert poll_timeout(Round(), 10.0, stragglers=False) == pytest.approx(POLL_MAX)
     assert poll_timeout(Round(), 10.0, stragglers=True) == POLL_STRAGGLER
+
+
+class FakeConsume:
+    """``Consumer.consume`` as librdkafka serves it: up to ``n`` of what is
+    queued; with nothing queued and a timeout, what arrives within it
+    (``arriving``), at most ``n``."""
+
+    def __init__(self, queued: int, arriving: int = 0) -> None:
+        self.queued = queued
+        self.arriving = arriving
+        self.calls: list[tuple[int, float]] = []
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        self.calls.append((num_messages, timeout))
+        if self.queued == 0 and timeout > 0:
+            self.queued, self.arriving = self.arriving, 0
+        n = min(num_messages, self.queued)
+        self.queued -= n
+        return [object()] * n
+
+
+def test_a_poll_takes_what_is_fetched_and_waits_only_for_the_first_record():
+    # A backlog: one burst, no wait.
+    backlog = FakeConsume(queued=5000)
+    assert len(poll_burst(backlog, POLL_MAX)) == POLL_BURST
+    assert backlog.calls == [(POLL_BURST, 0)]
+    # A live stream: nothing queued, so wait for one record (returned as it
+    # arrives, not after the timeout) and take what came with it.
+    live = FakeConsume(queued=0, arriving=3)
+    assert len(poll_burst(live, POLL_MAX)) == 3
+    assert live.calls == [(POLL_BURST, 0), (1, POLL_MAX), (POLL_BURST - 1, 0)]
+    # Nothing arrives: the timeout's one wait, and nothing more.
+    idle = FakeConsume(queued=0)
+    assert poll_burst(idle, POLL_MAX) == []
+    assert idle.calls == [(POLL_BURST, 0), (1, POLL_MAX)]
+    # No time to wait: a single call.
+    ready = FakeConsume(queued=0, arriving=3)
+    assert poll_burst(ready, 0.0) == []
+    assert ready.calls == [(POLL_BURST, 0)]
 
 
 # -- stragglers and rebalances -----------------------------------------------

@@ -43,7 +43,8 @@ pub(crate) struct Cli {
     /// Seconds of live load at the first rate before each latency mode's
     /// measured rates, not counted: each mode runs on a fresh broker, whose
     /// JVM compiles its hot paths over its first 20-30 s [default: 30;
-    /// quick: 1].
+    /// quick: 1]. For the consumers' end-to-end runs: before each run's
+    /// rates [default: 5, the first run 30; quick: 1].
     #[arg(long)]
     pub(crate) latency_warmup_seconds: Option<f64>,
     /// Rates for the latency runs, events/s; "max" is as fast as the
@@ -77,7 +78,8 @@ pub(crate) struct Cli {
     /// the inbox-table consumer).
     #[arg(long)]
     pub(crate) no_consumer: bool,
-    /// Records the consumers apply [default: 300000; quick: 3000].
+    /// Records the consumers apply [default: 300000; quick: 3000]; 0 runs
+    /// only the end-to-end latency runs.
     #[arg(long)]
     pub(crate) consumer_records: Option<u64>,
     /// Only these consumers: wr_batch, wr_record, apply_limit,
@@ -88,9 +90,14 @@ pub(crate) struct Cli {
     /// bench builds with Maven, skipped with a note without a JDK or Maven).
     #[arg(long, value_delimiter = ',')]
     pub(crate) consumers: Vec<String>,
-    /// Rates of the consumers' latency runs, events/s (0: none).
-    #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
+    /// Rates of the consumers' end-to-end latency runs, events/s (0:
+    /// none).
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000,10000")]
     pub(crate) consumer_rates: Vec<u64>,
+    /// Partitions of the end-to-end runs' topics (one set of runs, keyless
+    /// and keyed, per count).
+    #[arg(long, value_delimiter = ',', default_value = "4")]
+    pub(crate) consumer_partitions: Vec<i32>,
     /// Where results go: a new folder per run, and `latest.md`.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/results"))]
     pub(crate) out: PathBuf,

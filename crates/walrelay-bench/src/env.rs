@@ -52,7 +52,10 @@ impl BenchEnv {
             .conf("max_replication_slots", "32")
             .conf("max_wal_senders", "32")
             .conf("max_wal_size", "8GB")
-            .conf("shared_buffers", "256MB");
+            .conf("shared_buffers", "256MB")
+            // The consumer bench's end-to-end runs time both ends of an
+            // event by the commit timestamps of their transactions.
+            .conf("track_commit_timestamp", "on");
         let cluster = tokio::task::spawn_blocking(move || PgCluster::start(opts))
             .await?
             .context("starting PostgreSQL")?;

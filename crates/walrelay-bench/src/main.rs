@@ -508,6 +508,16 @@ async fn consumers(
             .filter(|r| *r > 0)
             .collect(),
         latency_duration: Duration::from_secs_f64(run.latency_secs),
+        latency_warmup: Duration::from_secs_f64(
+            cli.latency_warmup_seconds
+                .unwrap_or(if run.quick { 1.0 } else { 5.0 }),
+        ),
+        broker_warmup: Duration::from_secs_f64(if run.quick {
+            1.0
+        } else {
+            latency::DEFAULT_WARMUP_SECONDS
+        }),
+        live_partitions: cli.consumer_partitions.clone(),
     };
     let (runs, latency, notes) = consumer::run(env, &options, first_seq)
         .await

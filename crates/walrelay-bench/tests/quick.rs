@@ -191,7 +191,24 @@ fn quick_mode_writes_a_report_with_every_tool() {
             assert!(r["state_rows"].as_i64().unwrap() > 0, "{r}");
         }
     }
+    // End to end at one rate: keyless and keyed, each with the plain
+    // reference and the Rust library (and the Python and Java ones where
+    // they can run).
     let consumer_latency = json["consumer_latency"].as_array().unwrap();
-    assert_eq!(consumer_latency.len(), 2, "two consumers at one rate");
+    for keyed in [false, true] {
+        for c in [
+            "apply limit (multi-row effects, no dedupe)",
+            "walrelay, batch handler",
+        ] {
+            let runs: Vec<_> = consumer_latency
+                .iter()
+                .filter(|r| r["consumer"] == c && r["keyed"] == keyed)
+                .collect();
+            assert_eq!(runs.len(), 1, "{c}, keyed {keyed}: {consumer_latency:?}");
+            assert!(runs[0]["events"].as_u64().unwrap() > 0, "{}", runs[0]);
+            assert!(runs[0]["commit_to_effect"]["p50"].as_f64().unwrap() > 0.0);
+        }
+    }
+    assert!(latest.contains("## End to end"), "{latest}");
     assert!(latest.contains("## Consumers"), "{latest}");
 }

@@ -35,7 +35,6 @@ from .aio import (
 )
 from .loop_core import (
     JOB_FAILURES,
-    POLL_BURST,
     STRAGGLER_WAIT,
     TP,
     After,
@@ -44,6 +43,7 @@ from .loop_core import (
     Job,
     Round,
     close_dead,
+    poll_burst,
 )
 from .marks import load_marks_async
 from .parked_gauge import refresh_async
@@ -138,7 +138,7 @@ class AsyncConsumerLoop(Driver):
             while not core.consumer_done():
                 round_ = await self._awork(apply)
                 timeout = core.between_rounds(round_)
-                messages = await loop.run_in_executor(kafka, consumer.consume, POLL_BURST, timeout)
+                messages = await loop.run_in_executor(kafka, poll_burst, consumer, timeout)
                 await self._load_pending()
                 core.received(messages)
         finally:

@@ -47,7 +47,6 @@ from .handler_timeout import Watchdog
 from .kafka_config import ConfigError
 from .loop_core import (
     JOB_FAILURES,
-    POLL_BURST,
     STRAGGLER_WAIT,
     TP,
     After,
@@ -58,6 +57,7 @@ from .loop_core import (
     Round,
     StoppedPartition,
     close_dead,
+    poll_burst,
 )
 from .marks import load_marks
 from .parked_gauge import ParkedGauge
@@ -178,7 +178,7 @@ class ConsumerLoop(Driver):
             while not core.consumer_done():
                 round_ = self._work(apply)
                 timeout = core.between_rounds(round_)
-                core.received(consumer.consume(POLL_BURST, timeout))
+                core.received(poll_burst(consumer, timeout))
         finally:
             try:
                 try:

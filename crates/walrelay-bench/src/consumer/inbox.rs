@@ -103,7 +103,7 @@ pub async fn run(
                             if tx.execute(&inbox, &[&id]).await? == 1 {
                                 let payload = String::from_utf8_lossy(m.payload().unwrap_or_default());
                                 tx.execute(&effect, &[&id, &payload.as_ref()]).await?;
-                                applied.observe(m.payload());
+                                applied.observe();
                             }
                         }
                     } else {
@@ -128,9 +128,7 @@ pub async fn run(
                             }
                         }
                         tx.execute(&effects, &[&new_ids, &payloads]).await?;
-                        for m in chunk {
-                            applied.observe(m.payload());
-                        }
+                        applied.observe();
                     }
                     tx.commit().await?;
                     applied.count.fetch_add(chunk.len() as u64, Ordering::Relaxed);

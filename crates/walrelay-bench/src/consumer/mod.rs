@@ -18,11 +18,12 @@
 //! * **Dedupe state** is what the consumer keeps to recognize duplicates
 //!   after the run: walrelay's mark table (one row per partition and
 //!   source) against the inbox table (one row per event).
-//! * **Latency** (commit → applied) runs the relay and a consumer live
-//!   while one-event transactions commit at a fixed rate; an event counts
-//!   as applied when the consumer writes its side effect, inside the
-//!   transaction that then commits it (the same point for both
-//!   consumers).
+//! * **End-to-end latency** ([`live`]): the relay and one consumer run
+//!   while one-event transactions commit at fixed rates, from the
+//!   application's commit to the commit of the consumer's transaction
+//!   holding the effect, beside a plain reference (the application
+//!   produces the record itself after its commit, a plain loop applies
+//!   it). With `records` 0 only these run.
 //!
 //! Consumers: walrelay's [`walrelay_consumer::ConsumerLoop`] with the
 //! batch handler (one multi-row insert per batch) and with the per-record
@@ -37,12 +38,13 @@ mod drain;
 mod inbox;
 mod java;
 mod live;
+mod live_load;
 pub(crate) mod python;
 mod start;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -53,10 +55,10 @@ use walrelay_consumer::LoopMetrics;
 use crate::env::BenchEnv;
 use crate::latency;
 use crate::runs::{Consumer, ConsumerLatencyRun, ConsumerRun};
-use crate::workload::{self, seq_of_payload, Kind, Workload};
+use crate::workload::{self, Kind, Workload};
 
 use drain::{drain, DrainTarget};
-use live::live;
+use live::{live, LiveRun, Shape, LIVE_CONSUMERS};
 use start::{start, stop_consumer, wait_applied, Target};
 
 /// The side effect: one row per event.
@@ -127,10 +129,16 @@ pub struct ConsumerOptions {
     pub repeats: u32,
     pub rates: Vec<u64>,
     pub latency_duration: Duration,
+    /// Unmeasured live load at the first rate before each end-to-end
+    /// run's measured rates.
+    pub latency_warmup: Duration,
+    /// The first end-to-end run's warm-up instead (at least
+    /// `latency_warmup`): the broker is fresh, and its JVM compiles its hot
+    /// paths over its first 20-30 s of load.
+    pub broker_warmup: Duration,
+    /// The end-to-end runs' topics: partitions of each.
+    pub live_partitions: Vec<i32>,
 }
-
-/// When each event's side effect was written: (sequence number, time).
-type ApplyLog = Arc<Mutex<Vec<(u64, Instant)>>>;
 
 impl ConsumerOptions {
     fn wants(&self, consumer: Consumer) -> bool {
@@ -141,8 +149,7 @@ impl ConsumerOptions {
 }
 
 /// Shared between a consumer and the bench: records applied (counted after
-/// their commit), when the first record was handed over, and optionally
-/// when each event's side effect was written (for latency).
+/// their commit), and when the first record was handed over.
 #[derive(Clone, Default)]
 pub(crate) struct Applied {
     pub count: Arc<AtomicU64>,
@@ -151,33 +158,13 @@ pub(crate) struct Applied {
     /// The consumer's process, when it runs in a child process.
     pid: python::Pid,
     first: Arc<OnceLock<Instant>>,
-    log: Option<ApplyLog>,
 }
 
 impl Applied {
-    fn with_log() -> Applied {
-        Applied {
-            log: Some(Arc::default()),
-            ..Applied::default()
-        }
-    }
-
-    /// The consumer wrote the side effect of the event with `payload`.
-    pub fn observe(&self, payload: Option<&[u8]>) {
+    /// The consumer was handed a record (its first one counts).
+    pub fn observe(&self) {
         let now = Instant::now();
         self.first.get_or_init(|| now);
-        if let Some(log) = &self.log {
-            if let Some(seq) = payload.and_then(seq_of_payload) {
-                log.lock().expect("lock").push((seq, now));
-            }
-        }
-    }
-
-    fn logged(&self) -> Vec<(u64, Instant)> {
-        self.log
-            .as_ref()
-            .map(|l| l.lock().expect("lock").clone())
-            .unwrap_or_default()
     }
 }
 
@@ -198,18 +185,24 @@ pub async fn run(
         no_java: options.no_java || java.is_none(),
         ..options.clone()
     };
-    let topics = relay_topics(env, &w, first_seq).await?;
-    let backlog = Backlog {
-        topics: &topics,
-        events: w.events,
-        python: python.as_deref(),
-        java: java.as_deref(),
-    };
     // Each run's database is named with the next number of this count.
     let mut n = 0;
-    warm_up(env, options, &backlog).await?;
-    let runs = drains(env, options, &backlog, &mut n).await?;
-    let lat = latencies(env, options, &mut n).await?;
+    let mut runs = Vec::new();
+    let mut next = first_seq;
+    if options.records > 0 {
+        let topics = relay_topics(env, &w, first_seq).await?;
+        next += w.events;
+        let backlog = Backlog {
+            topics: &topics,
+            events: w.events,
+            python: python.as_deref(),
+            java: java.as_deref(),
+        };
+        warm_up(env, options, &backlog).await?;
+        runs = drains(env, options, &backlog, &mut n).await?;
+    }
+    let programs = (python.as_deref(), java.as_deref());
+    let lat = latencies(env, options, programs, &mut n, next).await?;
     Ok((runs, lat, notes))
 }
 
@@ -390,25 +383,54 @@ fn log_drain(run: &ConsumerRun) {
     );
 }
 
-/// Latency under live load: walrelay's batch consumer and the inbox
-/// consumer (500 records/tx), each repeat.
+/// End to end under live load ([`live`]): per repeat, per topic shape
+/// (each of `live_partitions`, keyless then keyed), the plain reference
+/// and then each wanted library's batch consumer.
 async fn latencies(
     env: &BenchEnv,
     options: &ConsumerOptions,
+    (python, java): (Option<&Path>, Option<&str>),
     n: &mut u32,
+    first_seq: u64,
 ) -> Result<Vec<ConsumerLatencyRun>> {
     let mut lat = Vec::new();
+    if options.rates.is_empty() {
+        return Ok(lat);
+    }
+    let mut next = first_seq;
+    let first_n = *n + 1;
     for repeat in 0..options.repeats {
-        for consumer in [Consumer::WalrelayBatch, Consumer::Inbox500] {
-            if !options.wants(consumer) || options.rates.is_empty() {
-                continue;
+        for &partitions in &options.live_partitions {
+            for keyed in [false, true] {
+                let shape = Shape { partitions, keyed };
+                for consumer in LIVE_CONSUMERS {
+                    if !options.wants(consumer) {
+                        continue;
+                    }
+                    *n += 1;
+                    let warmup = if *n == first_n {
+                        options.latency_warmup.max(options.broker_warmup)
+                    } else {
+                        options.latency_warmup
+                    };
+                    let run = LiveRun {
+                        rates: &options.rates,
+                        duration: options.latency_duration,
+                        warmup,
+                        python,
+                        java,
+                        repeat,
+                        n: *n,
+                    };
+                    lat.extend(
+                        live(env, consumer, shape, &run, &mut next)
+                            .await
+                            .with_context(|| {
+                                format!("end to end, {} on {shape:?}", consumer.label())
+                            })?,
+                    );
+                }
             }
-            *n += 1;
-            lat.extend(
-                live(env, consumer, options, repeat, *n)
-                    .await
-                    .with_context(|| format!("consumer latency, {}", consumer.label()))?,
-            );
         }
     }
     Ok(lat)

@@ -160,7 +160,7 @@ pub(crate) fn follow(
                 line = lines.next_line() => {
                     let Some(line) = line? else { break };
                     match parse(&line) {
-                        Some(Line::First) => applied.observe(None),
+                        Some(Line::First) => applied.observe(),
                         Some(Line::Processed(n)) | Some(Line::Stopped(n)) => {
                             applied.count.store(n, Ordering::Relaxed);
                         }

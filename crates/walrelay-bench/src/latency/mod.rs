@@ -52,6 +52,7 @@ mod run;
 pub mod stalls;
 
 pub(crate) use load::{connect_clients, generate};
+pub(crate) use plain::producer as plain_producer;
 pub use run::run_mode;
 
 /// The default unmeasured load before each mode's measured rates. Each

@@ -1,5 +1,5 @@
 //! The consumer section of the report: the throughput/cost table, the
-//! latency table, and the consumer targets, all as medians over repeats.
+//! end-to-end latency tables ([`super::e2e`]), and the consumer targets, all as medians over repeats.
 //! (It lived in the consumer runner, which made the report import a
 //! runner and the runner import the report; it reads only [`crate::runs`].)
 
@@ -263,7 +263,8 @@ fn java_targets(runs: &[ConsumerRun]) -> Vec<TargetCheck> {
 /// The consumer tables, or nothing when the consumer bench did not run.
 pub fn markdown(runs: &[ConsumerRun], latency: &[ConsumerLatencyRun]) -> String {
     let mut s = String::new();
-    if runs.is_empty() && latency.is_empty() {
+    if runs.is_empty() {
+        super::e2e::markdown(&mut s, latency);
         return s;
     }
     let records = runs.first().map_or(0, |r| r.records);
@@ -302,40 +303,7 @@ pub fn markdown(runs: &[ConsumerRun], latency: &[ConsumerLatencyRun]) -> String 
         );
     }
     phase_table(&mut s, runs);
-    if !latency.is_empty() {
-        let _ = writeln!(
-            s,
-            "\nCommit → applied under live load (relay and consumer running; one-event \
-             transactions; applied = the side effect written in the consumer's transaction), \
-             medians over the repeats:\n"
-        );
-        let _ = writeln!(s, "| consumer | target rate | achieved | p50 ms | p99 ms |");
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|");
-        let mut keys: Vec<(Consumer, u64)> = latency
-            .iter()
-            .map(|l| (l.consumer, l.target_rate))
-            .collect();
-        keys.dedup();
-        keys.sort_by_key(|(c, r)| (*c as u8, *r));
-        keys.dedup();
-        for (consumer, rate) in keys {
-            let of: Vec<&ConsumerLatencyRun> = latency
-                .iter()
-                .filter(|l| l.consumer == consumer && l.target_rate == rate)
-                .collect();
-            let med = |f: &dyn Fn(&ConsumerLatencyRun) -> f64| {
-                Stat::of(of.iter().map(|l| f(l))).map_or(0.0, |s| s.median)
-            };
-            let _ = writeln!(
-                s,
-                "| {} | {rate}/s | {:.0}/s | {:.1} | {:.1} |",
-                consumer.label(),
-                med(&|l| l.achieved_rate),
-                med(&|l| l.commit_to_applied.p50),
-                med(&|l| l.commit_to_applied.p99),
-            );
-        }
-    }
+    super::e2e::markdown(&mut s, latency);
     s
 }
 

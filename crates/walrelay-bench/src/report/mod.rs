@@ -13,6 +13,7 @@ use crate::runs::{LatencyRun, Mode, Percentiles, Results, Tool, ToolRun};
 
 mod consumer;
 mod debezium;
+mod e2e;
 mod markdown;
 mod python_relay;
 mod targets;

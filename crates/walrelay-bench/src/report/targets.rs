@@ -288,6 +288,7 @@ impl Results {
         out.extend(self.python_relay_targets());
         out.extend(self.debezium_targets());
         out.extend(super::consumer::targets(&self.consumer));
+        out.extend(super::e2e::targets(&self.consumer_latency));
         out
     }
 }

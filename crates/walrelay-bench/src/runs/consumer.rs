@@ -140,13 +140,35 @@ pub struct ConsumerRun {
     pub phases: Option<Vec<(String, f64)>>,
 }
 
-/// One consumer under live load at one rate.
+/// One consumer under live load at one rate: end to end, from the
+/// application's commit to the consumer's committed effect (see the
+/// consumer bench's `live` module for how each end is timed).
 #[derive(Debug, Clone, Serialize)]
 pub struct ConsumerLatencyRun {
+    /// The consumer; [`Consumer::ApplyLimit`] is the plain reference (the
+    /// application produces the record itself after its commit, a plain
+    /// loop applies it, no walrelay, no dedupe).
     pub consumer: Consumer,
+    pub partitions: i32,
+    /// Keyed records (outbox rows, 1,000 distinct keys) or keyless ones
+    /// (logical messages).
+    pub keyed: bool,
     pub repeat: u32,
     pub target_rate: u64,
     pub achieved_rate: f64,
     pub events: u64,
-    pub commit_to_applied: Percentiles,
+    /// Commit → the consumer's transaction holding the effect committed.
+    pub commit_to_effect: Percentiles,
+    /// Commit → the producer's delivery report (walrelay's, in this
+    /// process; the plain reference's own producer's).
+    pub commit_to_ack: Percentiles,
+    /// Delivery report → committed effect: the consumer's part.
+    pub ack_to_effect: Percentiles,
+    /// Events per consumer transaction (effect rows over the distinct
+    /// transactions that wrote them).
+    pub events_per_tx: f64,
+    /// The database server's CPU over the stretch and its catch-up, in
+    /// cores (CPU seconds per second): the load's commits, the walsender
+    /// and the consumer's transactions.
+    pub db_cores: f64,
 }

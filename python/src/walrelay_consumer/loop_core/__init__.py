@@ -25,7 +25,7 @@ from .core import Load, LoopCore, Settle
 from .driver import Driver
 from .job import JOB_FAILURES, TP, After, Job, Round, Running
 from .kafka_control import ConsumerKafka, Kafka, close_dead
-from .pacing import POLL_BURST, STRAGGLER_WAIT
+from .pacing import POLL_BURST, STRAGGLER_WAIT, poll_burst
 from .stopped import PartitionsStopped, StoppedPartition
 
 __all__ = [
@@ -46,4 +46,5 @@ __all__ = [
     "Settle",
     "StoppedPartition",
     "close_dead",
+    "poll_burst",
 ]

@@ -8,9 +8,11 @@ it acts on their outcomes and polls again.
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 from .job import Round
 
-__all__ = ["POLL_BURST", "POLL_MAX", "POLL_STRAGGLER", "STRAGGLER_WAIT", "poll_timeout"]
+__all__ = ["POLL_BURST", "POLL_MAX", "POLL_STRAGGLER", "STRAGGLER_WAIT", "poll_burst", "poll_timeout"]
 
 #: Records taken from librdkafka per poll.
 POLL_BURST = 1024
@@ -34,3 +36,27 @@ def poll_timeout(round_: Round, now: float, stragglers: bool) -> float:
         return 0.0
     timeout = min(POLL_MAX, max(0.0, (round_.wake or now + POLL_MAX) - now))
     return min(timeout, POLL_STRAGGLER) if stragglers else timeout
+
+
+class _Consumes(Protocol):
+    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Any]: ...
+
+
+def poll_burst(consumer: _Consumes, timeout: float) -> list[Any]:
+    """Up to :data:`POLL_BURST` records of what librdkafka has fetched,
+    waiting at most ``timeout`` for the first one only.
+
+    ``Consumer.consume(n, timeout)`` returns when it has ``n`` records or
+    when ``timeout`` has passed: under a live stream (fewer than ``n``
+    records a poll) every poll would wait its whole timeout, up to
+    :data:`POLL_MAX`, before the records it already holds are applied.
+    So: take what is there; if nothing, wait for one record and then take
+    what came with it. A backlog is still read in bursts of
+    :data:`POLL_BURST`."""
+    messages = consumer.consume(POLL_BURST, 0)
+    if messages or timeout <= 0:
+        return messages
+    first = consumer.consume(1, timeout)
+    if not first:
+        return first
+    return first + consumer.consume(POLL_BURST - 1, 0)
