@@ -457,14 +457,16 @@ mod tests {
         assert_eq!(usage_exit_code(args(&["walrelay", "--bogus"])), 2);
     }
 
+    /// The effective configuration of `walrelay <a> config`.
+    fn config(a: &[&str]) -> Result<Config, clap::Error> {
+        let mut args = vec!["walrelay"];
+        args.extend_from_slice(a);
+        args.push("config");
+        Cli::try_parse_from(args).map(|c| c.options.effective_config().unwrap())
+    }
+
     #[test]
     fn the_header_set_is_lean_by_default_full_on_request_and_nothing_else() {
-        let config = |a: &[&str]| {
-            let mut args = vec!["walrelay"];
-            args.extend_from_slice(a);
-            args.push("config");
-            Cli::try_parse_from(args).map(|c| c.options.effective_config().unwrap())
-        };
         assert_eq!(config(&[]).unwrap().relay.headers, HeaderSet::Lean);
         let full = config(&["--headers", "full"]).unwrap();
         assert_eq!(full.relay.headers, HeaderSet::Full);
@@ -478,12 +480,6 @@ mod tests {
 
     #[test]
     fn keyless_records_are_placed_by_wal_range_by_default_by_commit_on_request() {
-        let config = |a: &[&str]| {
-            let mut args = vec!["walrelay"];
-            args.extend_from_slice(a);
-            args.push("config");
-            Cli::try_parse_from(args).map(|c| c.options.effective_config().unwrap())
-        };
         let placement = |c: Config| c.relay.keyless_placement;
         assert_eq!(placement(config(&[]).unwrap()), KeylessPlacement::WalRange);
         let commit = config(&["--keyless-placement", "commit"]).unwrap();
