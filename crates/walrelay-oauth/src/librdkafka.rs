@@ -14,6 +14,7 @@ use rdkafka::client::OAuthToken;
 
 use super::error::OAuthError;
 use super::plan::{plan, OAuthOptions, ProviderPlan};
+use super::refresh::TokenSource;
 use super::token::Token;
 
 /// The properties a librdkafka client's `OAUTHBEARER` login is configured
@@ -64,6 +65,31 @@ pub fn callback_plan<'a>(
         }
     }
     Ok(plan)
+}
+
+/// What a client context's `generate_oauth_token` returns, from the
+/// client's token source (`None`: the client was made without one). The
+/// error is logged here and its text reaches librdkafka, which reports it
+/// as the login's failure ("Failed to acquire SASL OAUTHBEARER token:
+/// ..."). The relay's and the consumer's contexts both answer with it.
+pub fn callback_token(
+    tokens: Option<&dyn TokenSource>,
+) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+    let token = tokens
+        .ok_or_else(|| {
+            OAuthError::config(
+                "sasl.mechanism",
+                "librdkafka asked for an OAUTHBEARER token, but the client was configured \
+                 without walrelay's token provider",
+            )
+        })
+        .and_then(|source| source.token())
+        .and_then(|t| oauth_token(&t))
+        .map_err(|e| {
+            tracing::warn!("Kafka OAuth token: {e}");
+            e
+        })?;
+    Ok(token)
 }
 
 /// `token` for librdkafka: the value, the principal, the expiry in

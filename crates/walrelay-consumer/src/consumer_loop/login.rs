@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use rdkafka::client::OAuthToken;
 use rdkafka::ClientConfig;
-use walrelay_oauth::librdkafka::{callback_plan, is_oauthbearer, oauth_token, LOGIN_PROPERTIES};
+use walrelay_oauth::librdkafka::{callback_plan, is_oauthbearer, LOGIN_PROPERTIES};
 use walrelay_oauth::plan::OAuthOptions;
 use walrelay_oauth::{OAuthError, Provider, TokenCache, TokenSource};
 
@@ -49,21 +49,12 @@ pub(crate) fn take_login(
     Ok(Some(Arc::new(TokenCache::new(provider))))
 }
 
-/// What the context's `generate_oauth_token` returns. The error's text
-/// reaches librdkafka, which reports it as the login's failure.
+/// What the context's `generate_oauth_token` returns
+/// ([`walrelay_oauth::librdkafka::callback_token`]).
 pub(crate) fn token_for_librdkafka(
     tokens: &Tokens,
 ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
-    let token = tokens
-        .as_ref()
-        .ok_or("librdkafka asked for an OAUTHBEARER token, but the consumer has no token login")?
-        .token()
-        .and_then(|t| oauth_token(&t))
-        .map_err(|e| {
-            tracing::warn!("Kafka OAuth token: {e}");
-            e
-        })?;
-    Ok(token)
+    walrelay_oauth::librdkafka::callback_token(tokens.as_deref())
 }
 
 #[cfg(test)]

@@ -213,14 +213,10 @@ impl LoginContext {
         LoginContext { login }
     }
 
-    /// What a context's `generate_oauth_token` returns for `login`. The
-    /// error's text reaches librdkafka's log and the client's error
-    /// callback ("Failed to acquire SASL OAUTHBEARER token: ...").
+    /// What a context's `generate_oauth_token` returns for `login`
+    /// ([`librdkafka::callback_token`]).
     pub fn token_for_librdkafka(login: &Login) -> Result<OAuthToken, Box<dyn std::error::Error>> {
-        login.oauth_token().map_err(|e| {
-            tracing::warn!("Kafka OAuth token: {e}");
-            Box::new(e) as Box<dyn std::error::Error>
-        })
+        librdkafka::callback_token(login.token_source().as_deref())
     }
 }
 
