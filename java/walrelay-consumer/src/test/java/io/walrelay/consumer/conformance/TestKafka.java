@@ -9,11 +9,13 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 
 /**
  * One combined (broker and controller) KRaft node of Apache Kafka on free
@@ -147,7 +149,7 @@ public final class TestKafka implements AutoCloseable {
             admin.createTopics(List.of(new NewTopic(name, partitions, (short) 1))).all().get(20, TimeUnit.SECONDS);
             long deadline = System.currentTimeMillis() + 20_000;
             while (System.currentTimeMillis() < deadline) {
-                TopicDescription d = admin.describeTopics(Set.of(name)).allTopicNames().get(5, TimeUnit.SECONDS).get(name);
+                TopicDescription d = describeOrNull(admin, name);
                 if (d != null && d.partitions().size() == partitions && d.partitions().stream().allMatch(p -> p.leader() != null)) {
                     return;
                 }
@@ -155,6 +157,21 @@ public final class TestKafka implements AutoCloseable {
             }
         }
         throw new IllegalStateException("topic " + name + " did not get " + partitions + " partitions with leaders");
+    }
+
+    /**
+     * The topic's description, or null while the broker answering has not yet seen the topic's metadata: right
+     * after CreateTopics a KRaft broker may still answer UNKNOWN_TOPIC_OR_PARTITION for it.
+     */
+    private static TopicDescription describeOrNull(Admin admin, String name) throws Exception {
+        try {
+            return admin.describeTopics(Set.of(name)).allTopicNames().get(5, TimeUnit.SECONDS).get(name);
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof UnknownTopicOrPartitionException) {
+                return null;
+            }
+            throw e;
+        }
     }
 
     @Override
