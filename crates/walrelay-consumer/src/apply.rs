@@ -38,7 +38,7 @@ use crate::delivery::Delivery;
 use crate::meta::RecordMeta;
 use crate::parked;
 use crate::position::Position;
-use crate::statements;
+use crate::statements::{Batch, Statements};
 
 /// What a committed batch did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -185,9 +185,11 @@ impl Keyed for RecordMeta {
 /// to exist (no insert first). Counting the outcome is the caller's (the
 /// store's counters): this module knows nothing of the store, which is
 /// built on it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn apply<R, E, F>(
     isolation: IsolationLevel,
     client: &mut Client,
+    statements: Statements<'_>,
     position: &Position,
     records: &[R],
     park: Option<(&Park, &Delivery<'_>)>,
@@ -204,7 +206,7 @@ where
         .isolation_level(isolation)
         .start()
         .await?;
-    let marks = lock_marks(&tx, position, &sources, known).await?;
+    let marks = lock_marks(&tx, statements, position, &sources, known).await?;
     let plan = batch::plan(&marks, records.iter().map(Keyed::meta));
 
     // A parked last record is taken out of what the handler sees but
@@ -223,7 +225,7 @@ where
         if plan.raised.is_empty() {
             Ok(None)
         } else {
-            advance(&tx, position, &plan).await
+            advance(&tx, statements, position, &plan).await
         }
     };
     let run = async {
@@ -256,13 +258,13 @@ where
     let guard = xid.filter(|_| !apply.is_empty());
     let park_row = park.filter(|_| parked_is_new);
     match (guard, park_row) {
-        (Some(xid), None) => guard_and_commit(tx, &xid).await?,
+        (Some(xid), None) => guard_and_commit(tx, statements, &xid).await?,
         (guard, Some((park, record))) => {
             // Parking is checked before COMMIT (a wrong row count must
             // not commit the mark past the record): one more round trip.
             let check = async {
                 match &guard {
-                    Some(xid) => check_guard(&tx, xid).await,
+                    Some(xid) => check_guard(&tx, statements, xid).await,
                     None => Ok(()),
                 }
             };
@@ -309,9 +311,16 @@ async fn rollback(tx: Transaction<'_>) {
 /// guard's own), then reads what the guard saw. Whatever the outcome, the
 /// session is outside a transaction afterwards: `COMMIT` committed, or
 /// ended an aborted transaction, or (outside one) did nothing.
-async fn guard_and_commit<E>(tx: Transaction<'_>, xid: &str) -> Result<(), BatchError<E>> {
-    let (checked, committed) =
-        futures_util::future::join(check_guard(&tx, xid), tx.batch_execute("COMMIT")).await;
+async fn guard_and_commit<E>(
+    tx: Transaction<'_>,
+    statements: Statements<'_>,
+    xid: &str,
+) -> Result<(), BatchError<E>> {
+    let (checked, committed) = futures_util::future::join(
+        check_guard(&tx, statements, xid),
+        tx.batch_execute("COMMIT"),
+    )
+    .await;
     // `COMMIT` was sent as a statement, not through `Transaction::commit`
     // (which takes the transaction by value while the guard borrows it):
     // forgetting it skips the `ROLLBACK` its drop would send after the
@@ -323,8 +332,12 @@ async fn guard_and_commit<E>(tx: Transaction<'_>, xid: &str) -> Result<(), Batch
 }
 
 /// What the guard says about the transaction that raised the marks.
-async fn check_guard<E>(tx: &Transaction<'_>, xid: &str) -> Result<(), BatchError<E>> {
-    match tx.query_typed(statements::HWM_GUARD, &[]).await {
+async fn check_guard<E>(
+    tx: &Transaction<'_>,
+    statements: Statements<'_>,
+    xid: &str,
+) -> Result<(), BatchError<E>> {
+    match statements.query(tx, Batch::Guard, &[]).await {
         Ok(rows) => {
             let found: Option<String> = rows.first().and_then(|r| r.get(0));
             guard_verdict(xid, found.as_deref())
@@ -352,20 +365,21 @@ fn guard_verdict<E>(expected: &str, found: Option<&str>) -> Result<(), BatchErro
 /// creating missing rows first.
 async fn lock_marks<E>(
     tx: &Transaction<'_>,
+    statements: Statements<'_>,
     position: &Position,
     sources: &[String],
     known: bool,
 ) -> Result<BTreeMap<String, EventKey>, BatchError<E>> {
     let p = params(position, &sources, Type::TEXT_ARRAY);
     if !known {
-        tx.execute_typed(statements::HWM_ENSURE, &p[..]).await?;
+        statements.query(tx, Batch::Ensure, &p).await?;
     }
-    let mut rows = tx.query_typed(statements::HWM_LOCK, &p[..]).await?;
+    let mut rows = statements.query(tx, Batch::Lock, &p).await?;
     if rows.len() < sources.len() {
         if known {
             // Rows deleted by hand since they were seen: create them.
-            tx.execute_typed(statements::HWM_ENSURE, &p[..]).await?;
-            rows = tx.query_typed(statements::HWM_LOCK, &p[..]).await?;
+            statements.query(tx, Batch::Ensure, &p).await?;
+            rows = statements.query(tx, Batch::Lock, &p).await?;
         }
         if let Some(missing) = sources
             .iter()
@@ -385,9 +399,11 @@ async fn lock_marks<E>(
     Ok(marks)
 }
 
-/// Raises the marks; returns the id of the transaction (see [`statements::HWM_GUARD`]).
+/// Raises the marks; returns the id of the transaction (see
+/// [`crate::statements::HWM_GUARD`]).
 async fn advance<E>(
     tx: &Transaction<'_>,
+    statements: Statements<'_>,
     position: &Position,
     plan: &Plan,
 ) -> Result<Option<String>, BatchError<E>> {
@@ -395,7 +411,7 @@ async fn advance<E>(
     let keys: Vec<String> = plan.raised.values().map(EventKey::to_hex).collect();
     let mut p = params(position, &sources, Type::TEXT_ARRAY);
     p.push((&keys, Type::TEXT_ARRAY));
-    let updated = tx.query_typed(statements::HWM_ADVANCE, &p[..]).await?;
+    let updated = statements.query(tx, Batch::Advance, &p).await?;
     if updated.len() != sources.len() {
         return Err(BatchError::RowVanished {
             source_id: sources.join(","),

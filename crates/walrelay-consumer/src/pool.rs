@@ -13,6 +13,8 @@ use std::sync::Arc;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, Config, NoTls, Socket};
 
+use crate::statements::{Prepared, Statements};
+
 /// A future that opens a connection.
 pub type ConnectFuture =
     Pin<Box<dyn Future<Output = Result<Client, tokio_postgres::Error>> + Send>>;
@@ -80,18 +82,50 @@ impl Database {
     }
 }
 
+/// One of the loop's connections, and the batch statements once prepared
+/// on it (they live as long as the connection's session).
+pub(crate) struct Conn {
+    pub(crate) client: Client,
+    /// Whether batches use prepared statements on this connection.
+    prepare: bool,
+    prepared: Option<Prepared>,
+}
+
+impl Conn {
+    /// Prepares the batch statements, if batches use them and that was not
+    /// done already: before any batch's transaction, so that a batch's
+    /// statements go out in the order it sends them (a statement prepared
+    /// on first use would let the handler's overtake the marks' update).
+    pub(crate) async fn prepare(&mut self) -> Result<(), tokio_postgres::Error> {
+        if self.prepare && self.prepared.is_none() {
+            self.prepared = Some(Prepared::prepare(&self.client).await?);
+        }
+        Ok(())
+    }
+
+    /// The client, and how batches send their statements on it.
+    pub(crate) fn parts(&mut self) -> (&mut Client, Statements<'_>) {
+        (&mut self.client, Statements::of(self.prepared.as_ref()))
+    }
+}
+
 /// A connection lent by the pool: an open one, or the right to open one.
 pub(crate) enum Lease {
-    Open(Client),
-    New(Database),
+    Open(Conn),
+    /// Open one; whether to prepare the batch statements on it.
+    New(Database, bool),
 }
 
 impl Lease {
     /// The connection, opening it if needed.
-    pub(crate) async fn client(self) -> Result<Client, tokio_postgres::Error> {
+    pub(crate) async fn conn(self) -> Result<Conn, tokio_postgres::Error> {
         match self {
-            Lease::Open(client) => Ok(client),
-            Lease::New(db) => db.connect().await,
+            Lease::Open(conn) => Ok(conn),
+            Lease::New(db, prepare) => Ok(Conn {
+                client: db.connect().await?,
+                prepare,
+                prepared: None,
+            }),
         }
     }
 }
@@ -99,15 +133,19 @@ impl Lease {
 /// At most `size` connections, used from the loop's task only.
 pub(crate) struct Pool {
     db: Database,
-    idle: Vec<Client>,
+    prepare: bool,
+    idle: Vec<Conn>,
     lent: usize,
     size: usize,
 }
 
 impl Pool {
-    pub(crate) fn new(db: Database, size: usize) -> Pool {
+    /// `prepare`: whether batches use prepared statements
+    /// ([`crate::Settings::prepared_statements`]).
+    pub(crate) fn new(db: Database, size: usize, prepare: bool) -> Pool {
         Pool {
             db,
+            prepare,
             idle: Vec::new(),
             lent: 0,
             size: size.max(1),
@@ -121,17 +159,23 @@ impl Pool {
         }
         self.lent += 1;
         Some(match self.idle.pop() {
-            Some(client) => Lease::Open(client),
-            None => Lease::New(self.db.clone()),
+            Some(conn) => Lease::Open(conn),
+            None => Lease::New(self.db.clone(), self.prepare),
         })
     }
 
     /// Returns a lease: the connection if it still works, or nothing.
-    pub(crate) fn give_back(&mut self, client: Option<Client>) {
+    pub(crate) fn give_back(&mut self, conn: Option<Conn>) {
         self.lent = self.lent.saturating_sub(1);
-        if let Some(client) = client.filter(|c| !c.is_closed()) {
-            self.idle.push(client);
+        if let Some(conn) = conn.filter(|c| !c.client.is_closed()) {
+            self.idle.push(conn);
         }
+    }
+
+    /// New connections send the batch statements unnamed from now on;
+    /// whether they were prepared until now.
+    pub(crate) fn stop_preparing(&mut self) -> bool {
+        std::mem::replace(&mut self.prepare, false)
     }
 
     /// Whether a lease is available.

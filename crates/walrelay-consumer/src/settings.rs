@@ -92,6 +92,14 @@ pub struct Settings {
     pub on_poison: OnPoison,
     /// Interval between asynchronous offset commits while records flow.
     pub commit_interval: Duration,
+    /// Prepare the statements on the marks once per connection (the
+    /// default) rather than send them unnamed in every batch, which makes
+    /// the server parse and plan each of them again: on small batches
+    /// that costs about as much database CPU as the marks' work itself.
+    /// Turn it off behind a pooler that does not keep prepared statements
+    /// with the session, such as PgBouncer in transaction mode before
+    /// 1.21 (or without `max_prepared_statements`).
+    pub prepared_statements: bool,
 }
 
 impl Default for Settings {
@@ -104,6 +112,7 @@ impl Default for Settings {
             retry: RetryPolicy::default(),
             on_poison: OnPoison::Stop,
             commit_interval: Duration::from_secs(1),
+            prepared_statements: true,
         }
     }
 }

@@ -3,6 +3,9 @@
 //! package ships too (see `sql/consumer/README.md`). Compiled in, without
 //! the files' final newline.
 
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Row, Statement, Transaction};
+
 macro_rules! statement {
     ($name:literal) => {
         include_str!(concat!(
@@ -43,6 +46,104 @@ pub(crate) const PARKED_FAILED_AGAIN: &str = statement!("parked_failed_again");
 /// The records a group has parked (`$1`: the group), for the gauge.
 pub(crate) const PARKED_COUNT: &str = statement!("parked_count");
 
+/// The parameter types of the statements on one position's marks
+/// (`$1`..`$4`: group, topic, partition, the batch's sources; see
+/// [`crate::apply::params`]).
+const MARK_TYPES: [Type; 4] = [Type::TEXT, Type::TEXT, Type::INT4, Type::TEXT_ARRAY];
+
+/// The statements every batch runs, each once per batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Batch {
+    Ensure,
+    Lock,
+    Advance,
+    Guard,
+}
+
+impl Batch {
+    const ALL: [Batch; 4] = [Batch::Ensure, Batch::Lock, Batch::Advance, Batch::Guard];
+
+    fn sql(self) -> &'static str {
+        match self {
+            Batch::Ensure => HWM_ENSURE,
+            Batch::Lock => HWM_LOCK,
+            Batch::Advance => HWM_ADVANCE,
+            Batch::Guard => HWM_GUARD,
+        }
+    }
+
+    fn types(self) -> &'static [Type] {
+        const ADVANCE: [Type; 5] = [
+            Type::TEXT,
+            Type::TEXT,
+            Type::INT4,
+            Type::TEXT_ARRAY,
+            Type::TEXT_ARRAY,
+        ];
+        match self {
+            Batch::Ensure | Batch::Lock => &MARK_TYPES,
+            Batch::Advance => &ADVANCE,
+            Batch::Guard => &[],
+        }
+    }
+}
+
+/// The batch statements prepared on one connection, once, when the loop
+/// first uses it ([`crate::Settings::prepared_statements`]). Sent unnamed,
+/// the server parses and plans each of them in every batch: on one-event
+/// batches that was most of the database CPU the marks cost (about half of
+/// it, measured with pgbench on the same statements).
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    statements: [Statement; 4],
+}
+
+impl Prepared {
+    /// Prepares the batch statements on `client`, in one pipeline.
+    pub(crate) async fn prepare(client: &Client) -> Result<Prepared, tokio_postgres::Error> {
+        let [a, b, c, d] = Batch::ALL.map(|s| client.prepare_typed(s.sql(), s.types()));
+        let (a, b, c, d) = futures_util::future::try_join4(a, b, c, d).await?;
+        Ok(Prepared {
+            statements: [a, b, c, d],
+        })
+    }
+
+    fn get(&self, which: Batch) -> &Statement {
+        &self.statements[which as usize]
+    }
+}
+
+/// How a batch sends its statements: prepared on the connection (the
+/// loop's own connections), or unnamed with typed parameters (a client
+/// the application passes in, whose session walrelay does not own).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Statements<'a> {
+    Unnamed,
+    Prepared(&'a Prepared),
+}
+
+impl<'a> Statements<'a> {
+    pub(crate) fn of(prepared: Option<&'a Prepared>) -> Statements<'a> {
+        prepared.map_or(Statements::Unnamed, Statements::Prepared)
+    }
+
+    /// Runs `which` in `tx` with `params` (typed as [`Batch::types`]).
+    pub(crate) async fn query(
+        self,
+        tx: &Transaction<'_>,
+        which: Batch,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        match self {
+            Statements::Unnamed => tx.query_typed(which.sql(), params).await,
+            Statements::Prepared(p) => {
+                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+                tx.query(p.get(which), &values).await
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +171,17 @@ mod tests {
             );
         }
         assert!(HWM_ADVANCE.ends_with("RETURNING pg_current_xact_id()::text"));
+    }
+
+    #[test]
+    fn each_batch_statement_is_typed_for_every_parameter_it_has() {
+        for (i, s) in Batch::ALL.iter().enumerate() {
+            assert_eq!(*s as usize, i, "{s:?} indexes Prepared");
+            let highest = (1..=9)
+                .rev()
+                .find(|n| s.sql().contains(&format!("${n}")))
+                .unwrap_or(0);
+            assert_eq!(s.types().len(), highest, "{s:?}");
+        }
     }
 }

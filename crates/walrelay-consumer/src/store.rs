@@ -21,7 +21,7 @@ use crate::apply::{self, BatchError, BatchOutcome, Failed, Keyed, Park};
 use crate::delivery::Delivery;
 use crate::meta::RecordMeta;
 use crate::metrics::Counters;
-use crate::statements;
+use crate::statements::{self, Statements};
 
 // Their public paths under `store` from before they moved to the leaf
 // module, kept.
@@ -237,6 +237,7 @@ impl PgHwmStore {
         let outcome = self
             .apply_counted(
                 client,
+                Statements::Unnamed,
                 position,
                 std::slice::from_ref(meta),
                 None,
@@ -293,12 +294,20 @@ impl PgHwmStore {
         F: AsyncFnOnce(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), E>,
     {
         let single = records.len() == 1;
-        self.apply_counted(client, position, records, None, false, async |tx, new| {
-            handler(tx, new).await.map_err(|error| Failed {
-                index: single.then_some(0),
-                error,
-            })
-        })
+        self.apply_counted(
+            client,
+            Statements::Unnamed,
+            position,
+            records,
+            None,
+            false,
+            async |tx, new| {
+                handler(tx, new).await.map_err(|error| Failed {
+                    index: single.then_some(0),
+                    error,
+                })
+            },
+        )
         .await
     }
 
@@ -306,9 +315,11 @@ impl PgHwmStore {
     /// record may be parked instead of applied, `known` skips the row
     /// creation when the marks are known to exist, and the handler may say
     /// which record failed (an index into the slice it was given).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn apply_batch<E, F>(
         &self,
         client: &mut Client,
+        statements: Statements<'_>,
         position: &Position,
         records: &[Delivery<'_>],
         park: Option<&Park>,
@@ -319,16 +330,18 @@ impl PgHwmStore {
         F: AsyncFnOnce(&Transaction<'_>, &[Delivery<'_>]) -> Result<(), Failed<E>>,
     {
         let park = park.zip(records.last());
-        self.apply_counted(client, position, records, park, known, handler)
+        self.apply_counted(client, statements, position, records, park, known, handler)
             .await
     }
 
     /// The batch transaction ([`crate::apply`]) at the store's isolation
     /// level, its outcome counted in the store's counters: the one way
     /// every method above reaches it, so that each counts the same way.
+    #[allow(clippy::too_many_arguments)]
     async fn apply_counted<R, E, F>(
         &self,
         client: &mut Client,
+        statements: Statements<'_>,
         position: &Position,
         records: &[R],
         park: Option<(&Park, &Delivery<'_>)>,
@@ -342,6 +355,7 @@ impl PgHwmStore {
         let result = apply::apply(
             self.isolation,
             client,
+            statements,
             position,
             records,
             park,

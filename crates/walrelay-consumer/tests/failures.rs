@@ -355,6 +355,80 @@ async fn a_database_restart_mid_batch_loses_and_repeats_nothing() -> anyhow::Res
     Ok(())
 }
 
+/// The loop prepares its statements on the marks once per connection. A
+/// handler that drops them (`DEALLOCATE ALL`, as a pooler in transaction
+/// mode would lose them) costs one retried batch: the loop goes on with
+/// statements sent unnamed, every record applied once.
+#[tokio::test]
+async fn a_handler_that_drops_the_prepared_statements_costs_one_retry() -> anyhow::Result<()> {
+    let topic = "prepared";
+    let group = "preparer";
+    let env = env(topic, 2).await?;
+    let mut relay = Relay::new(&env.broker.bootstrap_servers(), topic)?;
+    let records: Vec<(i32, u64)> = (1..=100).flat_map(|s| [(0, s), (1, s)]).collect();
+    relay.send(&records).await?;
+
+    let consumer = ConsumerLoop::new(
+        kafka(&env.broker.bootstrap_servers(), group),
+        &[topic],
+        PgHwmStore::new(),
+        database(&env.cluster),
+    )?
+    .with_settings(settings(OnPoison::Stop, Duration::from_millis(10)));
+    let counters = consumer.counters();
+    let metrics = consumer.metrics();
+    let (stop, shutdown) = watch::channel(false);
+    // The most statements a handler saw prepared in its session, and
+    // whether the next batch drops them.
+    let prepared = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let drop_next = Arc::new(AtomicBool::new(true));
+    let handle = {
+        let (prepared, drop_next) = (Arc::clone(&prepared), Arc::clone(&drop_next));
+        tokio::spawn(consumer.run_batches(
+            async move |tx: &Transaction<'_>, batch: &[Delivery<'_>]| {
+                let row = tx
+                    .query_one("SELECT count(*) FROM pg_prepared_statements", &[])
+                    .await?;
+                prepared.fetch_max(row.get(0), Ordering::SeqCst);
+                if drop_next.swap(false, Ordering::SeqCst) {
+                    tx.batch_execute("DEALLOCATE ALL").await?;
+                }
+                for d in batch {
+                    insert_effect(tx, d, "a").await?;
+                }
+                Ok::<(), tokio_postgres::Error>(())
+            },
+            shutdown,
+        ))
+    };
+    // effects' primary key turns a second application into a handler
+    // error, which would stop the partition (never reaching 200).
+    await_count(&env.client, "SELECT count(*) FROM effects", 200).await?;
+    assert!(!handle.is_finished(), "the loop carried on");
+    stop.send(true)?;
+    handle.await??;
+    assert_eq!(
+        count(&env.client, "SELECT count(*) FROM effects").await?,
+        200
+    );
+    assert!(
+        prepared.load(Ordering::SeqCst) >= 4,
+        "the batch statements were prepared on the loop's connection"
+    );
+    assert!(
+        !drop_next.load(Ordering::SeqCst),
+        "the handler dropped them"
+    );
+    assert!(
+        metrics.retries.get() >= 1,
+        "the batch that dropped them was retried"
+    );
+    let c = counters.snapshot();
+    assert_eq!(c.processed, 200, "{c:?}");
+    check_marks(&env, group, topic, &relay).await?;
+    Ok(())
+}
+
 /// Issue 25, item 5: a record without walrelay headers has nothing but its
 /// offset to identify it. The dead-letter table already holds a different
 /// such record at offset 0 (an earlier incarnation of the topic): the loop

@@ -4,6 +4,7 @@
 //! stops.
 
 use rdkafka::message::Message;
+use tokio_postgres::error::SqlState;
 
 use super::handler_call::HandlerFailure;
 use super::job::TopicPartition;
@@ -56,6 +57,8 @@ pub(super) fn failure_of<E: 'static>(
         }
         // The handler's own doing, like an error it returned.
         BatchError::HandlerSwallowedError => return Failure::Attempt(None),
+        // Not the records' fault: a new connection prepares them again.
+        _ if prepared_gone(error) => return Failure::Outage,
         BatchError::Db(db) => class_of(db),
         BatchError::NotParked { .. } | BatchError::RowVanished { .. } => ErrorClass::Batch,
     };
@@ -68,6 +71,16 @@ pub(super) fn failure_of<E: 'static>(
         ErrorClass::Batch => Failure::Attempt(None),
     }
 }
+
+/// Whether the batch failed because the statements the loop prepared on
+/// its connection no longer exist in the session.
+pub(super) fn prepared_gone<E>(error: &BatchError<E>) -> bool {
+    matches!(error, BatchError::Db(db) if db.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME))
+}
+
+/// Appended to the error of a batch that [`prepared_gone`] failed.
+pub(super) const PREPARED_GONE: &str =
+    " (the statements prepared on the connection are gone; retried unprepared)";
 
 /// The error a stopped partition reports: the records, and why.
 pub(super) fn stop_message<E: std::fmt::Display>(

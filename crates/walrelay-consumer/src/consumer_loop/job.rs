@@ -9,14 +9,14 @@
 
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::Transaction;
 
 use super::handler_call::{Bound, HandlerFailure};
 use super::partition::Queued;
 use crate::apply::{BatchError, BatchOutcome, Failed, Park};
 use crate::delivery::Delivery;
 use crate::parked::{self, ParkUnkeyedError};
-use crate::pool::Lease;
+use crate::pool::{Conn, Lease};
 use crate::position::Position;
 use crate::store::PgHwmStore;
 
@@ -27,7 +27,7 @@ pub(super) struct Done<E> {
     pub(super) tp: TopicPartition,
     pub(super) generation: u64,
     pub(super) records: Vec<Queued>,
-    pub(super) client: Option<Client>,
+    pub(super) client: Option<Conn>,
     pub(super) started: Instant,
     /// Spent waiting for the connection, and in the handler.
     pub(super) connecting: Duration,
@@ -140,13 +140,13 @@ pub(super) async fn run_job<E, A: Apply<E>>(
     let started = Instant::now();
     let tp = (position.topic.clone(), position.partition);
     let parking = matches!(&kind, JobKind::Batch { park: Some(_), .. });
-    let leased = lease.client().await;
-    let connecting = started.elapsed();
+    let leased = lease.conn().await;
     // Not a `Cell`: the loop's future must stay `Send`.
     let mut handler = Duration::ZERO;
-    let mut client = match leased {
-        Ok(client) => client,
+    let mut conn = match leased {
+        Ok(conn) => conn,
         Err(e) => {
+            let connecting = started.elapsed();
             let result = match kind {
                 JobKind::Batch { .. } => JobResult::Batch(Err(BatchError::Db(e))),
                 JobKind::ParkUnkeyed { .. } => JobResult::ParkedUnkeyed(Err(e.into())),
@@ -166,9 +166,16 @@ pub(super) async fn run_job<E, A: Apply<E>>(
             };
         }
     };
+    let connecting = started.elapsed();
     let mut discard = false;
     let result = match kind {
-        JobKind::Batch { park, known } => {
+        JobKind::Batch { park, known } => 'batch: {
+            // Preparing fails like the batch's own statements would: the
+            // error is classified the same way.
+            if let Err(e) = conn.prepare().await {
+                break 'batch JobResult::Batch(Err(BatchError::Db(e)));
+            }
+            let (client, statements) = conn.parts();
             let cancel = client.cancel_token();
             let mut bound = Bound::new(handler_timeout, &cancel);
             let deliveries: Vec<Delivery<'_>> = records
@@ -183,7 +190,8 @@ pub(super) async fn run_job<E, A: Apply<E>>(
                 .collect();
             let result = store
                 .apply_batch(
-                    &mut client,
+                    client,
+                    statements,
                     &position,
                     &deliveries,
                     park.as_ref(),
@@ -201,7 +209,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(
         }
         JobKind::ParkUnkeyed { error } => JobResult::ParkedUnkeyed(match records.first() {
             Some(record) => {
-                parked::insert_unkeyed(&mut client, &position, &record.message, &error).await
+                parked::insert_unkeyed(&mut conn.client, &position, &record.message, &error).await
             }
             None => Ok(false),
         }),
@@ -210,7 +218,7 @@ pub(super) async fn run_job<E, A: Apply<E>>(
         tp,
         generation,
         records,
-        client: Some(client),
+        client: Some(conn),
         started,
         connecting,
         handler,

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use tokio_postgres::Client;
 
 use super::super::context::LoopContext;
-use super::super::failure::{failure_of, stop_message, Failure, Retry};
+use super::super::failure::{
+    failure_of, prepared_gone, stop_message, Failure, Retry, PREPARED_GONE,
+};
 use super::super::handler_call::HandlerFailure;
 use super::super::job::{Done, JobResult, TopicPartition};
 use super::super::partition::Queued;
@@ -60,7 +61,7 @@ impl Driver<'_> {
             handler,
             ended.saturating_duration_since(started),
         );
-        let lost_connection = !discard && client.as_ref().is_none_or(Client::is_closed);
+        let lost_connection = !discard && client.as_ref().is_none_or(|c| c.client.is_closed());
         self.pool.give_back(client.filter(|_| !discard));
         let Some(p) = self
             .partitions
@@ -161,9 +162,22 @@ impl Driver<'_> {
             Failure::Shrink => (None, Retry::Shrink),
             Failure::Attempt(index) => (index, Retry::Attempt),
         };
+        let mut error = e.to_string();
+        if prepared_gone(e) {
+            error.push_str(PREPARED_GONE);
+            if self.pool.stop_preparing() {
+                tracing::warn!(
+                    "the loop's prepared statements were dropped from a connection's session: \
+                     new connections send them unnamed from now on (a DISCARD ALL or DEALLOCATE \
+                     in the handler, or a pooler that does not keep prepared statements with the \
+                     session, such as PgBouncer in transaction mode; set \
+                     Settings::prepared_statements to false behind such a pooler): {e}"
+                );
+            }
+        }
         Settled::Retry {
             records,
-            error: e.to_string(),
+            error,
             index,
             retry,
         }

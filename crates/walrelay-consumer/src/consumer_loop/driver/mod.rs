@@ -105,7 +105,7 @@ impl<'a> Driver<'a> {
             consumer,
             group,
             store,
-            pool: Pool::new(database, settings.pool_size),
+            pool: Pool::new(database, settings.pool_size, settings.prepared_statements),
             settings,
             clock: PhaseClock::new(&metrics),
             metrics,
