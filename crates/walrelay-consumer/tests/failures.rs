@@ -12,8 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_postgres::Transaction;
 use walrelay_consumer::{
-    metrics::PartitionLabels, ConsumerLoop, Delivery, LoopError, OnPoison, PgHwmStore, RetryPolicy,
-    Settings,
+    metrics::PartitionLabels, Delivery, LoopError, OnPoison, RetryPolicy, Settings,
 };
 use walrelay_contract::EventKey;
 use walrelay_testkit::await_condition;
@@ -86,13 +85,11 @@ async fn a_poison_record_is_parked_with_its_mark_and_redriven_once() -> anyhow::
     relay.send(&rest).await?;
     let poison = Relay::key(0, 13);
 
-    let consumer = ConsumerLoop::new(
-        kafka(&env.broker.bootstrap_servers(), group),
-        &[topic],
-        PgHwmStore::new(),
-        database(&env.cluster),
-    )?
-    .with_settings(settings(OnPoison::Park, Duration::from_millis(300)));
+    let consumer = env.consumer(
+        group,
+        topic,
+        settings(OnPoison::Park, Duration::from_millis(300)),
+    )?;
     let counters = consumer.counters();
     let metrics = consumer.metrics();
     let (stop, shutdown) = watch::channel(false);
@@ -217,13 +214,11 @@ async fn a_poison_record_stops_only_its_partition() -> anyhow::Result<()> {
     let broken = Arc::new(AtomicBool::new(true));
 
     let start = |broken: Arc<AtomicBool>| -> anyhow::Result<_> {
-        let consumer = ConsumerLoop::new(
-            kafka(&env.broker.bootstrap_servers(), group),
-            &[topic],
-            PgHwmStore::new(),
-            database(&env.cluster),
-        )?
-        .with_settings(settings(OnPoison::Stop, Duration::from_millis(10)));
+        let consumer = env.consumer(
+            group,
+            topic,
+            settings(OnPoison::Stop, Duration::from_millis(10)),
+        )?;
         let metrics = consumer.metrics();
         let (stop, shutdown) = watch::channel(false);
         // A per-record handler: it says which record failed.
@@ -304,21 +299,19 @@ async fn a_database_restart_mid_batch_loses_and_repeats_nothing() -> anyhow::Res
     let records: Vec<(i32, u64)> = (1..=300).flat_map(|s| [(0, s), (1, s)]).collect();
     relay.send(&records).await?;
 
-    let consumer = ConsumerLoop::new(
-        kafka(&env.broker.bootstrap_servers(), group),
-        &[topic],
-        PgHwmStore::new(),
-        database(&env.cluster),
-    )?
-    .with_settings(Settings {
-        max_batch_records: 10,
-        retry: RetryPolicy {
-            attempts: 3,
-            base: Duration::from_millis(50),
-            cap: Duration::from_millis(500),
+    let consumer = env.consumer(
+        group,
+        topic,
+        Settings {
+            max_batch_records: 10,
+            retry: RetryPolicy {
+                attempts: 3,
+                base: Duration::from_millis(50),
+                cap: Duration::from_millis(500),
+            },
+            ..Settings::default()
         },
-        ..Settings::default()
-    });
+    )?;
     let counters = consumer.counters();
     let metrics = consumer.metrics();
     let (stop, shutdown) = watch::channel(false);
@@ -368,13 +361,11 @@ async fn a_handler_that_drops_the_prepared_statements_costs_one_retry() -> anyho
     let records: Vec<(i32, u64)> = (1..=100).flat_map(|s| [(0, s), (1, s)]).collect();
     relay.send(&records).await?;
 
-    let consumer = ConsumerLoop::new(
-        kafka(&env.broker.bootstrap_servers(), group),
-        &[topic],
-        PgHwmStore::new(),
-        database(&env.cluster),
-    )?
-    .with_settings(settings(OnPoison::Stop, Duration::from_millis(10)));
+    let consumer = env.consumer(
+        group,
+        topic,
+        settings(OnPoison::Stop, Duration::from_millis(10)),
+    )?;
     let counters = consumer.counters();
     let metrics = consumer.metrics();
     let (stop, shutdown) = watch::channel(false);
@@ -451,13 +442,11 @@ async fn a_record_without_headers_at_a_reused_offset_stops_its_partition() -> an
     let mut relay = Relay::new(&env.broker.bootstrap_servers(), topic)?;
     relay.send_raw(0, "a new record").await?;
     relay.send(&[(0, 1)]).await?;
-    let consumer = ConsumerLoop::new(
-        kafka(&env.broker.bootstrap_servers(), group),
-        &[topic],
-        PgHwmStore::new(),
-        database(&env.cluster),
-    )?
-    .with_settings(settings(OnPoison::Park, Duration::from_millis(10)));
+    let consumer = env.consumer(
+        group,
+        topic,
+        settings(OnPoison::Park, Duration::from_millis(10)),
+    )?;
     let metrics = consumer.metrics();
     let (stop, shutdown) = watch::channel(false);
     let handle = tokio::spawn(consumer.run(
@@ -523,13 +512,11 @@ async fn a_stopped_partition_assigned_again_is_tried_again_without_another_recor
         .await?;
     let poison = Relay::key(0, 3);
     let broken = Arc::new(AtomicBool::new(true));
-    let consumer = ConsumerLoop::new(
-        kafka(&env.broker.bootstrap_servers(), group),
-        &[topic],
-        PgHwmStore::new(),
-        database(&env.cluster),
-    )?
-    .with_settings(settings(OnPoison::Stop, Duration::from_millis(10)));
+    let consumer = env.consumer(
+        group,
+        topic,
+        settings(OnPoison::Stop, Duration::from_millis(10)),
+    )?;
     let metrics = consumer.metrics();
     let (stop, shutdown) = watch::channel(false);
     let handle = {

@@ -32,6 +32,25 @@ pub struct Env {
     pub client: Client,
 }
 
+impl Env {
+    /// A loop of `group` on `topic` with `settings`, on this broker and
+    /// database, keeping its marks in `walrelay_consumer_hwm`.
+    pub fn consumer(
+        &self,
+        group: &str,
+        topic: &str,
+        settings: Settings,
+    ) -> anyhow::Result<ConsumerLoop> {
+        Ok(ConsumerLoop::new(
+            kafka(&self.broker.bootstrap_servers(), group),
+            &[topic],
+            PgHwmStore::new(),
+            database(&self.cluster),
+        )?
+        .with_settings(settings))
+    }
+}
+
 /// Logs to the test output with `RUST_LOG` (e.g. `walrelay_consumer=debug`).
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
@@ -266,18 +285,16 @@ pub async fn start(
     name: &'static str,
     mode: Mode,
 ) -> anyhow::Result<(RunHandle, watch::Sender<bool>, Arc<Counters>)> {
-    let consumer = ConsumerLoop::new(
-        kafka(&env.broker.bootstrap_servers(), group),
-        &[topic],
-        PgHwmStore::new(),
-        database(&env.cluster),
-    )?
-    .with_settings(Settings {
-        // Small batches: several per run, so batches meet replays.
-        max_batch_records: 7,
-        commit_interval: Duration::from_millis(200),
-        ..Settings::default()
-    });
+    let consumer = env.consumer(
+        group,
+        topic,
+        Settings {
+            // Small batches: several per run, so batches meet replays.
+            max_batch_records: 7,
+            commit_interval: Duration::from_millis(200),
+            ..Settings::default()
+        },
+    )?;
     let counters = consumer.counters();
     let (stop, shutdown) = watch::channel(false);
     let handle = match mode {
