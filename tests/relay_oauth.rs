@@ -518,27 +518,48 @@ fn consumer_properties(fixture: &Fixture) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Runs `child` until `count` shows `n` rows in `db`, then stops it; the
-/// rows and the distinct ids applied.
-async fn applied_by(
+/// Runs `consumer` (its output to `<db>.log`) on a new database `db` until
+/// `count` (a `SELECT count(*), count(DISTINCT key) FROM t`) reaches `n`,
+/// stops it with SIGTERM, and checks that it stopped cleanly, logged no
+/// secret and applied each of the `n` events exactly once.
+async fn applies_each_once(
     source: &Source,
-    mut child: Child,
-    log: &str,
+    who: &str,
+    mut consumer: Command,
     db: &str,
     count: &str,
     n: i64,
-) -> Result<(i64, i64)> {
+) -> Result<()> {
+    source
+        .client
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await?;
+    let log_name = format!("{db}.log");
+    let log = std::fs::File::create(source.log_path(&log_name))?;
+    let mut child = consumer
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
     let client = source.cluster.client_as("postgres", None, db).await?;
     let done = await_condition(WAIT, POLL, || async {
         Ok(rows(&client, count).await?.0 >= n)
     })
     .await;
     let status = sigterm(&mut child)?;
-    let text = source.read_log(log);
-    done.with_context(|| format!("{log}:\n{text}"))?;
-    ensure!(status.success(), "{log} stopped with {status:?}:\n{text}");
-    assert_no_secret(log, &text);
-    rows(&client, count).await
+    let text = source.read_log(&log_name);
+    done.with_context(|| format!("{log_name}:\n{text}"))?;
+    ensure!(
+        status.success(),
+        "{log_name} stopped with {status:?}:\n{text}"
+    );
+    assert_no_secret(&log_name, &text);
+    let (rows, distinct) = rows(&client, count).await?;
+    ensure!(
+        (rows, distinct) == (n, n),
+        "{who}: {rows} rows, {distinct} keys"
+    );
+    Ok(())
 }
 
 /// `count` (a `SELECT count(*), count(DISTINCT x) FROM t`), or zeros while
@@ -572,8 +593,6 @@ async fn the_rust_python_and_java_consumers_log_in_with_oauth_and_apply_exactly_
     relayed_topic(fixture, &source, TOPIC, N as usize).await?;
     let props = consumer_properties(fixture)?;
     let consumed_before = fixture.issuer.tokens_issued_to(CONSUMER);
-    let log_file =
-        |name: &str| -> Result<std::fs::File> { Ok(std::fs::File::create(source.log_path(name))?) };
     let dsn = |db: &str| {
         format!(
             "host=127.0.0.1 port={} user=postgres dbname={db}",
@@ -582,73 +601,31 @@ async fn the_rust_python_and_java_consumers_log_in_with_oauth_and_apply_exactly_
     };
 
     // Rust: the crate's example, librdkafka's OIDC property names.
-    source
-        .client
-        .batch_execute("CREATE DATABASE rust_app")
-        .await?;
-    let log = log_file("rust.log")?;
-    let mut cmd = Command::new(binary("examples/apply_events")?);
-    cmd.args(["--bootstrap", &fixture.secure(), "--topic", TOPIC])
-        .args(["--dsn", &dsn("rust_app"), "--group", "oauth-rust"]);
-    for p in &props {
-        cmd.args(["--kafka-property", p]);
-    }
-    let child = cmd
+    let mut rust = Command::new(binary("examples/apply_events")?);
+    rust.args(["--bootstrap", &fixture.secure(), "--topic", TOPIC])
+        .args(["--dsn", &dsn("rust_app"), "--group", "oauth-rust"])
         .env(SECRET_ENV, CONSUMER_SECRET)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()?;
-    let (rows, distinct) = applied_by(
-        &source,
-        child,
-        "rust.log",
-        "rust_app",
-        "SELECT count(*), count(DISTINCT idempotency_key) FROM applied_events",
-        N,
-    )
-    .await?;
-    ensure!(
-        (rows, distinct) == (N, N),
-        "Rust: {rows} rows, {distinct} keys"
-    );
+        .env("RUST_LOG", "warn");
+    for p in &props {
+        rust.args(["--kafka-property", p]);
+    }
+    let count = "SELECT count(*), count(DISTINCT idempotency_key) FROM applied_events";
+    applies_each_once(&source, "Rust", rust, "rust_app", count, N).await?;
 
     // Python: confluent-kafka's own OIDC login.
     match python_interpreter()? {
         Some(python) => {
-            source
-                .client
-                .batch_execute("CREATE DATABASE py_app")
-                .await?;
             let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/examples/consumer.py");
-            let log = log_file("python.log")?;
-            let mut cmd = Command::new(python);
-            cmd.arg(script)
+            let mut py = Command::new(python);
+            py.arg(script)
                 .args(["--bootstrap", &fixture.secure(), "--topic", TOPIC])
-                .args(["--dsn", &dsn("py_app"), "--group", "oauth-python"]);
+                .args(["--dsn", &dsn("py_app"), "--group", "oauth-python"])
+                .env(SECRET_ENV, CONSUMER_SECRET);
             for p in &props {
-                cmd.args(["--kafka", p]);
+                py.args(["--kafka", p]);
             }
-            let child = cmd
-                .env(SECRET_ENV, CONSUMER_SECRET)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()?;
-            let (rows, distinct) = applied_by(
-                &source,
-                child,
-                "python.log",
-                "py_app",
-                "SELECT count(*), count(DISTINCT event_key) FROM applied_events",
-                N,
-            )
-            .await?;
-            ensure!(
-                (rows, distinct) == (N, N),
-                "Python: {rows} rows, {distinct} keys"
-            );
+            let count = "SELECT count(*), count(DISTINCT event_key) FROM applied_events";
+            applies_each_once(&source, "Python", py, "py_app", count, N).await?;
         }
         None => eprintln!("the Python consumer part skipped: no virtualenv"),
     }
@@ -656,44 +633,23 @@ async fn the_rust_python_and_java_consumers_log_in_with_oauth_and_apply_exactly_
     // Java: kafka-clients' OAuth login callback handler.
     match java_classpath("examples/plain-consumer")? {
         Some(classpath) => {
-            source
-                .client
-                .batch_execute("CREATE DATABASE java_app")
-                .await?;
             let config = fixture.client(CONSUMER, CONSUMER_SECRET, &fixture.issuer.token_url())?;
-            let log = log_file("java.log")?;
             let url = format!(
                 "jdbc:postgresql://127.0.0.1:{}/java_app?user=postgres",
                 source.cluster.port()
             );
-            let mut cmd = Command::new("java");
-            cmd.arg(config.java_jvm_flag())
+            let mut java = Command::new("java");
+            java.arg(config.java_jvm_flag())
                 .args(["-cp", &classpath, "io.walrelay.example.ApplyEvents"])
                 .args(["--bootstrap", &fixture.secure(), "--topic", TOPIC])
                 .args(["--jdbc-url", &url, "--group", "oauth-java"]);
             for (k, v) in config.java() {
                 if k != "bootstrap.servers" {
-                    cmd.args(["--kafka", &format!("{k}={v}")]);
+                    java.args(["--kafka", &format!("{k}={v}")]);
                 }
             }
-            let child = cmd
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()?;
-            let (rows, distinct) = applied_by(
-                &source,
-                child,
-                "java.log",
-                "java_app",
-                "SELECT count(*), count(DISTINCT event_id) FROM java_applied_events",
-                N,
-            )
-            .await?;
-            ensure!(
-                (rows, distinct) == (N, N),
-                "Java: {rows} rows, {distinct} keys"
-            );
+            let count = "SELECT count(*), count(DISTINCT event_id) FROM java_applied_events";
+            applies_each_once(&source, "Java", java, "java_app", count, N).await?;
         }
         None => eprintln!("the Java consumer part skipped: no classpath"),
     }
