@@ -17,6 +17,11 @@ import sys
 from walrelay_consumer import ConsumerLoop, Settings
 
 
+# The line printed once the interpreter is up and the loop is built, before
+# it joins the group.
+READY = "consumer process ready"
+
+
 def main() -> int:
     bootstrap, topic, dsn, group, name, interval = sys.argv[1:7]
     instance_id = sys.argv[7] if len(sys.argv) > 7 else None
@@ -43,6 +48,9 @@ def main() -> int:
                 [(d.meta.key, d.position.partition, name) for d in batch],
             )
 
+    # Started: the conformance runner waits for this line, so that a
+    # scenario's deadlines time the consumer, not the interpreter's start.
+    print(READY, flush=True)
     # SIGTERM and SIGINT stop the loop cleanly (handled by run_batches).
     loop.run_batches(handler)
     print("stopped cleanly", flush=True)

@@ -30,6 +30,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
+import consumer_process
 from brokers import Broker, broker_kind
 from conftest import REPO, count
 from walrelay_consumer import (
@@ -526,6 +527,28 @@ class World:
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, "WALRELAY_GROUP_PROTOCOL": self.protocol},
+        )
+        self.await_ready(name, self.processes[name])
+
+    @staticmethod
+    def await_ready(name: str, proc: subprocess.Popen[str]) -> None:
+        """Waits until the consumer process says it is up: a scenario's
+        deadline (`within_ms`) times the consumer from there, not the
+        interpreter's start, which takes seconds on a loaded machine."""
+        seen: list[str] = []
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                seen.append(line)
+                if consumer_process.READY in line:
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(60)
+        assert any(consumer_process.READY in line for line in seen), (
+            f"consumer process {name} was not ready within 60 s: {''.join(seen)}"
         )
 
     def kill_process(self, name: str) -> None:

@@ -18,6 +18,9 @@ import java.util.Map;
 public final class ConsumerProcess {
     private ConsumerProcess() {}
 
+    /** The line printed once the JVM is up and the loop is built, before it joins the group. */
+    static final String READY = "consumer process ready";
+
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], topic = args[1], url = args[2], group = args[3], name = args[4];
         long interval = Long.parseLong(args[5]);
@@ -32,6 +35,10 @@ public final class ConsumerProcess {
         ConsumerLoop loop = new ConsumerLoop(kafka, List.of(topic), TestPostgres.dataSource(url),
                 Settings.DEFAULT.withCommitInterval(Duration.ofMillis(interval)));
         Runtime.getRuntime().addShutdownHook(new Thread(loop::stop));
+        // Started: World.startProcess waits for this line, so that a scenario's
+        // deadlines time the consumer, not the JVM's start.
+        System.out.println(READY);
+        System.out.flush();
         loop.runBatches((conn, batch) -> {
             try (PreparedStatement ps = conn.prepareStatement(Handlers.INSERT_EFFECT)) {
                 for (var d : batch) {

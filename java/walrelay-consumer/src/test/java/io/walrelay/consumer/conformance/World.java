@@ -311,7 +311,28 @@ final class World implements AutoCloseable {
         ProcessBuilder pb = new ProcessBuilder(argv).redirectErrorStream(true)
                 .redirectOutput(ProcessBuilder.Redirect.appendTo(processLog(name)));
         pb.environment().put("WALRELAY_GROUP_PROTOCOL", protocol);
-        processes.put(name, pb.start());
+        Process p = pb.start();
+        processes.put(name, p);
+        awaitReady(name, p);
+    }
+
+    /**
+     * Waits until the consumer process says it is up: a scenario's deadline
+     * ({@code within_ms}) times the consumer from there, not the JVM's start,
+     * which took seconds on a loaded two-core machine.
+     */
+    private void awaitReady(String name, Process p) throws Exception {
+        Path log = processLog(name).toPath();
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (System.currentTimeMillis() < deadline) {
+            if (java.nio.file.Files.readString(log).contains(ConsumerProcess.READY)) {
+                return;
+            }
+            assertTrue(p.isAlive(), "consumer process " + name + " exited before it was ready: "
+                    + java.nio.file.Files.readString(log));
+            Thread.sleep(20);
+        }
+        fail("consumer process " + name + " was not ready within 60 s: " + java.nio.file.Files.readString(log));
     }
 
     /** Where a consumer process logs: target/conformance-processes/GROUP-NAME.log. */
