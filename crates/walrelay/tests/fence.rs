@@ -797,11 +797,7 @@ async fn verify_clean(bootstrap: &str, topics: &[&str], distinct: usize) -> Resu
 /// `walrelay verify` reads it whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_the_header_set_between_sessions_keeps_the_fence() -> Result<()> {
-    let env = Env::start().await?;
-    let bootstrap = env.bootstrap();
-    env.create_topics(&["orders", OUTBOX_TOPIC])?;
-    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
-    let dir = tempfile::tempdir()?;
+    let (env, bootstrap, dir) = switching_env().await?;
     let log = dir.path().join("relay.log");
     let topics = ["orders", OUTBOX_TOPIC];
     const FULL: &[&str] = &["--headers", "full"];
@@ -816,16 +812,13 @@ async fn switching_the_header_set_between_sessions_keeps_the_fence() -> Result<(
     ids.extend(write_transactions(&env, "again", 2).await?);
     relay_to_the_end(&env, &bootstrap, &log, FULL).await?;
 
-    let records = read_until_quiet(&bootstrap, &topics, Duration::from_secs(1), WAIT).await?;
-    let counts = check_wire(&records)?;
-    let all: Vec<&ConsumedRecord> = records.iter().collect();
-    check_each_once(&all, &ids)?;
-    ensure!(
-        counts.values().all(|n| *n == 1) && records.len() == ids.len(),
-        "{} records for {} events: a switch of the header set wrote a replay again",
-        records.len(),
-        ids.len()
-    );
+    let records = each_once_on_the_wire(
+        &bootstrap,
+        &topics,
+        &ids,
+        "a switch of the header set wrote a replay again",
+    )
+    .await?;
     for r in &records {
         let id = event_id(r);
         let full = [
@@ -872,6 +865,38 @@ async fn switching_the_header_set_between_sessions_keeps_the_fence() -> Result<(
     verify_clean(&bootstrap, &topics, ids.len()).await
 }
 
+/// A source whose relay sessions the switching tests crash: the `orders`
+/// and outbox topics created, the source record set up, and a folder for
+/// the sessions' log.
+async fn switching_env() -> Result<(Env, String, tempfile::TempDir)> {
+    let env = Env::start().await?;
+    let bootstrap = env.bootstrap();
+    env.create_topics(&["orders", OUTBOX_TOPIC])?;
+    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
+    Ok((env, bootstrap, tempfile::tempdir()?))
+}
+
+/// Reads `topics` whole and checks that each of `ids` is on the wire
+/// exactly once and nothing else is (`replayed`: what a second copy means).
+async fn each_once_on_the_wire(
+    bootstrap: &str,
+    topics: &[&str],
+    ids: &[String],
+    replayed: &str,
+) -> Result<Vec<ConsumedRecord>> {
+    let records = read_until_quiet(bootstrap, topics, Duration::from_secs(1), WAIT).await?;
+    let counts = check_wire(&records)?;
+    let all: Vec<&ConsumedRecord> = records.iter().collect();
+    check_each_once(&all, ids)?;
+    ensure!(
+        counts.values().all(|n| *n == 1) && records.len() == ids.len(),
+        "{} records for {} events: {replayed}",
+        records.len(),
+        ids.len()
+    );
+    Ok(records)
+}
+
 /// `relay.keyless_placement` switched between sessions over crashes: a
 /// session whose replay holds records placed by the earlier rule keeps
 /// that rule (each replayed record lands where its first copy is, so the
@@ -881,11 +906,7 @@ async fn switching_the_header_set_between_sessions_keeps_the_fence() -> Result<(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_the_keyless_placement_between_sessions_keeps_every_replay_where_it_was(
 ) -> Result<()> {
-    let env = Env::start().await?;
-    let bootstrap = env.bootstrap();
-    env.create_topics(&["orders", OUTBOX_TOPIC])?;
-    walrelay::commands::setup::setup(&env.config(&bootstrap)).await?;
-    let dir = tempfile::tempdir()?;
+    let (env, bootstrap, dir) = switching_env().await?;
     let log = dir.path().join("relay.log");
     let topics = ["orders", OUTBOX_TOPIC];
     const COMMIT: &[&str] = &["--keyless-placement", "commit"];
@@ -903,16 +924,13 @@ async fn switching_the_keyless_placement_between_sessions_keeps_every_replay_whe
     ids.extend(write_transactions(&env, "ranges", 3).await?);
     relay_to_the_end(&env, &bootstrap, &log, &[]).await?;
 
-    let records = read_until_quiet(&bootstrap, &topics, Duration::from_secs(1), WAIT).await?;
-    let counts = check_wire(&records)?;
-    let all: Vec<&ConsumedRecord> = records.iter().collect();
-    check_each_once(&all, &ids)?;
-    ensure!(
-        counts.values().all(|n| *n == 1) && records.len() == ids.len(),
-        "{} records for {} events: a replay went to another partition",
-        records.len(),
-        ids.len()
-    );
+    let records = each_once_on_the_wire(
+        &bootstrap,
+        &topics,
+        &ids,
+        "a replay went to another partition",
+    )
+    .await?;
     let partitions = u32::try_from(support::PARTITIONS)?;
     let mut keyless = [0usize; 2];
     for r in &records {

@@ -497,25 +497,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("soon"), "{err}");
-        let c = Config::from_toml(
-            "[[messages]]\nprefix = \"walrelay.v1\"\ntopic = \"t\"\n",
-            "t",
-        )
-        .unwrap();
-        assert!(c
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("messages[0].prefix"));
-        let c = Config::from_toml(
-            "[[outbox]]\ntable = \"o\"\ntopic = \"bad topic {aggregatetype}\"\n",
-            "t",
-        )
-        .unwrap();
-        assert!(c
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("outbox[0].topic"));
+        let refused = |toml: &str| {
+            let c = Config::from_toml(toml, "t").unwrap();
+            c.validate().unwrap_err().to_string()
+        };
+        let err = refused("[[messages]]\nprefix = \"walrelay.v1\"\ntopic = \"t\"\n");
+        assert!(err.contains("messages[0].prefix"), "{err}");
+        let err = refused("[[outbox]]\ntable = \"o\"\ntopic = \"bad topic {aggregatetype}\"\n");
+        assert!(err.contains("outbox[0].topic"), "{err}");
     }
 }
