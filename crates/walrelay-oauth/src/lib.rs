@@ -13,16 +13,18 @@
 //! | [`oidc`] | OIDC client credentials: the token request and the reading of the answer (pure), the fetch |
 //! | [`aws`] | AWS MSK IAM: SigV4 presigning, the MSK token, the credential chain (environment, web identity, instance profile) |
 //! | [`unsecured`] | librdkafka's unsecured development tokens, refused unless asked for |
-//! | [`librdkafka`] | a token as librdkafka's token callback takes it (no extensions: rdkafka 0.39 cannot pass them) |
+//! | [`librdkafka`] | librdkafka clients handed their tokens with their SASL extensions, at once and before each expires ([`librdkafka::ClientTokens`]) |
 //! | [`jwt`] | a JWT's `sub` and `exp` read without verification; unsecured JWTs |
 //! | [`extensions`] | RFC 7628 SASL extensions, parsed and checked |
 //! | [`http`], [`transport`] | the little HTTP/1.1 a token needs (pure framing; blocking TLS I/O with timeouts) |
 //! | `error` | [`OAuthError`]: what failed, why, what to do; never a secret |
 //!
 //! The relay's clients take their tokens from a [`TokenCache`] shared by
-//! all of them (librdkafka's token callback, [`librdkafka::oauth_token`];
+//! all of them (librdkafka's clients through [`librdkafka::ClientTokens`];
 //! walrelay's own connections, through [`TokenSource`]); so do the Rust
 //! consumer's. The AWS parts have never reached AWS (see [`aws`]).
+
+#![deny(unsafe_code)]
 
 pub mod aws;
 mod error;

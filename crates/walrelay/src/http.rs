@@ -14,6 +14,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,7 +31,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, info, warn};
 
 use crate::kafka::client::{self as kafka_client, KafkaClient};
-use crate::kafka::login::LoginContext;
+use crate::kafka::login::PlainContext;
 use crate::kafka::properties::KafkaConfig;
 use crate::metrics::{self, Metrics};
 
@@ -223,7 +224,7 @@ impl KafkaProbe {
 /// The probe's librdkafka properties: the relay's producer settings
 /// (brokers, security, secrets resolved) under its own client id, from the
 /// one place that builds them for every client ([`kafka_client`]).
-fn probe_client(kafka: &KafkaConfig) -> Result<BaseProducer<LoginContext>, String> {
+fn probe_client(kafka: &KafkaConfig) -> Result<Arc<BaseProducer<PlainContext>>, String> {
     kafka_client::client_config(kafka, KafkaClient::Probe)
         .map_err(|e| format!("cannot configure the Kafka client: {e}"))?
         .base_producer()
@@ -231,7 +232,7 @@ fn probe_client(kafka: &KafkaConfig) -> Result<BaseProducer<LoginContext>, Strin
 }
 
 fn probe_loop(kafka: &KafkaConfig, metrics: &Metrics, stop: &std_mpsc::Receiver<()>) {
-    let mut client: Option<BaseProducer<LoginContext>> = None;
+    let mut client: Option<Arc<BaseProducer<PlainContext>>> = None;
     let mut was_ok: Option<bool> = None;
     loop {
         let outcome = match &client {
@@ -272,10 +273,10 @@ fn probe_loop(kafka: &KafkaConfig, metrics: &Metrics, stop: &std_mpsc::Receiver<
 }
 
 /// Number of brokers in the metadata, or why there is none.
-fn probe_once(client: &BaseProducer<LoginContext>) -> Result<usize, String> {
+fn probe_once(client: &BaseProducer<PlainContext>) -> Result<usize, String> {
     let result = client.client().fetch_metadata(None, PROBE_TIMEOUT);
-    // Drain the client's event queue (errors, statistics, requests for a
-    // fresh OAuth token): nobody else polls this client.
+    // Drain the client's event queue (errors, statistics): nobody else
+    // polls this client.
     client.poll(Duration::ZERO);
     match result {
         Ok(m) if !m.brokers().is_empty() => Ok(m.brokers().len()),

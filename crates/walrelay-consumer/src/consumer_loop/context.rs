@@ -29,7 +29,6 @@
 
 use std::sync::{Mutex, OnceLock, PoisonError, Weak};
 
-use rdkafka::client::OAuthToken;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
@@ -38,7 +37,6 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, TopicPartitionList};
 
-use super::login::{token_for_librdkafka, Tokens};
 use crate::metrics::{LoopMetrics, PartitionLabels};
 
 /// A rebalance seen by the context, applied by the loop.
@@ -58,14 +56,11 @@ pub(crate) struct LoopContext {
     /// The consumer, to split partition queues off on assignment (weak:
     /// the consumer owns the context).
     consumer: OnceLock<Weak<StreamConsumer<LoopContext>>>,
-    /// An `OAUTHBEARER` login's tokens ([`super::login`]).
-    tokens: Tokens,
 }
 
 impl LoopContext {
-    pub(crate) fn new(metrics: LoopMetrics, tokens: Tokens) -> LoopContext {
+    pub(crate) fn new(metrics: LoopMetrics) -> LoopContext {
         LoopContext {
-            tokens,
             events: Mutex::new(Vec::new()),
             queued: tokio::sync::Notify::new(),
             metrics,
@@ -106,15 +101,6 @@ fn partitions(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
 }
 
 impl ClientContext for LoopContext {
-    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
-
-    fn generate_oauth_token(
-        &self,
-        _oauthbearer_config: Option<&str>,
-    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
-        token_for_librdkafka(&self.tokens)
-    }
-
     fn stats(&self, statistics: Statistics) {
         for (topic, t) in &statistics.topics {
             for (partition, p) in &t.partitions {

@@ -7,25 +7,24 @@
 //! would.
 //!
 //! The login properties are taken out of the consumer's configuration
-//! (librdkafka must not see them) into a token cache, which the context
-//! asks when librdkafka wants a token (at start, then at 80 % of each
-//! token's lifetime): every consumer the loop makes, also after a
-//! rejoin, shares it.
+//! (librdkafka must not see them) into a token cache, whose tokens, with
+//! their SASL extensions, each consumer the loop makes (also after a
+//! rejoin) is handed when it is made and before each expires
+//! ([`ClientTokens`]).
 
 use std::sync::Arc;
 
-use rdkafka::client::OAuthToken;
 use rdkafka::ClientConfig;
-use walrelay_oauth::librdkafka::{callback_plan, is_oauthbearer, LOGIN_PROPERTIES};
-use walrelay_oauth::plan::OAuthOptions;
-use walrelay_oauth::{OAuthError, Provider, TokenCache, TokenSource};
+use walrelay_oauth::librdkafka::{is_oauthbearer, ClientTokens, LOGIN_PROPERTIES};
+use walrelay_oauth::plan::{plan, OAuthOptions};
+use walrelay_oauth::{OAuthError, Provider, TokenCache};
 
 /// Where the consumer's tokens come from; `None`: no token login.
-pub(crate) type Tokens = Option<Arc<dyn TokenSource>>;
+pub(crate) type Tokens = Option<Arc<ClientTokens>>;
 
 /// Takes an `OAUTHBEARER` login's properties out of `kafka` and makes its
 /// token cache; `None` for any other mechanism. Refuses, with the
-/// setting's name, what the providers or the token callback cannot do.
+/// setting's name, what the providers cannot do.
 pub(crate) fn take_login(
     kafka: &mut ClientConfig,
     options: &OAuthOptions,
@@ -33,7 +32,7 @@ pub(crate) fn take_login(
     if !is_oauthbearer(|name| kafka.get(name)) {
         return Ok(None);
     }
-    let plan = callback_plan(
+    let plan = plan(
         |name| kafka.get(name),
         options,
         |name| std::env::var(name).ok(),
@@ -46,15 +45,7 @@ pub(crate) fn take_login(
         provider = provider.kind(),
         "the Kafka consumer logs in with OAUTHBEARER"
     );
-    Ok(Some(Arc::new(TokenCache::new(provider))))
-}
-
-/// What the context's `generate_oauth_token` returns
-/// ([`walrelay_oauth::librdkafka::callback_token`]).
-pub(crate) fn token_for_librdkafka(
-    tokens: &Tokens,
-) -> Result<OAuthToken, Box<dyn std::error::Error>> {
-    walrelay_oauth::librdkafka::callback_token(tokens.as_deref())
+    Ok(Some(ClientTokens::new(Arc::new(TokenCache::new(provider)))))
 }
 
 #[cfg(test)]
@@ -75,7 +66,6 @@ mod tests {
         assert!(take_login(&mut c, &OAuthOptions::default())
             .unwrap()
             .is_none());
-        assert!(token_for_librdkafka(&None).is_err());
     }
 
     #[test]
@@ -90,6 +80,7 @@ mod tests {
             ),
             ("sasl.oauthbearer.client.id", "consumer"),
             ("sasl.oauthbearer.client.secret", "never-shown-consumer"),
+            ("sasl.oauthbearer.extensions", "logicalCluster=lkc-1"),
         ]);
         assert!(take_login(&mut c, &OAuthOptions::default())
             .unwrap()

@@ -543,15 +543,21 @@ impl ConsumerLoop {
     }
 }
 
-/// A consumer with the loop's context, which knows its consumer.
+/// A consumer with the loop's context, which knows its consumer, handed
+/// its login's tokens ([`login::Tokens`]).
 fn create(
     kafka: &ClientConfig,
     tokens: &login::Tokens,
     metrics: &LoopMetrics,
 ) -> Result<Arc<StreamConsumer<LoopContext>>, KafkaError> {
     let consumer: Arc<StreamConsumer<LoopContext>> =
-        Arc::new(kafka.create_with_context(LoopContext::new(metrics.clone(), tokens.clone()))?);
+        Arc::new(kafka.create_with_context(LoopContext::new(metrics.clone()))?);
     consumer.context().attach(Arc::downgrade(&consumer));
+    if let Some(tokens) = tokens {
+        tokens
+            .keep_fresh(&consumer)
+            .map_err(|e| KafkaError::ClientCreation(format!("Kafka OAuth login: {e}")))?;
+    }
     Ok(consumer)
 }
 

@@ -23,6 +23,10 @@ pub struct OAuthClientConfig {
     pub client: OAuthClient,
 }
 
+/// The SASL extensions the librdkafka clients' logins carry, shaped like
+/// Confluent Cloud's (`logicalCluster`, `identityPoolId`).
+pub const LOGIN_EXTENSIONS: &str = "logicalCluster=lkc-walrelay,identityPoolId=pool-test";
+
 impl OAuthClientConfig {
     pub fn new(bootstrap: &str, ca_location: &Path, client: OAuthClient) -> OAuthClientConfig {
         OAuthClientConfig {
@@ -41,8 +45,10 @@ impl OAuthClientConfig {
     }
 
     /// librdkafka's properties with its own OIDC client credentials login
-    /// (`sasl.oauthbearer.method=oidc`, which needs a librdkafka with
-    /// libcurl, as confluent-kafka's wheels and the relay have).
+    /// (`sasl.oauthbearer.method=oidc`: confluent-kafka's wheels do it with
+    /// libcurl, the relay and the Rust consumer with walrelay's token
+    /// provider), with a SASL extension as Confluent Cloud asks for one
+    /// ([`LOGIN_EXTENSIONS`]; Kafka's validator accepts any).
     pub fn librdkafka_oidc(&self) -> Vec<(String, String)> {
         let mut props = self.common();
         props.extend(pairs(&[
@@ -57,6 +63,7 @@ impl OAuthClientConfig {
                 "sasl.oauthbearer.client.secret",
                 self.client.client_secret(),
             ),
+            ("sasl.oauthbearer.extensions", LOGIN_EXTENSIONS),
         ]));
         if let Some(scope) = &self.client.scope {
             props.extend(pairs(&[("sasl.oauthbearer.scope", scope)]));
@@ -164,6 +171,7 @@ mod tests {
             ("sasl.oauthbearer.client.id", "relay"),
             ("sasl.oauthbearer.client.secret", "pa\"ss"),
             ("sasl.oauthbearer.scope", "kafka"),
+            ("sasl.oauthbearer.extensions", LOGIN_EXTENSIONS),
         ] {
             assert_eq!(get(&props, k), Some(v), "{k}");
         }

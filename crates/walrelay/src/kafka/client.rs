@@ -19,16 +19,17 @@
 //! build its own.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rdkafka::admin::AdminClient;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseProducer, FutureProducer, Producer};
+use rdkafka::producer::{BaseProducer, FutureProducer};
 
 use super::conn::Settings;
 use super::error::{ClientError, RequestError};
-use super::login::{is_oauthbearer, Login, LoginContext, LOGIN_PROPERTIES};
+use super::login::{is_oauthbearer, Login, PlainContext, LOGIN_PROPERTIES};
 use super::policy::check_security;
 use super::properties::{to_client_config, KafkaConfig, SinkConfig};
 
@@ -178,46 +179,34 @@ impl std::fmt::Debug for ClientSetup {
 }
 
 impl ClientSetup {
-    /// A group-less reader with `context`, which must hand out
-    /// [`Self::login`]'s tokens (see [`LoginContext::token_for_librdkafka`]).
-    /// Its first token is handed over at once: a reader's first calls
-    /// (metadata, offsets) do not poll, which is where librdkafka's
-    /// token requests are served.
-    pub fn consumer_with<C: ConsumerContext>(
+    /// A group-less reader with `context`, handed its first token at once
+    /// (a reader's first calls, metadata and offsets, are made before it
+    /// polls) and kept fresh while it lives ([`Login::keep_fresh`]).
+    pub fn consumer_with<C: ConsumerContext + 'static>(
         &self,
         context: C,
-    ) -> Result<BaseConsumer<C>, KafkaError> {
-        let consumer: BaseConsumer<C> = self.config.create_with_context(context)?;
-        self.login
-            .hand_over(rdkafka::consumer::Consumer::client(&consumer))?;
-        Ok(consumer)
+    ) -> Result<Arc<BaseConsumer<C>>, KafkaError> {
+        self.login.client(&self.config, context)
     }
 
     /// A reader with rdkafka's default behaviour and this login.
-    pub fn consumer(&self) -> Result<BaseConsumer<LoginContext>, KafkaError> {
-        self.consumer_with(LoginContext::new(self.login.clone()))
+    pub fn consumer(&self) -> Result<Arc<BaseConsumer<PlainContext>>, KafkaError> {
+        self.consumer_with(PlainContext)
     }
 
     /// An admin client with this login ([`Login::admin_client`]).
-    pub fn admin(&self) -> Result<AdminClient<LoginContext>, KafkaError> {
+    pub fn admin(&self) -> Result<Arc<AdminClient<PlainContext>>, KafkaError> {
         self.login.admin_client(&self.config)
     }
 
-    /// A producer with this login (its polling thread serves the token
-    /// requests).
-    pub fn future_producer(&self) -> Result<FutureProducer<LoginContext>, KafkaError> {
-        self.config
-            .create_with_context(LoginContext::new(self.login.clone()))
+    /// A producer with this login.
+    pub fn future_producer(&self) -> Result<Arc<FutureProducer<PlainContext>>, KafkaError> {
+        self.login.client(&self.config, PlainContext)
     }
 
-    /// A producer that its user polls (the readiness probe), its first
-    /// token handed over at once like a reader's.
-    pub fn base_producer(&self) -> Result<BaseProducer<LoginContext>, KafkaError> {
-        let producer: BaseProducer<LoginContext> = self
-            .config
-            .create_with_context(LoginContext::new(self.login.clone()))?;
-        self.login.hand_over(producer.client())?;
-        Ok(producer)
+    /// A producer that its user polls (the readiness probe).
+    pub fn base_producer(&self) -> Result<Arc<BaseProducer<PlainContext>>, KafkaError> {
+        self.login.client(&self.config, PlainContext)
     }
 
     /// How walrelay's own connections reach the brokers as this client

@@ -9,24 +9,25 @@
 //! login properties (`sasl.oauthbearer.method`, `.client.id`,
 //! `.client.secret`, `.token.endpoint.url`, `.scope`, `.extensions`) are
 //! read by walrelay ([`walrelay_oauth::plan`]), removed from what librdkafka
-//! sees ([`LOGIN_PROPERTIES`]), and librdkafka asks walrelay for each
-//! token through [`LoginContext`].
+//! sees ([`LOGIN_PROPERTIES`]), and each librdkafka client is handed its
+//! tokens with their SASL extensions ([`ClientTokens`]) as soon as it is
+//! made and before each expires.
 //!
-//! Every other mechanism (SCRAM, PLAIN, none) is [`Login::none`]: the
-//! context then never hands out a token.
+//! Every other mechanism (SCRAM, PLAIN, none) is [`Login::none`]: no
+//! client is handed a token.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rdkafka::admin::AdminClient;
-use rdkafka::client::{Client, ClientContext, OAuthToken};
+use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::error::KafkaError;
 
 use super::error::ClientError;
-use walrelay_oauth::plan::{OAuthOptions, ProviderPlan};
-use walrelay_oauth::{librdkafka, OAuthError, Provider, TokenCache, TokenSource};
+use walrelay_oauth::librdkafka::{self, ClientTokens, HasClient};
+use walrelay_oauth::plan::{plan, OAuthOptions, ProviderPlan};
+use walrelay_oauth::{OAuthError, Provider, TokenCache, TokenSource};
 
 pub use walrelay_oauth::librdkafka::LOGIN_PROPERTIES;
 
@@ -41,13 +42,13 @@ pub fn is_oauthbearer(props: &BTreeMap<String, String>) -> bool {
 /// provider's kind only.
 #[derive(Clone, Default)]
 pub struct Login {
-    tokens: Option<Arc<TokenCache<Provider>>>,
+    clients: Option<Arc<ClientTokens>>,
     kind: &'static str,
 }
 
 impl std::fmt::Debug for Login {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.tokens {
+        match self.clients {
             Some(_) => write!(f, "Login({})", self.kind),
             None => f.write_str("Login(none)"),
         }
@@ -64,7 +65,7 @@ impl Login {
     /// The login of a client made from `props` (the user's properties,
     /// secrets resolved) with walrelay's `options`: the process's cache
     /// for that provider, made on first use. Refuses, with the setting's
-    /// name, what the provider or librdkafka's token callback cannot do.
+    /// name, what the provider cannot do.
     pub fn for_properties(
         props: &BTreeMap<String, String>,
         options: &OAuthOptions,
@@ -72,7 +73,7 @@ impl Login {
         if !is_oauthbearer(props) {
             return Ok(Login::none());
         }
-        let plan = librdkafka::callback_plan(
+        let plan = plan(
             |name| props.get(name).map(String::as_str),
             options,
             |name| std::env::var(name).ok(),
@@ -83,94 +84,55 @@ impl Login {
     /// Whether this is a token login.
     #[must_use]
     pub fn is_token(&self) -> bool {
-        self.tokens.is_some()
+        self.clients.is_some()
     }
 
     /// The token source for walrelay's own connections
     /// ([`super::conn::Settings::from_client_config_with_tokens`]).
     #[must_use]
     pub fn token_source(&self) -> Option<Arc<dyn TokenSource>> {
-        self.tokens
-            .clone()
-            .map(|cache| cache as Arc<dyn TokenSource>)
+        self.clients.as_ref().map(|c| Arc::clone(c.source()))
     }
 
     /// A token now (the cached one while fresh): what `walrelay run`
     /// fetches at start so that a wrong secret or endpoint stops it with
     /// the endpoint's answer rather than as failed Kafka logins later.
     pub fn check(&self) -> Result<(), OAuthError> {
-        match &self.tokens {
-            Some(cache) => cache.token().map(|_| ()),
+        match &self.clients {
+            Some(clients) => clients.token().map(|_| ()),
             None => Ok(()),
         }
     }
 
-    /// A token as librdkafka's token callback takes it.
-    fn oauth_token(&self) -> Result<OAuthToken, OAuthError> {
-        let cache = self.tokens.as_ref().ok_or_else(|| OAuthError::Config {
-            property: "sasl.mechanism".to_owned(),
-            reason: "librdkafka asked for an OAUTHBEARER token, but the client was configured \
-                     without walrelay's token provider"
-                .to_owned(),
-        })?;
-        librdkafka::oauth_token(&cache.token()?)
+    /// Hands `client`, just made, its first token and every new one while
+    /// it lives ([`ClientTokens::keep_fresh`]); nothing for a login
+    /// without tokens. librdkafka connects once it has a token.
+    pub fn keep_fresh<T: HasClient>(&self, client: &Arc<T>) -> Result<(), KafkaError> {
+        match &self.clients {
+            Some(clients) => clients
+                .keep_fresh(client)
+                .map_err(|e| KafkaError::ClientCreation(format!("Kafka OAuth login: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes a client of kind `T` with `context` and this login.
+    pub fn client<T, C>(&self, config: &ClientConfig, context: C) -> Result<Arc<T>, KafkaError>
+    where
+        T: HasClient + FromClientConfigAndContext<C>,
+        C: ClientContext,
+    {
+        let client = Arc::new(T::from_config_and_context(config, context)?);
+        self.keep_fresh(&client)?;
+        Ok(client)
     }
 
     /// Creates an admin client that logs in with this login's token.
-    ///
-    /// rdkafka's `AdminClient` never serves librdkafka's token-refresh
-    /// event (its polling thread reads only the admin results' queue), so
-    /// its first token is handed to librdkafka right after creation. The
-    /// admin clients walrelay makes live for one request, seconds against
-    /// a token's minutes.
     pub fn admin_client(
         &self,
         config: &ClientConfig,
-    ) -> Result<AdminClient<LoginContext>, KafkaError> {
-        let admin = AdminClient::from_config_and_context(config, LoginContext::new(self.clone()))?;
-        self.hand_over(admin.inner())?;
-        Ok(admin)
-    }
-
-    /// Hands a token to a client that may not poll for it before its
-    /// first request (an admin client; a probe that only asks for
-    /// metadata). Nothing for a login without tokens.
-    #[allow(unsafe_code)] // rdkafka has no safe call for it; see below
-    pub fn hand_over<C: ClientContext>(&self, client: &Client<C>) -> Result<(), KafkaError> {
-        if self.tokens.is_none() {
-            return Ok(());
-        }
-        let failed =
-            |reason: String| KafkaError::ClientCreation(format!("Kafka OAuth login: {reason}"));
-        let token = self.oauth_token().map_err(|e| failed(e.to_string()))?;
-        let value = CString::new(token.token).map_err(|e| failed(e.to_string()))?;
-        let principal = CString::new(token.principal_name).map_err(|e| failed(e.to_string()))?;
-        let mut errstr = [0 as std::ffi::c_char; 512];
-        // SAFETY: the client pointer is valid while `client` is borrowed;
-        // the strings are NUL-terminated and live across the call, which
-        // copies them; no extensions (null, 0); `errstr` is writable for
-        // its stated length. This is the call rdkafka itself makes when it
-        // serves the refresh event for producers and consumers.
-        let code = unsafe {
-            rdkafka::bindings::rd_kafka_oauthbearer_set_token(
-                client.native_ptr(),
-                value.as_ptr(),
-                token.lifetime_ms,
-                principal.as_ptr(),
-                std::ptr::null_mut(),
-                0,
-                errstr.as_mut_ptr(),
-                errstr.len(),
-            )
-        };
-        if code == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Ok(());
-        }
-        // SAFETY: librdkafka wrote a NUL-terminated message into `errstr`.
-        let reason = unsafe { std::ffi::CStr::from_ptr(errstr.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
-        Err(failed(format!("librdkafka refused the token: {reason}")))
+    ) -> Result<Arc<AdminClient<PlainContext>>, KafkaError> {
+        self.client(config, PlainContext)
     }
 }
 
@@ -186,59 +148,33 @@ fn shared(plan: ProviderPlan) -> Result<Login, OAuthError> {
         return Ok(login.clone());
     }
     let provider = Provider::new(plan.clone())?;
+    let kind = provider.kind();
     let login = Login {
-        kind: provider.kind(),
-        tokens: Some(Arc::new(TokenCache::new(provider))),
+        kind,
+        clients: Some(ClientTokens::new(Arc::new(TokenCache::new(provider)))),
     };
-    tracing::info!(
-        provider = login.kind,
-        "Kafka clients log in with OAUTHBEARER"
-    );
+    tracing::info!(provider = kind, "Kafka clients log in with OAUTHBEARER");
     caches.push((plan, login.clone()));
     Ok(login)
 }
 
-/// A librdkafka client context that hands out the [`Login`]'s tokens and
-/// otherwise behaves as rdkafka's default one. Other contexts
-/// (the producer's, the fence reader's) hold a [`Login`] and call
-/// [`LoginContext::token_for_librdkafka`] the same way.
-#[derive(Clone, Debug, Default)]
-pub struct LoginContext {
-    login: Login,
-}
+/// A librdkafka client context with rdkafka's default behaviour, for the
+/// clients that need nothing else (readers, admin clients, the source
+/// record's writer, the readiness probe). Their tokens come from their
+/// [`Login`], not from the context.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlainContext;
 
-impl LoginContext {
-    #[must_use]
-    pub fn new(login: Login) -> LoginContext {
-        LoginContext { login }
-    }
+impl ClientContext for PlainContext {}
 
-    /// What a context's `generate_oauth_token` returns for `login`
-    /// ([`librdkafka::callback_token`]).
-    pub fn token_for_librdkafka(login: &Login) -> Result<OAuthToken, Box<dyn std::error::Error>> {
-        librdkafka::callback_token(login.token_source().as_deref())
-    }
-}
-
-impl rdkafka::consumer::ConsumerContext for LoginContext {}
+impl rdkafka::consumer::ConsumerContext for PlainContext {}
 
 /// For producers whose deliveries nobody awaits through the context (the
 /// probe sends nothing; the source record's writer awaits futures).
-impl rdkafka::producer::ProducerContext for LoginContext {
+impl rdkafka::producer::ProducerContext for PlainContext {
     type DeliveryOpaque = ();
 
     fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
-}
-
-impl ClientContext for LoginContext {
-    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
-
-    fn generate_oauth_token(
-        &self,
-        _oauthbearer_config: Option<&str>,
-    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
-        LoginContext::token_for_librdkafka(&self.login)
-    }
 }
 
 impl From<OAuthError> for ClientError {
@@ -285,8 +221,8 @@ mod tests {
         let a = Login::for_properties(&oidc, &OAuthOptions::default()).unwrap();
         let b = Login::for_properties(&oidc, &OAuthOptions::default()).unwrap();
         assert!(Arc::ptr_eq(
-            a.tokens.as_ref().unwrap(),
-            b.tokens.as_ref().unwrap()
+            a.clients.as_ref().unwrap(),
+            b.clients.as_ref().unwrap()
         ));
         let mut other = oidc.clone();
         other.insert(
@@ -295,16 +231,16 @@ mod tests {
         );
         let c = Login::for_properties(&other, &OAuthOptions::default()).unwrap();
         assert!(!Arc::ptr_eq(
-            a.tokens.as_ref().unwrap(),
-            c.tokens.as_ref().unwrap()
+            a.clients.as_ref().unwrap(),
+            c.clients.as_ref().unwrap()
         ));
         let shown = format!("{a:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
     }
 
     #[test]
-    fn extensions_the_producer_cannot_send_are_refused_by_name() {
-        let e = Login::for_properties(
+    fn extensions_are_taken_with_the_login() {
+        let login = Login::for_properties(
             &props(&[
                 ("sasl.mechanism", "OAUTHBEARER"),
                 ("sasl.oauthbearer.method", "oidc"),
@@ -313,19 +249,17 @@ mod tests {
                     "https://idp.example/token",
                 ),
                 ("sasl.oauthbearer.client.id", "relay"),
-                ("sasl.oauthbearer.client.secret", "x"),
+                ("sasl.oauthbearer.client.secret", "x-extensions-test"),
                 ("sasl.oauthbearer.extensions", "logicalCluster=lkc-1"),
             ]),
             &OAuthOptions::default(),
         )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("sasl.oauthbearer.extensions"), "{e}");
+        .unwrap();
+        assert!(login.is_token());
     }
 
-    /// The unsafe hand-over, against librdkafka itself: it takes the token
-    /// (it refuses, for one, a lifetime in the past), and every kind of
-    /// client is created with a token login.
+    /// Against librdkafka itself: every kind of client is created with a
+    /// token login and takes its first token.
     #[test]
     fn every_kind_of_client_is_created_with_its_first_token() {
         let props = props(&[

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::kafka::client::ClientSetup;
-use crate::kafka::login::LoginContext;
+use crate::kafka::login::PlainContext;
 use anyhow::{bail, Context};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -70,7 +70,7 @@ fn denied(code: rdkafka::types::RDKafkaErrorCode, topic: &str) -> Option<String>
 /// Why the client cannot talk to the brokers, if librdkafka reported a
 /// failed TLS handshake or login among its queued errors (it reports
 /// them through the consumer's queue, not the metadata request's error).
-fn transport_refusal(consumer: &BaseConsumer<LoginContext>) -> Option<String> {
+fn transport_refusal(consumer: &BaseConsumer<PlainContext>) -> Option<String> {
     (0..64).find_map(|_| match consumer.poll(Duration::ZERO)? {
         Err(e) => match e.rdkafka_error_code()? {
             RDKafkaErrorCode::SSL => Some(
@@ -87,7 +87,7 @@ fn transport_refusal(consumer: &BaseConsumer<LoginContext>) -> Option<String> {
 
 /// Which partitions to read, from where.
 fn plan(
-    consumer: &BaseConsumer<LoginContext>,
+    consumer: &BaseConsumer<PlainContext>,
     args: &VerifyArgs,
     bootstrap: &str,
     timeout: Duration,

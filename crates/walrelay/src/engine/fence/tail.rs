@@ -32,9 +32,9 @@
 //! fence's, which the Kafka wing does not import.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::client::OAuthToken;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
@@ -46,7 +46,6 @@ use crate::engine::key::EventKey;
 use crate::engine::record::header;
 use crate::kafka::acl::{is_denied, reader_error, ReaderError};
 use crate::kafka::client::ClientSetup;
-use crate::kafka::login::{Login, LoginContext};
 use crate::kafka::requests::readable::await_topic_readable;
 
 /// How far back a partition is read when its last record is another
@@ -60,20 +59,9 @@ const POLL_STEP: Duration = Duration::from_millis(100);
 /// `poll` (and ends in [`FenceError`]), so its log and error callbacks
 /// stay quiet, in particular about the partition ends the read waits for
 /// (librdkafka also reports each one as a "global error").
-struct Quiet {
-    login: Login,
-}
+struct Quiet;
 
 impl ClientContext for Quiet {
-    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
-
-    fn generate_oauth_token(
-        &self,
-        _oauthbearer_config: Option<&str>,
-    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
-        LoginContext::token_for_librdkafka(&self.login)
-    }
-
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         if matches!(
             level,
@@ -135,10 +123,8 @@ pub fn read(
 ) -> Result<TopicTails, FenceError> {
     let started = Instant::now();
     let deadline = started + timeout;
-    let consumer: BaseConsumer<Quiet> = config
-        .consumer_with(Quiet {
-            login: config.login.clone(),
-        })
+    let consumer: Arc<BaseConsumer<Quiet>> = config
+        .consumer_with(Quiet)
         .map_err(|e| FenceError::Client(e.to_string()))?;
     // Leaders first: a tail offset assigned before they are known is
     // resolved only on librdkafka's next offset-query retry, half a second

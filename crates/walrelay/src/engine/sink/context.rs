@@ -5,7 +5,7 @@
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
-use rdkafka::client::{ClientContext, OAuthToken};
+use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
@@ -16,7 +16,6 @@ use walrelay_pg::log_limit::KeyedLogLimit;
 
 use super::error::{is_too_large, SinkError};
 use crate::kafka::acl as kafka_acl;
-use crate::kafka::login::{Login, LoginContext};
 
 /// The outcome of one [`KafkaSink::send`](super::KafkaSink::send).
 #[derive(Debug)]
@@ -68,8 +67,6 @@ pub(super) struct SinkContext {
     /// The producer's fatal error (e.g. a gapless-guarantee violation), to
     /// explain the purge errors that follow it.
     pub(super) fatal: Mutex<Option<String>>,
-    /// Where an `OAUTHBEARER` login's tokens come from.
-    pub(super) login: Login,
 }
 
 /// At most one librdkafka log line per facility (and one error event per
@@ -84,15 +81,6 @@ static LIBRDKAFKA_LOGS: LazyLock<KeyedLogLimit> =
     LazyLock::new(|| KeyedLogLimit::new(LIBRDKAFKA_LOG_INTERVAL, 64));
 
 impl ClientContext for SinkContext {
-    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
-
-    fn generate_oauth_token(
-        &self,
-        _oauthbearer_config: Option<&str>,
-    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
-        LoginContext::token_for_librdkafka(&self.login)
-    }
-
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         // Debug output is asked for explicitly: all of it.
         let suppressed = if matches!(level, RDKafkaLogLevel::Debug) {
@@ -280,7 +268,6 @@ mod tests {
         let context = SinkContext {
             deliveries: Arc::new(DeliveryQueue::default()),
             fatal: Mutex::new(None),
-            login: Login::none(),
         };
         tracing::subscriber::with_default(subscriber, || {
             for _ in 0..300 {

@@ -105,13 +105,12 @@ impl KafkaSink {
         let context = SinkContext {
             deliveries: Arc::clone(&deliveries),
             fatal: Mutex::new(None),
-            login,
         };
-        let producer: Inner = client_config
-            .create_with_context(context)
+        let producer: Arc<Inner> = login
+            .client(&client_config, context)
             .map_err(ClientError::from_rdkafka)?;
         Ok(KafkaSink {
-            producer: Arc::new(producer),
+            producer,
             deliveries,
             taken: Vec::new().into_iter(),
             metadata_timeout: config.metadata_timeout,

@@ -7,6 +7,7 @@
 //! the `walrelay_source_record_available` gauge) before it falls back on
 //! the data topics' tails.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -23,7 +24,7 @@ use walrelay_pgoutput::Lsn;
 use super::{Identity, RecordedEvent, SourceRecord};
 use crate::kafka::acl::{reader_error, Acl, ReaderError};
 use crate::kafka::client::{client_config, ClientSetup, KafkaClient};
-use crate::kafka::login::LoginContext;
+use crate::kafka::login::PlainContext;
 use crate::kafka::properties::KafkaConfig;
 use crate::metrics::Metrics;
 
@@ -149,7 +150,7 @@ fn read_blocking(
 
 /// [`read_blocking`] with its reader.
 fn read_with(
-    consumer: &BaseConsumer<LoginContext>,
+    consumer: &BaseConsumer<PlainContext>,
     topic: &str,
     source: &str,
     timeout: Duration,
@@ -202,7 +203,7 @@ fn read_with(
 
 /// The value of the last record keyed `source` in `[start, end)`.
 fn last_value_of(
-    consumer: &BaseConsumer<LoginContext>,
+    consumer: &BaseConsumer<PlainContext>,
     topic: &str,
     partition: i32,
     source: &str,
@@ -268,7 +269,7 @@ pub struct Writer {
     latest: watch::Sender<Option<(RecordedEvent, Lsn)>>,
     task: tokio::task::JoinHandle<()>,
     /// `None` once dropped (on a thread of its own).
-    producer: Option<FutureProducer<LoginContext>>,
+    producer: Option<Arc<FutureProducer<PlainContext>>>,
     topic: String,
     identity: Identity,
 }
@@ -375,7 +376,7 @@ pub async fn write_first(
 }
 
 async fn write(
-    producer: &FutureProducer<LoginContext>,
+    producer: &FutureProducer<PlainContext>,
     topic: &str,
     identity: &Identity,
     event: Option<RecordedEvent>,
