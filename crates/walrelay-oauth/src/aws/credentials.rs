@@ -1,21 +1,22 @@
 //! AWS credentials and the standard chain that finds them, in the AWS
 //! SDKs' order: the environment, web identity (EKS's IAM roles for
-//! service accounts), the EC2 instance profile. Reading each source is
+//! service accounts), the container credentials endpoint (ECS task roles,
+//! EKS Pod Identity), the EC2 instance profile. Reading each source is
 //! pure where it can be ([`from_env`], [`super::sts::parse_response`],
-//! [`super::imds::parse_credentials`]); [`Chain::resolve`] does the I/O.
+//! [`parse_temporary`]); [`Chain::resolve`] does the I/O.
 //!
-//! Not covered: ECS task roles (`AWS_CONTAINER_CREDENTIALS_*`), SSO and
-//! profile files (`~/.aws/credentials`): on those, export the keys in the
-//! environment.
+//! Not covered: SSO and profile files (`~/.aws/credentials`): there,
+//! export the keys in the environment.
 
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+use super::super::error::excerpt;
 use super::super::error::OAuthError;
 use super::super::http::Url;
 use super::super::token::Secret;
 use super::super::transport::{Client, Timeouts};
-use super::{imds, sts};
+use super::{container, imds, sts};
 
 /// A set of AWS credentials. `Debug` hides the secret and the token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,11 +91,60 @@ pub fn web_identity_from_env(
     }
 }
 
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Temporary {
+    code: Option<String>,
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
+    token: Option<String>,
+    expiration: Option<String>,
+}
+
+/// Temporary credentials as the instance metadata service and the
+/// container credentials endpoint answer them (`AccessKeyId`,
+/// `SecretAccessKey`, `Token`, `Expiration`; the former adds `Code`).
+pub fn parse_temporary(
+    service: &'static str,
+    endpoint: String,
+    body: &[u8],
+) -> Result<Credentials, OAuthError> {
+    let unreadable = |reason: String| OAuthError::Unreadable {
+        service,
+        endpoint: endpoint.clone(),
+        reason,
+    };
+    let answer: Temporary = serde_json::from_slice(body)
+        .map_err(|e| unreadable(format!("not the credentials JSON ({e})")))?;
+    if let Some(code) = answer.code.filter(|c| c != "Success") {
+        return Err(unreadable(format!("Code `{}`", excerpt(&code, 60))));
+    }
+    let (Some(access_key_id), Some(secret), Some(token), Some(expiration)) = (
+        answer.access_key_id,
+        answer.secret_access_key,
+        answer.token,
+        answer.expiration,
+    ) else {
+        return Err(unreadable(
+            "AccessKeyId, SecretAccessKey, Token or Expiration missing".to_owned(),
+        ));
+    };
+    let expires = humantime::parse_rfc3339_weak(&expiration)
+        .map_err(|e| unreadable(format!("Expiration `{}`: {e}", excerpt(&expiration, 40))))?;
+    Ok(Credentials {
+        access_key_id,
+        secret_access_key: Secret::new(secret),
+        session_token: Some(Secret::new(token)),
+        expires: Some(expires),
+    })
+}
+
 /// The credential chain for one region.
 #[derive(Debug)]
 pub struct Chain {
     region: String,
     sts: Client,
+    container: Client,
     imds: Client,
 }
 
@@ -112,6 +162,11 @@ impl Chain {
         Ok(Chain {
             region: region.to_owned(),
             sts: Client::new("AWS STS", None, Timeouts::default())?,
+            container: Client::new(
+                "the container credentials endpoint",
+                None,
+                Timeouts::default(),
+            )?,
             imds: Client::new("the EC2 instance metadata service", None, imds_timeouts)?,
         })
     }
@@ -122,7 +177,8 @@ impl Chain {
     }
 
     /// [`resolve`](Self::resolve) with the environment `env` (tests give
-    /// their own). The SDKs' endpoint overrides are honoured:
+    /// their own). The container endpoint is where the platform's
+    /// variables say; the SDKs' endpoint overrides are honoured:
     /// `AWS_ENDPOINT_URL_STS` (or `AWS_ENDPOINT_URL`) for STS,
     /// `AWS_EC2_METADATA_SERVICE_ENDPOINT` for the metadata service.
     pub fn resolve_with(
@@ -137,18 +193,22 @@ impl Chain {
             let endpoint = sts::endpoint(&self.region, env)?;
             return self.assume_role(&identity?, &endpoint, now);
         }
+        if let Some(endpoint) = container::from_env(env) {
+            return container::credentials(&self.container, &endpoint?);
+        }
         if env("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return Err(OAuthError::NoAwsCredentials {
-                tried: "no keys in the environment, no web identity, the instance metadata \
-                        service disabled by AWS_EC2_METADATA_DISABLED"
+                tried: "no keys in the environment, no web identity, no container credentials \
+                        endpoint, the instance metadata service disabled by \
+                        AWS_EC2_METADATA_DISABLED"
                     .to_owned(),
             });
         }
         imds::credentials(&self.imds, &imds::base(env)?).map_err(|e| match e {
             OAuthError::Transport { reason, .. } => OAuthError::NoAwsCredentials {
                 tried: format!(
-                    "no keys in the environment, no web identity, no instance metadata \
-                     service ({reason})"
+                    "no keys in the environment, no web identity, no container credentials \
+                     endpoint, no instance metadata service ({reason})"
                 ),
             },
             other => other,

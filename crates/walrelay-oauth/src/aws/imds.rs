@@ -3,13 +3,10 @@
 //! for that role's credentials (JSON). The requests and the answers'
 //! reading are pure; [`credentials`] makes the three calls.
 
-use serde::Deserialize;
-
 use super::super::error::{excerpt, OAuthError};
 use super::super::http::{Request, Response, Url};
-use super::super::token::Secret;
 use super::super::transport::Client;
-use super::credentials::Credentials;
+use super::credentials::{parse_temporary, Credentials};
 
 const SERVICE: &str = "the EC2 instance metadata service";
 /// The service's address on every EC2 instance.
@@ -78,46 +75,9 @@ pub fn parse_role(body: &str) -> Result<String, OAuthError> {
         })
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct Answer {
-    code: Option<String>,
-    access_key_id: Option<String>,
-    secret_access_key: Option<String>,
-    token: Option<String>,
-    expiration: Option<String>,
-}
-
 /// The credentials JSON of a role.
 pub fn parse_credentials(body: &[u8]) -> Result<Credentials, OAuthError> {
-    let unreadable = |reason: String| OAuthError::Unreadable {
-        service: SERVICE,
-        endpoint: format!("{DEFAULT_BASE}{ROLES}"),
-        reason,
-    };
-    let answer: Answer = serde_json::from_slice(body)
-        .map_err(|e| unreadable(format!("not the credentials JSON ({e})")))?;
-    if let Some(code) = answer.code.filter(|c| c != "Success") {
-        return Err(unreadable(format!("Code `{}`", excerpt(&code, 60))));
-    }
-    let (Some(access_key_id), Some(secret), Some(token), Some(expiration)) = (
-        answer.access_key_id,
-        answer.secret_access_key,
-        answer.token,
-        answer.expiration,
-    ) else {
-        return Err(unreadable(
-            "AccessKeyId, SecretAccessKey, Token or Expiration missing".to_owned(),
-        ));
-    };
-    let expires = humantime::parse_rfc3339_weak(&expiration)
-        .map_err(|e| unreadable(format!("Expiration `{}`: {e}", excerpt(&expiration, 40))))?;
-    Ok(Credentials {
-        access_key_id,
-        secret_access_key: Secret::new(secret),
-        session_token: Some(Secret::new(token)),
-        expires: Some(expires),
-    })
+    parse_temporary(SERVICE, format!("{DEFAULT_BASE}{ROLES}"), body)
 }
 
 fn ok(request: &Request, answer: Response) -> Result<String, OAuthError> {
@@ -154,6 +114,7 @@ pub fn credentials(client: &Client, base: &str) -> Result<Credentials, OAuthErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Secret;
 
     #[test]
     fn the_requests_follow_imdsv2() {

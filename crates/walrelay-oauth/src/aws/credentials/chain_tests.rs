@@ -182,3 +182,43 @@ fn nothing_found_says_what_was_tried() {
     let e = chain.resolve_with(&nowhere, now()).unwrap_err().to_string();
     assert!(e.contains("no instance metadata service"), "{e}");
 }
+
+#[test]
+fn the_container_endpoint_is_asked_with_the_pods_token() {
+    let credentials = r#"{"AccessKeyId":"ASIAPOD","SecretAccessKey":"s","Token":"t",
+        "AccountId":"123456789012","Expiration":"2014-10-24T23:00:23Z"}"#;
+    let (base, agent) = serve(vec![credentials.into()]);
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("eks-pod-identity-token");
+    std::fs::write(&token_file, "pod-token-1\n").unwrap();
+    let env = env_of(vec![
+        (
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            format!("{base}/v1/credentials"),
+        ),
+        (
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+            token_file.display().to_string(),
+        ),
+        // Consulted only after the container endpoint: never reached.
+        (
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+            "http://127.0.0.1:9".into(),
+        ),
+    ]);
+    let chain = Chain::new("eu-west-1").unwrap();
+    let got = chain.resolve_with(&env, now()).unwrap();
+    assert_eq!(got.access_key_id, "ASIAPOD");
+    assert!(got.expires.is_some());
+    let requests = agent.join().unwrap();
+    assert!(
+        requests[0].starts_with("GET /v1/credentials HTTP/1.1\r\n"),
+        "{}",
+        requests[0]
+    );
+    assert!(
+        requests[0].contains("\r\nAuthorization: pod-token-1\r\n"),
+        "{}",
+        requests[0]
+    );
+}
