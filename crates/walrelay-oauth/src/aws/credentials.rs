@@ -1,12 +1,13 @@
 //! AWS credentials and the standard chain that finds them, in the AWS
-//! SDKs' order: the environment, web identity (EKS's IAM roles for
-//! service accounts), the container credentials endpoint (ECS task roles,
-//! EKS Pod Identity), the EC2 instance profile. Reading each source is
+//! SDKs' order: the environment, the shared credentials file's keys, web
+//! identity (EKS's IAM roles for service accounts), the container
+//! credentials endpoint (ECS task roles, EKS Pod Identity), the EC2
+//! instance profile. Reading each source is
 //! pure where it can be ([`from_env`], [`super::sts::parse_response`],
 //! [`parse_temporary`]); [`Chain::resolve`] does the I/O.
 //!
-//! Not covered: SSO and profile files (`~/.aws/credentials`): there,
-//! export the keys in the environment.
+//! Not covered: profiles that assume a role, use SSO or run a
+//! `credential_process`: there, export the keys in the environment.
 
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -16,7 +17,7 @@ use super::super::error::OAuthError;
 use super::super::http::Url;
 use super::super::token::Secret;
 use super::super::transport::{Client, Timeouts};
-use super::{container, imds, sts};
+use super::{container, imds, profile, sts};
 
 /// A set of AWS credentials. `Debug` hides the secret and the token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +190,9 @@ impl Chain {
         if let Some(found) = from_env(env) {
             return found;
         }
+        if let Some(found) = profile::from_file(env) {
+            return found;
+        }
         if let Some(identity) = web_identity_from_env(env) {
             let endpoint = sts::endpoint(&self.region, env)?;
             return self.assume_role(&identity?, &endpoint, now);
@@ -198,17 +202,18 @@ impl Chain {
         }
         if env("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return Err(OAuthError::NoAwsCredentials {
-                tried: "no keys in the environment, no web identity, no container credentials \
-                        endpoint, the instance metadata service disabled by \
-                        AWS_EC2_METADATA_DISABLED"
+                tried: "no keys in the environment or the shared credentials file, no web \
+                        identity, no container credentials endpoint, the instance metadata \
+                        service disabled by AWS_EC2_METADATA_DISABLED"
                     .to_owned(),
             });
         }
         imds::credentials(&self.imds, &imds::base(env)?).map_err(|e| match e {
             OAuthError::Transport { reason, .. } => OAuthError::NoAwsCredentials {
                 tried: format!(
-                    "no keys in the environment, no web identity, no container credentials \
-                     endpoint, no instance metadata service ({reason})"
+                    "no keys in the environment or the shared credentials file, no web \
+                     identity, no container credentials endpoint, no instance metadata \
+                     service ({reason})"
                 ),
             },
             other => other,

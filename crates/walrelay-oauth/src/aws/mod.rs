@@ -1,6 +1,7 @@
 //! AWS: the MSK IAM token ([`msk`]) and what it is made from: SigV4
 //! presigning ([`sigv4`]) and the credential chain ([`credentials`]:
-//! environment, web identity through [`sts`], ECS task roles and EKS Pod
+//! environment, the shared credentials file ([`profile`]), web identity
+//! through [`sts`], ECS task roles and EKS Pod
 //! Identity through [`container`], instance profile through [`imds`]).
 //!
 //! Untested against AWS: the signing is checked against AWS's published
@@ -12,6 +13,7 @@ pub mod container;
 pub mod credentials;
 pub mod imds;
 pub mod msk;
+pub mod profile;
 pub mod sigv4;
 pub mod sts;
 

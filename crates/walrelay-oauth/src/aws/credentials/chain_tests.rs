@@ -167,8 +167,10 @@ fn nothing_found_says_what_was_tried() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.starts_with("no AWS credentials found (no keys in the environment, no web identity")
-            && e.contains("AWS_EC2_METADATA_DISABLED"),
+        e.starts_with(
+            "no AWS credentials found (no keys in the environment or the shared credentials \
+             file, no web identity, no container credentials endpoint",
+        ) && e.contains("AWS_EC2_METADATA_DISABLED"),
         "{e}"
     );
     // A metadata endpoint where nothing listens.
