@@ -85,6 +85,11 @@ impl OAuthClientConfig {
         if let Some(scope) = &self.client.scope {
             jaas.push_str(&format!(" scope=\"{}\"", jaas_escape(scope)));
         }
+        // kafka-clients takes SASL extensions as `extension_<key>` options.
+        for pair in LOGIN_EXTENSIONS.split(',') {
+            let (key, value) = pair.split_once('=').expect("key=value");
+            jaas.push_str(&format!(" extension_{key}=\"{}\"", jaas_escape(value)));
+        }
         jaas.push(';');
         let mut props = self.common();
         props.extend(pairs(&[
@@ -185,7 +190,8 @@ mod tests {
             get(&props, "sasl.jaas.config"),
             Some(
                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \
-                 clientId=\"relay\" clientSecret=\"pa\\\"ss\" scope=\"kafka\";"
+                 clientId=\"relay\" clientSecret=\"pa\\\"ss\" scope=\"kafka\" \
+                 extension_logicalCluster=\"lkc-walrelay\" extension_identityPoolId=\"pool-test\";"
             )
         );
         assert_eq!(get(&props, "ssl.truststore.type"), Some("PEM"));
