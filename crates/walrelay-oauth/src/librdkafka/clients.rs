@@ -76,16 +76,37 @@ impl<C: ClientContext + 'static> HasClient for AdminClient<C> {
     }
 }
 
-/// One client in the list: hands it a token (or the reason there is
-/// none); `false` once the client is gone.
-type Kept = Box<dyn Fn(&Result<Token, OAuthError>) -> bool + Send + Sync>;
+/// A client in the list, held weakly.
+struct Kept<T>(Weak<T>);
+
+/// What the thread does with a kept client of any kind.
+trait Keep: Send + Sync {
+    /// Hands the client `token` (or the reason there is none); `false`
+    /// once the client is gone.
+    fn hand(&self, token: &Result<Token, OAuthError>) -> bool;
+    fn is_gone(&self) -> bool;
+}
+
+impl<T: HasClient> Keep for Kept<T> {
+    fn hand(&self, token: &Result<Token, OAuthError>) -> bool {
+        let Some(client) = self.0.upgrade() else {
+            return false;
+        };
+        hand(client.native_client(), token);
+        true
+    }
+
+    fn is_gone(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
 
 /// The librdkafka clients that log in with one token source. Cheap to
 /// share (`Arc`); the refreshing thread ends within a second of the last
 /// `Arc` being dropped.
 pub struct ClientTokens {
     source: Arc<dyn TokenSource>,
-    clients: Mutex<Vec<Kept>>,
+    clients: Mutex<Vec<Box<dyn Keep>>>,
     thread: Once,
 }
 
@@ -122,23 +143,22 @@ impl ClientTokens {
     /// client, before its first request: librdkafka waits for a token
     /// before it connects.
     pub fn keep_fresh<T: HasClient>(self: &Arc<Self>, client: &Arc<T>) -> Result<(), OAuthError> {
+        // Under the list's lock: a new token the thread hands out meanwhile
+        // either is the one taken here or reaches this client too.
+        let mut clients = lock(&self.clients);
         set_token(client.native_client(), &self.source.token()?)?;
-        let weak: Weak<T> = Arc::downgrade(client);
-        let kept: Kept = Box::new(move |token| {
-            let Some(client) = weak.upgrade() else {
-                return false;
-            };
-            hand(client.native_client(), token);
-            true
-        });
-        lock(&self.clients).push(kept);
+        // The gone ones leave here too, so that a process making short-lived
+        // clients (an admin client per check) keeps a short list.
+        clients.retain(|kept| !kept.is_gone());
+        clients.push(Box::new(Kept(Arc::downgrade(client))));
+        drop(clients);
         self.thread.call_once(|| spawn(Arc::downgrade(self)));
         Ok(())
     }
 
     /// Hands every live client `token`, and forgets the gone ones.
     fn hand_to_all(&self, token: &Result<Token, OAuthError>) {
-        lock(&self.clients).retain(|kept| kept(token));
+        lock(&self.clients).retain(|kept| kept.hand(token));
     }
 }
 

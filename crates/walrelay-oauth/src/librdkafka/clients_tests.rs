@@ -140,8 +140,17 @@ fn a_client_logs_in_with_the_extensions_and_with_each_new_token() {
         );
     }
     assert!(logins.iter().any(|l| l.contains("tok1")), "{logins:?}");
-    // Dropped clients leave the list at the next token.
+    // Dropped clients leave the list at the next token, or when another
+    // client is kept.
     drop(producer);
     tokens.hand_to_all(&tokens.token());
     assert!(lock(&tokens.clients).is_empty());
+    let (a, b): (Arc<BaseProducer>, Arc<BaseProducer>) = (
+        Arc::new(config.create().unwrap()),
+        Arc::new(config.create().unwrap()),
+    );
+    tokens.keep_fresh(&a).unwrap();
+    drop(a);
+    tokens.keep_fresh(&b).unwrap();
+    assert_eq!(lock(&tokens.clients).len(), 1);
 }
