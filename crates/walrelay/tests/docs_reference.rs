@@ -582,6 +582,20 @@ fn readme_paths(readme: &str) -> BTreeSet<String> {
     paths
 }
 
+/// The benchmarks doc is the method and the latest results; dated notes
+/// go with their runs under `bench/results/` (it once grew to 2,655 lines
+/// of them, and again to 908).
+#[test]
+fn the_benchmarks_doc_stays_a_manual() {
+    let doc = read("docs/benchmarks.md");
+    let lines = doc.lines().count();
+    assert!(
+        lines < 600,
+        "docs/benchmarks.md has {lines} lines: keep the method and the latest results \
+         (< 600); move dated write-ups to their run's NOTES.md or bench/results/HISTORY.md"
+    );
+}
+
 #[test]
 fn the_readme_is_a_front_door_whose_paths_exist() {
     let readme = read("README.md");
