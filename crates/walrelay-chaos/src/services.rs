@@ -219,11 +219,40 @@ fn log_file(path: &Path) -> Result<std::fs::File> {
         .open(path)?)
 }
 
-/// The last `n` lines of a file.
+/// The last `n` lines of a file, Java stack traces cut to their first
+/// frames ([`condense_frames`]) so that an exception's own line stays in
+/// view.
 pub fn tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = condense_frames(&text, 3);
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// `text`'s lines with each run of stack frames (`\tat ...`) cut to its
+/// first `keep` and a line saying how many were left out: a JVM's trace is
+/// dozens of frames, and the line that names the exception comes first.
+pub fn condense_frames(text: &str, keep: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut run = 0usize;
+    let flush = |out: &mut Vec<String>, run: usize| {
+        if run > keep {
+            out.push(format!("\t... {} more frames", run - keep));
+        }
+    };
+    for line in text.lines() {
+        if line.trim_start().starts_with("at ") && line.starts_with(char::is_whitespace) {
+            run += 1;
+            if run <= keep {
+                out.push(line.to_owned());
+            }
+            continue;
+        }
+        flush(&mut out, run);
+        run = 0;
+        out.push(line.to_owned());
+    }
+    flush(&mut out, run);
+    out
 }
 
 /// Sends `signal` (e.g. "TERM", "USR1") to `pid`.
@@ -351,5 +380,33 @@ impl Supervised {
             }
             Err(_) => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::condense_frames;
+
+    #[test]
+    fn a_java_trace_keeps_its_exception_line_in_a_short_tail() {
+        let mut text = String::from("starting\norg.apache.kafka.common.KafkaException: boom\n");
+        for i in 0..20 {
+            text.push_str(&format!("\tat frame.number{i}(X.java:{i})\n"));
+        }
+        text.push_str("Caused by: java.io.IOException: cause\n\tat a.b(C.java:1)\n");
+        let lines = condense_frames(&text, 3);
+        assert_eq!(
+            lines,
+            [
+                "starting",
+                "org.apache.kafka.common.KafkaException: boom",
+                "\tat frame.number0(X.java:0)",
+                "\tat frame.number1(X.java:1)",
+                "\tat frame.number2(X.java:2)",
+                "\t... 17 more frames",
+                "Caused by: java.io.IOException: cause",
+                "\tat a.b(C.java:1)",
+            ]
+        );
     }
 }
