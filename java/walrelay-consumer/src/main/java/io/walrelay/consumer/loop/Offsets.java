@@ -5,9 +5,15 @@ import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.FencedInstanceIdException;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.UnreleasedInstanceIdException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -53,8 +59,15 @@ final class Offsets {
         return dirty.isEmpty() ? Long.MAX_VALUE : intervalNanos - (now - lastCommit);
     }
 
-    /** Commits what was stored, asynchronously, when {@code commitInterval} has passed since the last commit. */
-    void maybeCommit(KafkaConsumer<byte[], byte[]> c) {
+    /**
+     * Commits what was stored, asynchronously, when {@code commitInterval} has passed since the last commit.
+     *
+     * <p>{@code commitAsync} is not always asynchronous: while the group's coordinator is unknown (a broker
+     * outage, a moved coordinator) it looks the coordinator up on this thread and may throw what that lookup
+     * meets, a stop's wakeup included. Offsets are a hint, so such a commit is logged and tried again at the next
+     * interval; only a fenced or refused instance id, which decides the consumer's membership, goes on to the loop.
+     */
+    void maybeCommit(Consumer<byte[], byte[]> c) {
         long now = System.nanoTime();
         if (dirty.isEmpty() || now - lastCommit < intervalNanos) {
             return;
@@ -62,11 +75,22 @@ final class Offsets {
         Map<TopicPartition, OffsetAndMetadata> offsets = offsets(dirty);
         dirty.clear();
         lastCommit = now;
-        c.commitAsync(offsets, (o, e) -> {
-            if (e != null) {
-                LOG.warn("committing offsets failed (they are only a hint, the marks are the truth): {}", e.toString());
-            }
-        });
+        try {
+            c.commitAsync(offsets, (o, e) -> {
+                if (e != null) {
+                    LOG.warn("committing offsets failed (they are only a hint, the marks are the truth): {}", e.toString());
+                }
+            });
+        } catch (FencedInstanceIdException | UnreleasedInstanceIdException | InterruptException e) {
+            throw e;
+        } catch (WakeupException e) {
+            // A stop: it commits every stored offset itself.
+            dirty.addAll(offsets.keySet());
+        } catch (KafkaException e) {
+            dirty.addAll(offsets.keySet());
+            LOG.warn("committing offsets failed (they are only a hint, the marks are the truth; tried again in {} ms): {}",
+                    TimeUnit.NANOSECONDS.toMillis(intervalNanos), e.toString());
+        }
     }
 
     /** Commits the stored offsets of {@code which} now (a revocation, the stop). */

@@ -1,6 +1,7 @@
 package io.walrelay.consumer.loop;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
@@ -8,7 +9,13 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import org.apache.kafka.clients.consumer.MockConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.OffsetCommitCallback;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.FencedInstanceIdException;
+import org.apache.kafka.common.errors.WakeupException;
 import org.junit.jupiter.api.Test;
 
 /** The two objects an outcome changes besides the connections: {@link Offsets} and {@link StoppedPartitions}. */
@@ -29,6 +36,44 @@ class OffsetsAndStoppedTest {
         assertEquals(Set.of(A), offsets.partitions(), "a revoked partition's offset is never committed");
         offsets.forget(A);
         assertEquals(Long.MAX_VALUE, offsets.nanosUntilCommit(now));
+    }
+
+    /** A consumer whose next {@code commitAsync} calls throw, as a coordinator lookup on the caller's thread can. */
+    static final class Throwing extends MockConsumer<byte[], byte[]> {
+        final List<RuntimeException> next = new ArrayList<>();
+
+        Throwing() {
+            super("earliest");
+        }
+
+        @Override
+        public synchronized void commitAsync(Map<TopicPartition, OffsetAndMetadata> offsets,
+                OffsetCommitCallback callback) {
+            if (!next.isEmpty()) {
+                throw next.remove(0);
+            }
+            super.commitAsync(offsets, callback);
+        }
+    }
+
+    @Test
+    void aCommitThatThrowsIsTriedAgainAndOnlyMembershipErrorsGoOn() {
+        Throwing consumer = new Throwing();
+        consumer.assign(List.of(A));
+        Offsets offsets = new Offsets(Duration.ZERO);
+        offsets.store(A, 41);
+        consumer.next.add(new KafkaException("Unexpected error in the coordinator lookup"));
+        consumer.next.add(new WakeupException());
+        offsets.maybeCommit(consumer);
+        offsets.maybeCommit(consumer);
+        assertTrue(consumer.committed(Set.of(A)).isEmpty(), "nothing committed yet");
+        assertTrue(offsets.nanosUntilCommit(System.nanoTime()) <= 0, "the failed commits are due again");
+        offsets.maybeCommit(consumer);
+        assertEquals(42, consumer.committed(Set.of(A)).get(A).offset());
+
+        offsets.store(A, 50);
+        consumer.next.add(new FencedInstanceIdException("fenced"));
+        assertThrows(FencedInstanceIdException.class, () -> offsets.maybeCommit(consumer));
     }
 
     @Test
