@@ -134,18 +134,12 @@ pub fn credentials(client: &Client, endpoint: &Endpoint) -> Result<Credentials, 
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
-
-    fn env_of(pairs: &[(&'static str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<&str, String> = pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
-        move |k: &str| map.get(k).cloned()
-    }
+    use crate::aws::env_of;
 
     #[test]
     fn ecs_answers_a_relative_uri_at_its_agent() {
-        let e = from_env(&env_of(&[(
+        let e = from_env(&env_of([(
             "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
             "/v2/credentials/4d1e-task",
         )]))
@@ -156,12 +150,12 @@ mod tests {
             "http://169.254.170.2/v2/credentials/4d1e-task"
         );
         assert_eq!(e.authorization, Authorization::None);
-        assert!(from_env(&env_of(&[])).is_none());
+        assert!(from_env(&env_of::<&str, &str>([])).is_none());
     }
 
     #[test]
     fn eks_pod_identity_sends_the_token_files_contents() {
-        let e = from_env(&env_of(&[
+        let e = from_env(&env_of([
             (
                 "AWS_CONTAINER_CREDENTIALS_FULL_URI",
                 "http://169.254.170.23/v1/credentials",
@@ -189,10 +183,10 @@ mod tests {
             ("https://creds.example.com/v1", true),
             ("http://creds.example.com/v1", false),
         ] {
-            let got = from_env(&env_of(&[("AWS_CONTAINER_CREDENTIALS_FULL_URI", uri)])).unwrap();
+            let got = from_env(&env_of([("AWS_CONTAINER_CREDENTIALS_FULL_URI", uri)])).unwrap();
             assert_eq!(got.is_ok(), ok, "{uri}: {got:?}");
         }
-        let e = from_env(&env_of(&[(
+        let e = from_env(&env_of([(
             "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
             "v2/x",
         )]))

@@ -253,20 +253,12 @@ mod chain_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        move |k: &str| map.get(k).cloned()
-    }
+    use crate::aws::env_of;
 
     #[test]
     fn keys_from_the_environment_come_in_pairs() {
-        assert!(from_env(&env_of(&[])).is_none());
-        let got = from_env(&env_of(&[
+        assert!(from_env(&env_of::<&str, &str>([])).is_none());
+        let got = from_env(&env_of([
             ("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE"),
             (
                 "AWS_SECRET_ACCESS_KEY",
@@ -286,7 +278,7 @@ mod tests {
             !shown.contains("EXAMPLEKEY") && !shown.contains("FwoGZXIvYXdz"),
             "{shown}"
         );
-        let e = from_env(&env_of(&[("AWS_ACCESS_KEY_ID", "AKIA")]))
+        let e = from_env(&env_of([("AWS_ACCESS_KEY_ID", "AKIA")]))
             .unwrap()
             .unwrap_err();
         assert!(e.to_string().contains("set both"), "{e}");
@@ -294,7 +286,7 @@ mod tests {
 
     #[test]
     fn web_identity_needs_the_file_and_the_role() {
-        let got = web_identity_from_env(&env_of(&[
+        let got = web_identity_from_env(&env_of([
             ("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/secrets/eks/token"),
             ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/walrelay"),
         ]))
@@ -302,7 +294,7 @@ mod tests {
         .unwrap();
         assert_eq!(got.session_name, "walrelay");
         assert_eq!(got.token_file, PathBuf::from("/var/run/secrets/eks/token"));
-        let e = web_identity_from_env(&env_of(&[("AWS_ROLE_ARN", "arn")]))
+        let e = web_identity_from_env(&env_of([("AWS_ROLE_ARN", "arn")]))
             .unwrap()
             .unwrap_err();
         assert!(e.to_string().contains("AWS_WEB_IDENTITY_TOKEN_FILE"), "{e}");

@@ -42,6 +42,19 @@ pub fn check_region(region: &str) -> Result<&str, OAuthError> {
     }
 }
 
+/// A test's environment: `pairs` and nothing else (the process's own is
+/// never read by the tests).
+#[cfg(test)]
+pub(crate) fn env_of<K: Into<String>, V: Into<String>>(
+    pairs: impl IntoIterator<Item = (K, V)>,
+) -> impl Fn(&str) -> Option<String> {
+    let map: std::collections::HashMap<String, String> = pairs
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+    move |k: &str| map.get(k).cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -118,9 +118,8 @@ pub fn from_file(env: &impl Fn(&str) -> Option<String>) -> Option<Result<Credent
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
+    use crate::aws::env_of;
 
     const FILE: &str = "\
 # a comment
@@ -161,10 +160,6 @@ role_arn = arn:aws:iam::123456789012:role/x
     fn a_named_profile_that_is_nowhere_is_an_error_not_a_fallback() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("credentials");
-        let env_of = |pairs: Vec<(&'static str, String)>| {
-            let map: HashMap<&str, String> = pairs.into_iter().collect();
-            move |k: &str| map.get(k).cloned()
-        };
         let file = path.display().to_string();
         // No file: nothing, unless a profile was named.
         assert!(from_file(&env_of(vec![("AWS_SHARED_CREDENTIALS_FILE", file.clone())])).is_none());

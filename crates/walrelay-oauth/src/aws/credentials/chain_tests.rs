@@ -2,12 +2,12 @@
 //! metadata service, reached through the SDKs' endpoint overrides; the
 //! environment is the test's own, not the process's.
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
 use super::*;
+use crate::aws::env_of;
 
 /// A server answering one connection per entry of `answers`, in order;
 /// returns each request as text.
@@ -47,11 +47,6 @@ fn serve(answers: Vec<String>) -> (String, std::thread::JoinHandle<Vec<String>>)
     (base, handle)
 }
 
-fn env_of(pairs: Vec<(&'static str, String)>) -> impl Fn(&str) -> Option<String> {
-    let map: HashMap<&str, String> = pairs.into_iter().collect();
-    move |k: &str| map.get(k).cloned()
-}
-
 fn now() -> SystemTime {
     // 2014-10-24T22:00:00Z, an hour before the STS answer's expiry.
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_414_188_000)
@@ -61,11 +56,11 @@ fn now() -> SystemTime {
 fn keys_in_the_environment_win() {
     let chain = Chain::new("eu-west-1").unwrap();
     let env = env_of(vec![
-        ("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE".into()),
-        ("AWS_SECRET_ACCESS_KEY", "secret".into()),
+        ("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "secret".to_owned()),
         (
             "AWS_ROLE_ARN",
-            "arn:aws:iam::123456789012:role/unused".into(),
+            "arn:aws:iam::123456789012:role/unused".to_owned(),
         ),
     ]);
     let got = chain.resolve_with(&env, now()).unwrap();
@@ -89,7 +84,7 @@ fn web_identity_asks_sts_with_the_token_files_contents() {
         ),
         (
             "AWS_ROLE_ARN",
-            "arn:aws:iam::123456789012:role/walrelay".into(),
+            "arn:aws:iam::123456789012:role/walrelay".to_owned(),
         ),
         ("AWS_ENDPOINT_URL_STS", format!("{base}/")),
     ]);
@@ -121,7 +116,7 @@ fn web_identity_asks_sts_with_the_token_files_contents() {
         ),
         (
             "AWS_ROLE_ARN",
-            "arn:aws:iam::123456789012:role/walrelay".into(),
+            "arn:aws:iam::123456789012:role/walrelay".to_owned(),
         ),
         ("AWS_ENDPOINT_URL_STS", base),
     ]);
@@ -136,8 +131,8 @@ fn the_instance_profile_is_read_with_an_imdsv2_session() {
     let credentials = r#"{"Code":"Success","AccessKeyId":"ASIAINSTANCE","SecretAccessKey":"s",
         "Token":"t","Expiration":"2014-10-24T23:00:23Z"}"#;
     let (base, imds) = serve(vec![
-        "session-123".into(),
-        "walrelay-role\n".into(),
+        "session-123".to_owned(),
+        "walrelay-role\n".to_owned(),
         credentials.into(),
     ]);
     let env = env_of(vec![("AWS_EC2_METADATA_SERVICE_ENDPOINT", base)]);
@@ -161,7 +156,7 @@ fn the_instance_profile_is_read_with_an_imdsv2_session() {
 #[test]
 fn nothing_found_says_what_was_tried() {
     let chain = Chain::new("eu-west-1").unwrap();
-    let disabled = env_of(vec![("AWS_EC2_METADATA_DISABLED", "true".into())]);
+    let disabled = env_of(vec![("AWS_EC2_METADATA_DISABLED", "true".to_owned())]);
     let e = chain
         .resolve_with(&disabled, now())
         .unwrap_err()
@@ -205,7 +200,7 @@ fn the_container_endpoint_is_asked_with_the_pods_token() {
         // Consulted only after the container endpoint: never reached.
         (
             "AWS_EC2_METADATA_SERVICE_ENDPOINT",
-            "http://127.0.0.1:9".into(),
+            "http://127.0.0.1:9".to_owned(),
         ),
     ]);
     let chain = Chain::new("eu-west-1").unwrap();
