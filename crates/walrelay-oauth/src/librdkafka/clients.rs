@@ -18,7 +18,7 @@ use rdkafka::producer::{
 
 use super::set_token::{set_token, set_token_failure};
 use crate::error::OAuthError;
-use crate::refresh::TokenSource;
+use crate::refresh::{TokenSource, RETRY_AFTER_FAILURE};
 use crate::token::Token;
 
 /// How often the thread asks the token source whether it has a new
@@ -198,18 +198,24 @@ fn spawn(tokens: Weak<ClientTokens>) {
         .name("walrelay-oauth".into())
         .spawn(move || {
             let mut last = None;
+            let mut wait = CHECK_EVERY;
             loop {
-                std::thread::sleep(CHECK_EVERY);
+                std::thread::sleep(wait);
+                wait = CHECK_EVERY;
                 let Some(tokens) = tokens.upgrade() else {
                     return;
                 };
                 if lock(&tokens.clients).is_empty() {
                     continue;
                 }
-                // The source logs its own failures; a token it still has
-                // is handed out while a refresh fails.
+                // The source hands out a token it still has while a refresh
+                // fails; with none left, the endpoint is asked again only
+                // after RETRY_AFTER_FAILURE, as librdkafka would.
                 if let Some(news) = news(last, tokens.source.token()) {
                     last = news.as_ref().ok().map(|t| t.expires_at);
+                    if news.is_err() {
+                        wait = RETRY_AFTER_FAILURE;
+                    }
                     tokens.hand_to_all(&news);
                 }
             }
