@@ -554,9 +554,7 @@ fn create(
         Arc::new(kafka.create_with_context(LoopContext::new(metrics.clone()))?);
     consumer.context().attach(Arc::downgrade(&consumer));
     if let Some(tokens) = tokens {
-        tokens
-            .keep_fresh(&consumer)
-            .map_err(|e| KafkaError::ClientCreation(format!("Kafka OAuth login: {e}")))?;
+        tokens.keep_fresh(&consumer)?;
     }
     Ok(consumer)
 }

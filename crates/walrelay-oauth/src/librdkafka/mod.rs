@@ -15,7 +15,6 @@ mod clients;
 mod set_token;
 
 pub use clients::{ClientTokens, HasClient};
-pub use set_token::{set_token, set_token_failure};
 
 /// The properties a librdkafka client's `OAUTHBEARER` login is configured
 /// with that librdkafka itself must not see: without libcurl it refuses
@@ -42,4 +41,12 @@ pub fn is_oauthbearer<'a>(get: impl Fn(&str) -> Option<&'a str>) -> bool {
         .iter()
         .filter_map(|name| get(name))
         .any(|m| m.trim().eq_ignore_ascii_case("OAUTHBEARER"))
+}
+
+/// A login that failed while a client was being made (no token to hand
+/// it) fails the client's creation, as rdkafka reports it.
+impl From<crate::OAuthError> for rdkafka::error::KafkaError {
+    fn from(e: crate::OAuthError) -> rdkafka::error::KafkaError {
+        rdkafka::error::KafkaError::ClientCreation(format!("Kafka OAuth login: {e}"))
+    }
 }

@@ -181,7 +181,7 @@ impl std::fmt::Debug for ClientSetup {
 impl ClientSetup {
     /// A group-less reader with `context`, handed its first token at once
     /// (a reader's first calls, metadata and offsets, are made before it
-    /// polls) and kept fresh while it lives ([`Login::keep_fresh`]).
+    /// polls) and kept fresh while it lives ([`Login::client`]).
     pub fn consumer_with<C: ConsumerContext + 'static>(
         &self,
         context: C,

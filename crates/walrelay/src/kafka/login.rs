@@ -107,11 +107,9 @@ impl Login {
     /// Hands `client`, just made, its first token and every new one while
     /// it lives ([`ClientTokens::keep_fresh`]); nothing for a login
     /// without tokens. librdkafka connects once it has a token.
-    pub fn keep_fresh<T: HasClient>(&self, client: &Arc<T>) -> Result<(), KafkaError> {
+    fn keep_fresh<T: HasClient>(&self, client: &Arc<T>) -> Result<(), KafkaError> {
         match &self.clients {
-            Some(clients) => clients
-                .keep_fresh(client)
-                .map_err(|e| KafkaError::ClientCreation(format!("Kafka OAuth login: {e}"))),
+            Some(clients) => Ok(clients.keep_fresh(client)?),
             None => Ok(()),
         }
     }
