@@ -7,7 +7,6 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.consumer.Consumer;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
@@ -94,7 +93,7 @@ final class Offsets {
     }
 
     /** Commits the stored offsets of {@code which} now (a revocation, the stop). */
-    void commitSync(KafkaConsumer<byte[], byte[]> c, Set<TopicPartition> which) {
+    void commitSync(Consumer<byte[], byte[]> c, Set<TopicPartition> which) {
         Map<TopicPartition, OffsetAndMetadata> offsets = offsets(which);
         dirty.removeAll(which);
         if (offsets.isEmpty()) {
